@@ -1,0 +1,128 @@
+"""The torch_memory_saver preload builds installed next to its package, classified by what they link.
+
+Wheels put the builds in site-packages itself (the directory above the package); source builds
+may put them in the package directory. Layouts seen on PyPI:
+
+* 0.0.6, 0.0.8: ``torch_memory_saver_cpp.abi3.so`` (driver only: libcuda.so.1);
+* 0.0.9: ``torch_memory_saver_hook_mode_preload.abi3.so`` (libcudart.so.12);
+* 0.0.9.post1, 0.0.10: ``..._preload_cu12``, ``..._preload_cu13`` and an unsuffixed copy of cu12;
+* source builds: one unsuffixed build of whichever major it was built for.
+
+A name says what a build was meant to be; its DT_NEEDED entries say what it will load, so only
+those decide. ``..._hook_mode_torch*`` builds are pluggable allocators, not preload hooks.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic
+
+__all__ = ["Build", "read_build", "find_builds", "PRELOAD_PREFIXES"]
+
+PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")
+
+
+class Build:
+    """One candidate preload file."""
+
+    __slots__ = ("path", "kind", "major", "info", "problem")
+
+    def __init__(self, path: str, kind: str, major: int | None, info: DynamicInfo | None,
+                 problem: str | None) -> None:
+        self.path = path
+        self.kind = kind  # "cuda", "hip", "driver" (links only libcuda.so.1), or "unusable"
+        self.major = major
+        self.info = info  # its dynamic section, when readable
+        self.problem = problem  # why it can never be preloaded here, or None
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """Its DT_NEEDED entries."""
+        return self.info.needed if self.info else ()
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    def target(self) -> str:
+        """What it was built for, in words."""
+        if self.kind == "cuda":
+            return f"CUDA {self.major} (needs libcudart.so.{self.major})"
+        if self.kind == "hip":
+            return f"ROCm/HIP {self.major} (needs libamdhip64.so.{self.major})"
+        if self.kind == "driver":
+            return "any CUDA runtime (needs only the driver, libcuda.so.1)"
+        return "nothing loadable"
+
+
+def writable_by_others(path: str) -> str | None:
+    """Why ``path`` or its directory could be replaced by another user, or None.
+
+    A preloaded file runs inside every process that inherits LD_PRELOAD, so a file that
+    someone else can rewrite is someone else's code in all of them.
+    """
+    for p in (path, os.path.dirname(path) or "."):
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if st.st_mode & stat.S_IWOTH:
+            return f"{p} is writable by every user (mode {stat.filemode(st.st_mode)})"
+        if st.st_uid not in (0, os.getuid()):
+            if st.st_mode & stat.S_IWUSR:
+                return f"{p} belongs to another user (uid {st.st_uid}) who can write it"
+    return None
+
+
+def _classify(info: DynamicInfo) -> tuple[str, int | None]:
+    for name in info.needed:
+        for prefix, kind in (("libcudart.so.", "cuda"), ("libamdhip64.so.", "hip")):
+            if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit():
+                return kind, int(name[len(prefix):].split(".")[0])
+    if "libcuda.so.1" in info.needed:
+        return "driver", None
+    return "unusable", None
+
+
+def read_build(path: str, want: DynamicInfo, *, explicit: bool = False) -> Build:
+    """Classify ``path`` for a process whose executable is ``want`` (same ELF class and machine)."""
+    path = os.path.abspath(path)
+    try:
+        info = read_dynamic(path)
+    except ElfError as exc:
+        return Build(path, "unusable", None, None, f"not a loadable ELF object: {exc}")
+    except OSError as exc:
+        return Build(path, "unusable", None, None, f"cannot read it: {exc.strerror or exc}")
+    kind, major = _classify(info)
+    problem = None
+    if info.machine != want.machine or info.elf_class != want.elf_class:
+        problem = (f"built for {MACHINE_NAMES.get(info.machine, info.machine)} {info.elf_class}-bit, "
+                   f"this interpreter is {want.machine_name} {want.elf_class}-bit")
+    elif kind == "unusable":
+        problem = "links neither libcudart, libamdhip64 nor libcuda.so.1: not a torch_memory_saver hook"
+    elif not explicit:
+        problem = writable_by_others(path)
+        if problem:
+            problem += "; refusing to preload it (name it in TMS_AUTOPRELOAD_PATH to override)"
+    return Build(path, kind, major, info, problem)
+
+
+def find_builds(package_dir: str, want: DynamicInfo) -> list[Build]:
+    """Every preload build in the package directory and the one above it, in that order."""
+    builds: list[Build] = []
+    seen: set[str] = set()
+    for d in (package_dir, os.path.dirname(os.path.abspath(package_dir))):
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(PRELOAD_PREFIXES) and name.endswith(".so"):
+                path = os.path.join(d, name)
+                real = os.path.realpath(path)
+                if real not in seen:
+                    seen.add(real)
+                    builds.append(read_build(path, want))
+    return builds

@@ -1,0 +1,116 @@
+"""Where glibc's dynamic loader would find a DT_NEEDED name, in the order ld.so(8) documents.
+
+For a name without a slash, ld.so(8) ("Finding shared objects") searches:
+
+1. DT_RPATH of the object that needs it, then of the executable, unless the object has DT_RUNPATH;
+2. LD_LIBRARY_PATH (ignored in secure mode);
+3. DT_RUNPATH of the object that needs it;
+4. /etc/ld.so.cache;
+5. the default paths (/lib, /usr/lib, and the 64-bit and multiarch variants).
+
+A directory is taken only when it holds a file of the same ELF class and machine; the loader
+skips others and goes on. ``$ORIGIN`` expands to the directory of the object whose entry it
+is. This module predicts; :mod:`tms_autopreload.trace` asks the real loader, and the resolver
+trusts only a plan the real loader agrees with.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import ldcache
+from .elf import DynamicInfo, ElfError, read_dynamic
+
+__all__ = ["Found", "Object", "Loader", "split_search_path", "DEFAULT_DIRS"]
+
+DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
+                "/lib", "/usr/lib")
+
+
+class Object:
+    """A loaded or loadable object: its path and dynamic-section facts."""
+
+    __slots__ = ("path", "info")
+
+    def __init__(self, path: str, info: DynamicInfo) -> None:
+        self.path = path
+        self.info = info
+
+
+class Found:
+    """Where a name resolved and which ld.so(8) rule found it."""
+
+    __slots__ = ("path", "rule")
+
+    def __init__(self, path: str, rule: str) -> None:
+        self.path = path
+        self.rule = rule  # "DT_RPATH", "LD_LIBRARY_PATH", "DT_RUNPATH", "/etc/ld.so.cache", ...
+
+    def __repr__(self) -> str:
+        return f"Found({self.path!r}, {self.rule!r})"
+
+
+def split_search_path(value: str) -> list[str]:
+    """Split LD_LIBRARY_PATH as ld.so does: on ':' and ';'; an empty entry means the cwd."""
+    if not value:
+        return []
+    return [p or "." for p in value.replace(";", ":").split(":")]
+
+
+def _expand(entries: tuple[str, ...], origin: str) -> list[str]:
+    return [e.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for e in entries]
+
+
+def _accepts(path: str, want: DynamicInfo) -> bool:
+    """True when ``path`` is a file the loader would map for an object like ``want``."""
+    try:
+        info = read_dynamic(path)
+    except (OSError, ElfError):
+        return False
+    return info.elf_class == want.elf_class and info.machine == want.machine
+
+
+class Loader:
+    """One process's view of the loader: its executable, LD_LIBRARY_PATH and cache."""
+
+    def __init__(self, executable: Object, ld_library_path: str, cache: ldcache.LdCache) -> None:
+        self.executable = executable
+        self.ld_library_path = ld_library_path
+        self.cache = cache
+
+    @classmethod
+    def for_executable(cls, path: str, ld_library_path: str) -> Loader:
+        """The loader of a process that runs ``path`` (symlinks resolved, as the kernel does)."""
+        real = os.path.realpath(path)
+        info = read_dynamic(real)
+        return cls(Object(real, info), ld_library_path, ldcache.load(info.machine))
+
+    def with_library_path(self, ld_library_path: str) -> Loader:
+        return Loader(self.executable, ld_library_path, self.cache)
+
+    def find(self, name: str, needed_by: Object | None = None) -> Found | None:
+        """Where ``name``, a DT_NEEDED entry of ``needed_by`` (default: the executable), loads from."""
+        obj = needed_by or self.executable
+        if "/" in name:
+            return Found(name, "path") if _accepts(name, obj.info) else None
+        steps: list[tuple[str, list[str]]] = []
+        if not obj.info.runpath:
+            rpath = _expand(obj.info.rpath, os.path.dirname(obj.path))
+            if obj is not self.executable and not self.executable.info.runpath:
+                rpath += _expand(self.executable.info.rpath, os.path.dirname(self.executable.path))
+            steps.append(("DT_RPATH", rpath))
+        steps.append(("LD_LIBRARY_PATH", split_search_path(self.ld_library_path)))
+        steps.append(("DT_RUNPATH", _expand(obj.info.runpath, os.path.dirname(obj.path))))
+        for rule, dirs in steps:
+            for d in dirs:
+                candidate = os.path.join(d, name)
+                if _accepts(candidate, obj.info):
+                    return Found(candidate, rule)
+        cached = self.cache.lookup(name)
+        if cached is not None and _accepts(cached, obj.info):
+            return Found(cached, "/etc/ld.so.cache")
+        for d in DEFAULT_DIRS:
+            candidate = os.path.join(d, name)
+            if _accepts(candidate, obj.info):
+                return Found(candidate, "default path")
+        return None

@@ -1,0 +1,46 @@
+"""Find installed packages and NVIDIA runtime wheels on ``sys.path`` without importing them.
+
+``import torch`` costs seconds and ``import torch_memory_saver`` imports torch; even
+``importlib.util.find_spec`` costs milliseconds to import. The import system's own finders
+(``sys.meta_path``: the path finder, and the finders editable installs add) answer "where
+would this top-level package come from" without running it, and are already loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["package_dir", "pip_runtime_libcudart", "PIP_RUNTIME_DIRS"]
+
+# NVIDIA's runtime wheels: nvidia-cuda-runtime (13+) -> nvidia/cu<major>/lib,
+# nvidia-cuda-runtime-cu12 (and cu11) -> nvidia/cuda_runtime/lib.
+PIP_RUNTIME_DIRS = ("nvidia/cu{major}/lib", "nvidia/cuda_runtime/lib")
+
+
+def package_dir(name: str) -> str | None:
+    """Directory of top-level package ``name`` as ``import name`` would find it, or None."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        try:
+            spec = find_spec(name, None)
+        except Exception:  # a third-party finder's fault must not break start-up
+            continue
+        if spec is None:
+            continue
+        locations = list(spec.submodule_search_locations or ())
+        return locations[0] if locations else None
+    return None
+
+
+def pip_runtime_libcudart(major: int) -> str | None:
+    """Path of ``libcudart.so.<major>`` from NVIDIA's pip wheels on ``sys.path``, or None."""
+    name = f"libcudart.so.{major}"
+    for entry in sys.path:
+        for pattern in PIP_RUNTIME_DIRS:
+            candidate = os.path.join(entry or ".", pattern.format(major=major), name)
+            if os.path.isfile(candidate):
+                return os.path.abspath(candidate)
+    return None

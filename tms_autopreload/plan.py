@@ -1,0 +1,330 @@
+"""Decide the preload plan for this process: which build, the exact LD_PRELOAD, and why.
+
+:func:`survey` is the one function that decides; :func:`resolve`, the start-up hook and every
+CLI command ask it. Steps:
+
+1. find the candidate builds (or the one ``TMS_AUTOPRELOAD_PATH`` names);
+2. detect the runtime this process will use (:mod:`tms_autopreload.runtime`);
+3. keep the builds whose DT_NEEDED runtime matches it (driver-only builds match any CUDA);
+4. bind the hook to the runtime library torch will use: when the loader would find another
+   copy for the hook, put that library's directory first on LD_LIBRARY_PATH, so one copy maps;
+5. trace the planned start with the real loader, and accept the first build it loads cleanly
+   with the runtime bound where we meant.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import locate
+from .builds import Build, find_builds, read_build, writable_by_others
+from .elf import ElfError
+from .environ import LD_UNSAFE_CHARS, compose_preload, is_tms_entry, prepend_search_path, split_preload
+from .errors import ResolveError
+from .ldso import Loader, Object
+from .runtime import Runtime, detect, install_hint
+from .trace import run_trace
+
+TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+__all__ = ["Plan", "Verdict", "Report", "survey", "resolve", "FORCE_VAR"]
+
+FORCE_VAR = "TMS_AUTOPRELOAD_PATH"
+DRIVER_SONAME = "libcuda.so.1"
+
+
+class Verdict:
+    """What became of one candidate."""
+
+    __slots__ = ("build", "status", "reason", "loads")
+
+    def __init__(self, build: Build, status: str, reason: str, loads: bool | None = None) -> None:
+        self.build = build
+        self.status = status  # "chosen", "loads" (fits and loads, not chosen), "rejected", "untried"
+        self.reason = reason
+        self.loads = loads  # the real loader's answer; None when not traced
+
+
+class Plan:
+    """The environment that makes this process start with the right hook."""
+
+    __slots__ = ("build", "ld_preload", "ld_library_path", "runtime", "warnings")
+
+    def __init__(self, build: str, ld_preload: str, ld_library_path: str | None, runtime: Runtime,
+                 warnings: tuple[str, ...] = ()) -> None:
+        self.build = build  # real path of the chosen file
+        self.ld_preload = ld_preload  # the complete new LD_PRELOAD value
+        self.ld_library_path = ld_library_path  # the complete new LD_LIBRARY_PATH, None to leave it
+        self.runtime = runtime
+        self.warnings = warnings
+
+    def changes(self) -> dict[str, str]:
+        """Variables to set, and their values."""
+        env = {"LD_PRELOAD": self.ld_preload}
+        if self.ld_library_path is not None:
+            env["LD_LIBRARY_PATH"] = self.ld_library_path
+        return env
+
+
+class Report:
+    """Everything the survey saw; ``plan`` is None exactly when ``error`` is set."""
+
+    __slots__ = ("executable", "package_dir", "runtime", "verdicts", "plan", "error", "warnings")
+
+    def __init__(self, executable: str, package_dir: str | None, runtime: Runtime | None,
+                 verdicts: tuple[Verdict, ...], plan: Plan | None, error: str | None,
+                 warnings: tuple[str, ...] = ()) -> None:
+        self.executable = executable
+        self.package_dir = package_dir
+        self.runtime = runtime
+        self.verdicts = verdicts
+        self.plan = plan
+        self.error = error
+        self.warnings = warnings
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``doctor --json`` document (keys are listed in the README)."""
+        rt = self.runtime
+        return {
+            "ok": self.plan is not None,
+            "executable": self.executable,
+            "torch_memory_saver_dir": self.package_dir,
+            "runtime": None if rt is None else {
+                "kind": rt.kind, "major": rt.major, "source": rt.source, "library": rt.library,
+                "library_rule": rt.library_rule, "torch_dir": rt.torch.dir if rt.torch else None,
+                "torch_version": rt.torch.version if rt.torch else None,
+            },
+            "candidates": [{
+                "path": v.build.path, "target": v.build.target(), "kind": v.build.kind,
+                "major": v.build.major, "needs": list(v.build.needs), "loads": v.loads,
+                "status": v.status, "reason": v.reason,
+            } for v in self.verdicts],
+            "plan": None if self.plan is None else {
+                "build": self.plan.build, "env": self.plan.changes(),
+            },
+            "warnings": list(self.warnings + (self.plan.warnings if self.plan else ())),
+            "error": self.error,
+        }
+
+
+def _fits(build: Build, runtime: Runtime) -> bool:
+    if runtime.kind == "hip":
+        return build.kind == "hip" and build.major == runtime.major
+    return (build.kind == "cuda" and build.major == runtime.major) or build.kind == "driver"
+
+
+def _preference(build: Build, runtime: Runtime, index: int) -> tuple[int, int, int]:
+    """Exact runtime builds before driver-only ones; a ``_cuN`` name matching the major first."""
+    suffix = f"_cu{runtime.major}."
+    return (0 if build.kind == runtime.kind else 1, 0 if suffix in build.name else 1, index)
+
+
+def _preload_entry(path: str) -> tuple[str, str | None]:
+    """(LD_PRELOAD entry, directory to add to LD_LIBRARY_PATH) for ``path``.
+
+    ld.so splits LD_PRELOAD on spaces and colons with no escaping. A path with such a
+    character in its directory still works as a bare file name found through
+    LD_LIBRARY_PATH (which splits only on ':' and ';'); other cases cannot be expressed.
+    """
+    if not LD_UNSAFE_CHARS & set(path):
+        return path, None
+    directory, name = os.path.split(path)
+    if LD_UNSAFE_CHARS & set(name):
+        raise ValueError(f"its file name contains a space, tab, colon or semicolon, which LD_PRELOAD "
+                         f"cannot hold; rename it or link it from a path without one")
+    if set(":;\n") & set(directory):
+        raise ValueError(f"its directory contains ':' or ';', which neither LD_PRELOAD nor "
+                         f"LD_LIBRARY_PATH can hold; link it from a path without one")
+    return name, directory
+
+
+def _tms_reads_one_path(package_dir: str | None) -> bool:
+    """True when torch_memory_saver's Python side needs LD_PRELOAD to be exactly one path.
+
+    0.0.8 (``_BinaryInfo.compute``) and 0.0.9/0.0.9.post1 (``HookUtilModePreload``) pass the
+    whole value to ``ctypes.CDLL``; 0.0.10 splits it on ':'. Read from its code, not a version.
+    """
+    if package_dir is None:
+        return False
+    try:
+        with open(os.path.join(package_dir, "hooks", "mode_preload.py"), encoding="utf-8") as f:
+            return '.split(":")' not in f.read()
+    except OSError:
+        return True
+
+
+def _attempt(build: Build, runtime: Runtime, env: Mapping[str, str], loader: Loader,
+             executable: str) -> tuple[Plan | None, str, bool | None, str | None]:
+    """Plan and trace one build: (plan or None, reason, loads, fix)."""
+    try:
+        entry, entry_dir = _preload_entry(build.path)
+    except ValueError as exc:
+        return None, str(exc), None, "install torch_memory_saver under a path without spaces or colons"
+    current_llp = env.get("LD_LIBRARY_PATH", "")
+    llp = current_llp
+    if runtime.library is not None and build.kind in ("cuda", "hip") and build.info is not None:
+        predicted = loader.find(runtime.soname, Object(build.path, build.info))
+        if predicted is None or os.path.realpath(predicted.path) != os.path.realpath(runtime.library):
+            bind_dir = os.path.dirname(runtime.library)
+            if set(":;") & set(bind_dir):
+                return None, (f"{runtime.soname} is in {bind_dir}, whose ':' or ';' LD_LIBRARY_PATH "
+                              f"cannot hold"), None, None
+            llp = prepend_search_path(llp, bind_dir)
+    if entry_dir is not None:
+        llp = prepend_search_path(llp, entry_dir)
+    planned = dict(env)
+    planned["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), entry)
+    if llp != current_llp:
+        planned["LD_LIBRARY_PATH"] = llp
+    trace = run_trace(executable, planned)
+    kept = [e for e in split_preload(env.get("LD_PRELOAD", "")) if not is_tms_entry(e)]
+    # Complaints about the user's own other preload entries are theirs, not this build's.
+    errors = [e for e in trace.errors if not any(k in e for k in kept)]
+    real = os.path.realpath(build.path)
+    loaded = {os.path.realpath(p) for p in trace.loaded}
+    if trace.missing or errors or trace.status:
+        reason = "; ".join([f"{n} => not found" for n in trace.missing] + errors) or trace.reason()
+        fix = None
+        if DRIVER_SONAME in trace.missing:
+            reason = (f"the NVIDIA driver library {DRIVER_SONAME} is not on this node (no driver "
+                      f"installed, or not mounted into this container); loader: {reason}")
+            fix = "install the NVIDIA driver (or expose it to the container), or do not set the flag on nodes without a GPU"
+        elif runtime.soname in trace.missing:
+            fix = install_hint(runtime.kind, runtime.major)
+        return None, reason, False, fix
+    if real not in loaded:
+        return None, "the loader did not preload it (no error given)", False, None
+    if runtime.library is not None:
+        bound = trace.resolved.get(runtime.soname)
+        if bound is None or os.path.realpath(bound) != os.path.realpath(runtime.library):
+            return None, (f"its {runtime.soname} would bind to {bound}, not to {runtime.library} that "
+                          f"this process uses: two runtime copies"), True, None
+    plan = Plan(real, planned["LD_PRELOAD"], planned.get("LD_LIBRARY_PATH") if llp != current_llp else None,
+                runtime)
+    reason = "loads"
+    if build.kind != "driver":
+        reason += f"; binds {runtime.soname} to {trace.resolved.get(runtime.soname)}"
+    return plan, reason, True, None
+
+
+def survey(environ: Mapping[str, str] | None = None, *, executable: str | None = None,
+           check_all: bool = False) -> Report:
+    """Look at this process and decide. Never raises for a bad environment: see ``Report.error``.
+
+    ``check_all`` traces every candidate (for ``doctor``); otherwise tracing stops at the
+    first build that loads.
+    """
+    env = dict(os.environ if environ is None else environ)
+    exe = executable or sys.executable
+    package_dir = locate.package_dir("torch_memory_saver")
+    warnings: list[str] = []
+
+    def fail(message: str, runtime: Runtime | None = None, verdicts: tuple[Verdict, ...] = ()) -> Report:
+        return Report(exe, package_dir, runtime, verdicts, None, message, tuple(warnings))
+
+    if not exe:
+        return fail("this interpreter does not know its own executable (sys.executable is empty): "
+                    "set LD_PRELOAD by hand with `tms-autopreload env`")
+    try:
+        loader = Loader.for_executable(exe, env.get("LD_LIBRARY_PATH", ""))
+    except (OSError, ElfError) as exc:
+        return fail(f"cannot read the interpreter {exe} as an ELF program ({exc}); set LD_PRELOAD by "
+                    f"hand with `tms-autopreload env` from a normal Python")
+    want = loader.executable.info
+    forced = env.get(FORCE_VAR, "").strip()
+    if forced:
+        if not os.path.isabs(forced) or not os.path.isfile(forced):
+            return fail(f"{FORCE_VAR}={forced!r} is not an absolute path to an existing file; "
+                        f"fix the path or unset {FORCE_VAR}")
+        builds = [read_build(forced, want, explicit=True)]
+        unsafe = writable_by_others(forced)
+        if unsafe:
+            warnings.append(f"{FORCE_VAR} names a file others can change ({unsafe}); preloading it anyway")
+    elif package_dir is None:
+        return fail(f"torch_memory_saver is not installed for {exe}: pip install torch-memory-saver "
+                    f"(or set {FORCE_VAR}=/abs/path/to/build.so)")
+    else:
+        builds = find_builds(package_dir, want)
+        if not builds:
+            return fail(f"torch_memory_saver at {package_dir} ships no preload build (looked for "
+                        f"torch_memory_saver_hook_mode_preload*.so and torch_memory_saver_cpp*.so there and "
+                        f"in {os.path.dirname(package_dir)}): reinstall torch-memory-saver")
+
+    try:
+        runtime: Runtime | None = detect(env, loader, [b.major for b in builds if b.kind == "cuda" and b.major])
+        runtime_error = None
+    except ResolveError as exc:
+        runtime, runtime_error = None, str(exc)
+
+    verdicts: dict[int, Verdict] = {}
+    fixes: list[str] = []
+    eligible: list[tuple[tuple[int, int, int], int]] = []
+    for i, b in enumerate(builds):
+        if b.problem:
+            verdicts[i] = Verdict(b, "rejected", b.problem)
+        elif runtime is None:
+            verdicts[i] = Verdict(b, "untried", "no runtime could be decided")
+        elif _fits(b, runtime):
+            eligible.append((_preference(b, runtime, i), i))
+        else:
+            verdicts[i] = Verdict(b, "rejected", f"built for {b.target()}, not for this process's "
+                                                 f"{'CUDA' if runtime.kind == 'cuda' else 'ROCm/HIP'} {runtime.major}")
+    plan: Plan | None = None
+    for _, i in sorted(eligible):
+        b = builds[i]
+        if plan is not None and not check_all:
+            verdicts[i] = Verdict(b, "untried", "a preferred build was chosen first")
+            continue
+        attempt, reason, loads, fix = _attempt(b, runtime, env, loader, exe)
+        if attempt is None:
+            verdicts[i] = Verdict(b, "rejected", reason, loads)
+            if fix:
+                fixes.append(fix)
+        elif plan is None:
+            plan = attempt
+            verdicts[i] = Verdict(b, "chosen", reason, True)
+        else:
+            verdicts[i] = Verdict(b, "loads", f"{reason}; not chosen (less preferred)", True)
+    if check_all:  # show the loader's answer for every readable candidate, as the seed's repro did
+        probe_env = {**env, **(plan.changes() if plan else {})}
+        for i, v in list(verdicts.items()):
+            if v.loads is None and v.build.info is not None and v.build.problem is None:
+                probe_env["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), v.build.path)
+                t = run_trace(exe, probe_env)
+                verdicts[i] = Verdict(v.build, v.status, v.reason if t.ok else f"{v.reason}; loader: {t.reason()}",
+                                      t.ok)
+    ordered = tuple(verdicts[i] for i in range(len(builds)))
+
+    if plan is not None:
+        kept = split_preload(plan.ld_preload)[1:]
+        if kept and not forced and _tms_reads_one_path(package_dir):
+            plan = Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, (
+                f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
+                f"reads LD_PRELOAD as a single path (0.0.9.post1 and older), so its Python side will refuse "
+                f"this process; drop those entries or pip install 'torch-memory-saver>=0.0.10'",))
+        return Report(exe, package_dir, runtime, ordered, plan, None, tuple(warnings))
+
+    if runtime is None:
+        return fail(runtime_error or "no runtime", None, ordered)
+    lines = [f"no torch_memory_saver preload build fits {runtime.describe()}:"]
+    lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
+    if not eligible and runtime.kind == "cuda":
+        fixes.append(f"install a torch_memory_saver that ships a CUDA {runtime.major} build: "
+                     f"pip install 'torch-memory-saver>=0.0.9.post1' (it ships _cu12 and _cu13 builds)")
+    elif not eligible:
+        fixes.append("install a ROCm build of torch_memory_saver (built from source with ROCm)")
+    lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
+                 "Fix: see the reasons above, or set TMS_AUTOPRELOAD_PATH to a build that loads")
+    return fail("\n".join(lines), runtime, ordered)
+
+
+def resolve(environ: Mapping[str, str] | None = None, *, executable: str | None = None) -> Plan:
+    """The plan for this process; raises :class:`ResolveError` (with ``.report``) when none exists."""
+    report = survey(environ, executable=executable)
+    if report.plan is None:
+        raise ResolveError(report.error or "no plan", report)
+    return report.plan
