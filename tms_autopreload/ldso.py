@@ -103,7 +103,7 @@ class Loader:
         steps.append(("DT_RUNPATH", _expand(obj.info.runpath, os.path.dirname(obj.path))))
         for rule, dirs in steps:
             for d in dirs:
-                candidate = os.path.join(d, name)
+                candidate = os.path.normpath(os.path.join(d, name))
                 if _accepts(candidate, obj.info):
                     return Found(candidate, rule)
         cached = self.cache.lookup(name)

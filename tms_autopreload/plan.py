@@ -185,7 +185,8 @@ def _attempt(build: Build, runtime: Runtime, env: Mapping[str, str], loader: Loa
     # Complaints about the user's own other preload entries are theirs, not this build's.
     errors = [e for e in trace.errors if not any(k in e for k in kept)]
     real = os.path.realpath(build.path)
-    loaded = {os.path.realpath(p) for p in trace.loaded}
+    # A bare-name preload entry shows as "name => path", a path entry as "path".
+    loaded = {os.path.realpath(p) for p in (*trace.loaded, *trace.resolved.values())}
     if trace.missing or errors or trace.status:
         reason = "; ".join([f"{n} => not found" for n in trace.missing] + errors) or trace.reason()
         fix = None
@@ -198,7 +199,7 @@ def _attempt(build: Build, runtime: Runtime, env: Mapping[str, str], loader: Loa
         return None, reason, False, fix
     if real not in loaded:
         return None, "the loader did not preload it (no error given)", False, None
-    if runtime.library is not None:
+    if runtime.library is not None and build.kind != "driver":
         bound = trace.resolved.get(runtime.soname)
         if bound is None or os.path.realpath(bound) != os.path.realpath(runtime.library):
             return None, (f"its {runtime.soname} would bind to {bound}, not to {runtime.library} that "

@@ -1,0 +1,168 @@
+"""Session fixtures: the parts every scenario is built from, made once and cached.
+
+``TMS_TEST_STRICT=1`` (set by ``make test`` and so by CI) turns every skip into a failure,
+so that a green run means every scenario ran on this machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import support  # noqa: E402
+from support import Host, SetupError, Venv  # noqa: E402
+
+STRICT = os.environ.get("TMS_TEST_STRICT") == "1"
+DEFAULT_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if STRICT and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.longrepr = f"skipped under TMS_TEST_STRICT=1 (every scenario must run in CI): {reason}"
+
+
+def need(fn, *args, **kw):
+    """Call a setup step; a missing capability of this machine skips (a failure under STRICT)."""
+    try:
+        return fn(*args, **kw)
+    except SetupError as exc:
+        pytest.skip(str(exc))
+
+
+class Parts:
+    """Shared, built-once ingredients: driver stub, runtime dirs, stand-in libraries, our wheel."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        support.check_namespaces()
+        self.stub = root / "driver"
+        support.driver_stub(self.stub)
+        self.rt = {}
+        for major, member in ((12, "nvidia/cuda_runtime/lib/libcudart.so.12"), (13, "nvidia/cu13/lib/libcudart.so.13")):
+            d = root / f"cuda{major}"
+            support.extract(support.runtime_wheel(major), member, d)
+            self.rt[major] = d
+        self.hip = root / "rocm6"
+        support.hip_stub(self.hip, 6)
+        self.own_wheel = support.build_own_wheel(root / "dist")
+        self._deps: dict[str, Path] = {}
+
+    def host_dirs(self, names: tuple[str, ...]) -> list[Path]:
+        table = {"driver": self.stub, "cuda12": self.rt[12], "cuda13": self.rt[13], "rocm6": self.hip}
+        return [table[n] for n in names]
+
+    def global_deps(self, torch: str) -> Path:
+        """libtorch_global_deps.so for a stand-in torch kind, linked like the real one."""
+        if torch not in self._deps:
+            spec = {
+                "cu13-sys": (self.rt[13], "libcudart.so.13", None),
+                "cu13-pip": (self.rt[13], "libcudart.so.13", "$ORIGIN/../../nvidia/cu13/lib"),
+                "cu12-sys": (self.rt[12], "libcudart.so.12", None),
+                "cu12-pip": (self.rt[12], "libcudart.so.12", "$ORIGIN/../../nvidia/cuda_runtime/lib"),
+                "rocm6": (self.hip, "libamdhip64.so.6", None),
+                "cpu": (None, None, None),
+            }[torch]
+            self._deps[torch] = support.global_deps(self.root / "deps" / torch / "libtorch_global_deps.so", *spec)
+        return self._deps[torch]
+
+
+TORCH_FIELDS = {"cu13-sys": ("13.0", None), "cu13-pip": ("13.0", None), "cu12-sys": ("12.8", None),
+                "cu12-pip": ("12.8", None), "rocm6": (None, "6.2.41133"), "cpu": (None, None)}
+
+
+class Scenario:
+    """A venv (with our built wheel) on a host, and ways to start processes in it."""
+
+    def __init__(self, venv: Venv, host: Host, parts: Parts) -> None:
+        self.venv = venv
+        self.host = host
+        self.parts = parts
+
+    @property
+    def site(self) -> Path:
+        return self.venv.site
+
+    def run(self, args: list[str], env: dict[str, str] | None = None, **kw):
+        return self.host.run([str(self.venv.python), *args], support.clean_env(**(env or {})), **kw)
+
+    def doctor(self, env: dict[str, str] | None = None) -> dict:
+        r = self.run(["-m", "tms_autopreload", "doctor", "--json"], env)
+        assert r.returncode in (0, 1), r.stderr
+        return json.loads(r.stdout)
+
+    def flagged(self, code: str, env: dict[str, str] | None = None, flag: str = "SLIME_OFFLOAD_TRAIN", **kw):
+        return self.run(["-c", code], {flag: "1", **(env or {})}, **kw)
+
+
+@pytest.fixture(scope="session")
+def parts(tmp_path_factory) -> Parts:
+    return need(Parts, tmp_path_factory.mktemp("parts"))
+
+
+@pytest.fixture(scope="session")
+def scenario(parts, tmp_path_factory):
+    """Factory: ``scenario(tms=..., torch=..., pip=(13,), host=("driver", "cuda13"), python=...)``."""
+    made: dict[tuple, Scenario] = {}
+
+    def make(tms: str | None = "0.0.9.post1", torch: str | None = None, pip: tuple[int, ...] = (),
+             host: tuple[str, ...] = ("driver", "cuda13"), python: str = DEFAULT_PYTHON,
+             layout: str | None = None) -> Scenario:
+        key = (tms, torch, pip, host, python, layout)
+        if key in made:
+            return made[key]
+        interpreter = support.find_python(python)
+        if interpreter is None:
+            pytest.skip(f"python{python} is not installed on this machine")
+        name = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+        root = tmp_path_factory.mktemp(f"scn-{name}")
+        wheels = [parts.own_wheel] + [support.runtime_wheel(m) for m in pip]
+        if tms and layout is None:
+            wheels.append(support.tms_wheel(tms))
+        venv = need(Venv, root / "venv", interpreter, wheels)
+        if layout is not None:
+            _custom_layout(venv, tms or "0.0.10", layout, parts)
+        if torch:
+            cuda, hip = TORCH_FIELDS[torch]
+            venv.add_torch_standin(cuda=cuda, hip=hip, deps_lib=parts.global_deps(torch))
+        made[key] = Scenario(venv, need(Host, root / "host", parts.host_dirs(host)), parts)
+        return made[key]
+
+    return make
+
+
+def _custom_layout(venv: Venv, tms: str, layout: str, parts: Parts) -> None:
+    """Layouts no PyPI wheel has, with the released Python side of ``tms``.
+
+    ``source13``: what ``TMS_CUDA_MAJOR=13 pip install git+...`` leaves, one unsuffixed build
+    linking CUDA 13 (the released cu13 binary under that name).
+    ``rocm``: a ROCm source build, one unsuffixed build linking libamdhip64 (a stand-in: no
+    ROCm wheel exists for this machine).
+    """
+    import zipfile
+
+    with zipfile.ZipFile(support.tms_wheel(tms)) as z:
+        for name in z.namelist():
+            if name.startswith("torch_memory_saver/"):
+                target = venv.site / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(z.read(name))
+        cu13 = z.read("torch_memory_saver_hook_mode_preload_cu13.abi3.so")
+    out = venv.site / "torch_memory_saver_hook_mode_preload.abi3.so"
+    if layout == "source13":
+        out.write_bytes(cu13)
+        out.chmod(0o755)
+    else:
+        support.cc(out, "int tms_hip_hook_standin(void) { return 0; }\n", "-Wl,--no-as-needed",
+                   f"-L{parts.hip}", "-l:libamdhip64.so.6")

@@ -1,0 +1,239 @@
+"""Build the hosts the tests mean: real wheels, real venvs, real loader, a private ld.so.cache.
+
+A *host* is what the dynamic loader can see: we write an ``ld.so.conf`` naming exactly the
+directories we want, build a cache from it with ``ldconfig -C``, and run every process of
+the scenario inside a private mount namespace (``unshare -m``) with that cache bind-mounted
+over ``/etc/ld.so.cache``. The machine's own CUDA (if any) is then invisible, whatever the
+machine has. Stand-ins exist only for what cannot be real here: the driver (``libcuda.so.1``),
+torch builds without a wheel for this machine (CUDA 12, ROCm, CPU) and ROCm itself.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("TMS_TEST_CACHE", Path.home() / ".cache" / "tms-autopreload-tests"))
+TMS_VERSIONS = ("0.0.8", "0.0.9", "0.0.9.post1", "0.0.10")
+TORCH_VERSION = "2.14.1"
+RAY_VERSION = "2.58.0"
+# NVIDIA's runtime wheels, pinned so that every run tests the same files.
+RUNTIME_WHEELS = {12: "nvidia-cuda-runtime-cu12==12.9.79", 13: "nvidia-cuda-runtime==13.5.37"}
+
+# Functions the preload builds import from the driver (nm -D --undefined-only, all versions),
+# plus the two every driver user calls first. Each returns CUDA_ERROR_NO_DEVICE (100).
+DRIVER_SYMBOLS = ("cuInit", "cuDriverGetVersion", "cuCtxGetDevice", "cuDeviceGet", "cuDeviceGetAttribute",
+                  "cuGetErrorString", "cuMemAddressFree", "cuMemAddressReserve", "cuMemCreate",
+                  "cuMemGetAllocationGranularity", "cuMemMap", "cuMemRelease", "cuMemSetAccess",
+                  "cuMemUnmap")
+
+
+class SetupError(RuntimeError):
+    """The test machine lacks something a scenario needs; the message says what."""
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("check", True)
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    try:
+        return subprocess.run(cmd, **kw)
+    except subprocess.CalledProcessError as exc:
+        raise SetupError(f"{' '.join(map(str, cmd))} failed ({exc.returncode}):\n{exc.stdout}\n{exc.stderr}") from None
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """A minimal environment: nothing of the test runner's LD_*, PYTHON*, TMS_* or SLIME_* leaks in."""
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TERM", "TMPDIR") if k in os.environ}
+    env.update(extra)
+    return env
+
+
+# ---------------------------------------------------------------- downloads (cached)
+
+def wheel(spec: str) -> Path:
+    """The wheel for ``name==version`` from the package index, downloaded once into the cache."""
+    name, _, version = spec.partition("==")
+    dest = CACHE / "wheels"
+    dest.mkdir(parents=True, exist_ok=True)
+    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
+    found = sorted(dest.glob(pattern))
+    if not found:
+        run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), spec])
+        found = sorted(dest.glob(pattern))
+    if not found:
+        raise SetupError(f"pip download {spec} gave no file matching {pattern}")
+    return found[-1]
+
+
+def tms_wheel(version: str) -> Path:
+    return wheel(f"torch-memory-saver=={version}")
+
+
+def runtime_wheel(major: int) -> Path:
+    return wheel(RUNTIME_WHEELS[major])
+
+
+def extract(whl: Path, member_glob: str, dest: Path) -> list[Path]:
+    """Copy the members of a wheel matching ``member_glob`` into ``dest`` (flat)."""
+    import fnmatch
+
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            if fnmatch.fnmatch(name, member_glob):
+                target = dest / os.path.basename(name)
+                target.write_bytes(z.read(name))
+                target.chmod(0o755)
+                out.append(target)
+    return out
+
+
+# ---------------------------------------------------------------- compiled stand-ins
+
+def cc(out: Path, source: str, *args: str) -> Path:
+    """Compile a shared object with the system C compiler."""
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        raise SetupError("no C compiler (gcc or cc) on PATH")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = out.with_suffix(out.suffix + ".c")
+    src.write_text(source)
+    run([shutil.which("gcc") or "cc", "-shared", "-fPIC", "-o", str(out), str(src), *args])
+    return out
+
+
+def driver_stub(directory: Path) -> Path:
+    """``libcuda.so.1`` defining the driver functions the hooks import, each failing with 100."""
+    body = "".join(f"int {s}(void) {{ return 100; }}\n" for s in DRIVER_SYMBOLS)
+    return cc(directory / "libcuda.so.1", body, "-Wl,-soname,libcuda.so.1")
+
+
+def hip_stub(directory: Path, major: int = 6) -> Path:
+    """``libamdhip64.so.N``: no ROCm here, so a named empty library stands in for it."""
+    return cc(directory / f"libamdhip64.so.{major}", "int hipGetDevice(int *d) { return 100; }\n",
+              f"-Wl,-soname,libamdhip64.so.{major}")
+
+
+def global_deps(out: Path, link_dir: Path | None, soname: str | None, rpath: str | None) -> Path:
+    """A ``libtorch_global_deps.so`` that links ``soname`` (found in ``link_dir``) like torch's."""
+    args = ["-Wl,--no-as-needed"]
+    if soname:
+        args += [f"-L{link_dir}", f"-l:{soname}"]
+    if rpath:
+        args += ["-Wl,--disable-new-dtags", f"-Wl,-rpath,{rpath}"]
+    return cc(out, "void torch_global_deps_standin(void) {}\n", *args)
+
+
+# ---------------------------------------------------------------- hosts
+
+class Host:
+    """The loader's view of a machine: the directories its ld.so.cache lists."""
+
+    def __init__(self, root: Path, dirs: list[Path]) -> None:
+        if shutil.which("unshare") is None or shutil.which("ldconfig") is None:
+            raise SetupError("needs unshare and ldconfig (util-linux, libc-bin)")
+        self.dirs = dirs
+        root.mkdir(parents=True, exist_ok=True)
+        conf = root / "ld.so.conf"
+        conf.write_text("".join(f"{d}\n" for d in dirs))
+        self.cache = root / "ld.so.cache"
+        run(["ldconfig", "-X", "-C", str(self.cache), "-f", str(conf)])
+
+    def wrap(self, argv: list[str], env: dict[str, str]) -> list[str]:
+        """``argv`` run with exactly ``env``, in a private mount namespace seeing this host's cache.
+
+        The environment is applied by ``env -i`` at the last exec, so that an LD_PRELOAD under
+        test reaches the program, not unshare, sh or mount.
+        """
+        return ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/ld.so.cache && exec env -i "$@"',
+                str(self.cache), *(f"{k}={v}" for k, v in env.items()), *map(str, argv)]
+
+    def run(self, argv: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess:
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        kw.setdefault("timeout", 120)
+        return subprocess.run(self.wrap(argv, env), env=clean_env(), **kw)
+
+
+def check_namespaces() -> None:
+    """Raise SetupError unless private mount namespaces with a bind mount work here."""
+    try:
+        r = subprocess.run(["unshare", "-m", "sh", "-c", "mount --bind /etc/ld.so.cache /etc/ld.so.cache"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SetupError(f"cannot run unshare: {exc}") from None
+    if r.returncode != 0:
+        raise SetupError(f"private mount namespaces do not work here (need root): {r.stderr.strip()}")
+
+
+# ---------------------------------------------------------------- interpreters and venvs
+
+def find_python(minor: str) -> str | None:
+    """A working ``python3.<minor>``: on PATH, else under pyenv."""
+    candidates = [shutil.which(f"python{minor}")]
+    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{minor}.*/bin/python{minor}")))
+    candidates += [f"/usr/bin/python{minor}", f"/usr/local/bin/python{minor}"]
+    for c in candidates:
+        if c and os.path.exists(c):
+            r = subprocess.run([c, "-c", "import venv"], capture_output=True)
+            if r.returncode == 0:
+                return c
+    return None
+
+
+def build_own_wheel(dest: Path) -> Path:
+    """Build this project's wheel from the source tree (what users install)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(ROOT)])
+    return sorted(dest.glob("tms_autopreload-*.whl"))[-1]
+
+
+class Venv:
+    """A real virtual environment with chosen wheels installed by pip."""
+
+    def __init__(self, path: Path, python: str, wheels: list[Path], system_site: bool = False) -> None:
+        self.path = path
+        args = [python, "-m", "venv", "--without-pip", str(path)]
+        if system_site:
+            args.insert(3, "--system-site-packages")
+        run(args)
+        self.python = path / "bin" / "python"
+        self.site = Path(run([str(self.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             env=clean_env()).stdout.strip())
+        if wheels:
+            self.install(*wheels)
+
+    def install(self, *wheels: Path, deps: bool = False) -> None:
+        args = [sys.executable, "-m", "pip", "--python", str(self.python), "install", "-q",
+                "--disable-pip-version-check"]
+        if not deps:
+            args += ["--no-deps", "--no-index"]
+        run(args + [str(w) for w in wheels])
+
+    def add_torch_standin(self, *, cuda: str | None, hip: str | None, deps_lib: Path,
+                          version: str = "2.99.0+standin") -> Path:
+        """A torch carrying only what the resolver reads; importing it raises."""
+        torch = self.site / "torch"
+        (torch / "lib").mkdir(parents=True, exist_ok=True)
+        (torch / "__init__.py").write_text(
+            "raise ImportError('torch stand-in for tms_autopreload tests: only version.py and "
+            "lib/libtorch_global_deps.so are real files')\n")
+        (torch / "version.py").write_text(
+            "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip']\n"
+            f"__version__ = {version!r}\ndebug = False\ncuda: Optional[str] = {cuda!r}\n"
+            f"git_version = '0'\nhip: Optional[str] = {hip!r}\n")
+        shutil.copy(deps_lib, torch / "lib" / "libtorch_global_deps.so")
+        return torch
+
+
+def maps_of_python(code: str = "") -> str:
+    """Python source that runs ``code`` and then prints its own mapped .so files, one per line."""
+    return (f"{code}\nimport os\n"
+            "print('\\n'.join(sorted({l.split()[-1] for l in open('/proc/self/maps') if '.so' in l.split()[-1]})))\n")

@@ -1,0 +1,201 @@
+"""Issue 2: the resolver on real hosts (what the loader sees), real wheels and the real loader.
+
+Each scenario builds its host (a private ld.so.cache), a venv with our built wheel and the
+real torch_memory_saver wheel, then asks ``tms-autopreload doctor --json`` and starts a real
+flagged process that maps the hook and runs a ``bash -c true`` child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+PROBE = """
+import ctypes, json, os, subprocess, sys
+site = next(p for p in sys.path if p.endswith('site-packages'))
+deps = os.path.join(site, 'torch', 'lib', 'libtorch_global_deps.so')
+if os.path.exists(deps):
+    ctypes.CDLL(deps)  # what `import torch` loads first; the stand-in torch cannot be imported
+maps = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6 and '.so' in f[5]})
+child = subprocess.run(['bash', '-c', 'true'], capture_output=True, text=True)
+print(json.dumps({'pid': os.getpid(), 'maps': maps, 'child': child.returncode, 'child_err': child.stderr,
+                  'env': {k: v for k, v in os.environ.items() if k.startswith(('LD_', 'TMS_'))}}))
+"""
+
+
+def hooked(scn, env=None):
+    r = scn.flagged(PROBE, env)
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["child"] == 0, out["child_err"]
+    return out
+
+
+def mapped(out, needle):
+    return [m for m in out["maps"] if needle in os.path.basename(m)]
+
+
+def chosen(doc):
+    assert doc["ok"], doc["error"]
+    return os.path.basename(doc["plan"]["build"])
+
+
+def verdict(doc, name):
+    return next(c for c in doc["candidates"] if os.path.basename(c["path"]) == name)
+
+
+CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+PLAIN = "torch_memory_saver_hook_mode_preload.abi3.so"
+
+
+def test_a_seed_cuda13_system_runtime(scenario, parts):
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
+    doc = scn.doctor()
+    assert chosen(doc) == CU13
+    assert doc["runtime"]["major"] == 13 and "torch.version.cuda='13.0'" in doc["runtime"]["source"]
+    assert verdict(doc, CU12)["status"] == "rejected" and verdict(doc, CU12)["loads"] is False
+    assert "libcudart.so.12 => not found" in verdict(doc, CU12)["reason"]
+    out = hooked(scn)
+    assert [os.path.basename(m) for m in mapped(out, "torch_memory_saver")] == [CU13]
+    assert mapped(out, "libcudart") == [str(parts.rt[13] / "libcudart.so.13")]
+    assert out["env"]["TMS_INIT_ENABLE"] == "1" and out["env"]["TMS_INIT_ENABLE_CPU_BACKUP"] == "1"
+
+
+def test_b_cuda13_from_pip_only(scenario):
+    scn = scenario(tms="0.0.9.post1", torch="cu13-pip", pip=(13,), host=("driver",))
+    doc = scn.doctor()
+    assert chosen(doc) == CU13
+    pip_dir = str(scn.site / "nvidia" / "cu13" / "lib")
+    assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == pip_dir
+    out = hooked(scn)
+    assert mapped(out, "libcudart") == [os.path.join(pip_dir, "libcudart.so.13")]
+
+
+def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario):
+    scn = scenario(tms="0.0.10", torch="cu12-pip", pip=(12,), host=("driver",))
+    assert chosen(scn.doctor()) == CU12
+    out = hooked(scn)
+    assert [os.path.basename(m) for m in mapped(out, "torch_memory_saver")] == [CU12]
+    assert mapped(out, "libcudart") == [str(scn.site / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12")]
+    # slime today: the first existing name of (cu13, cu12, unsuffixed) -> cu13 -> exit 127.
+    r = scn.host.run(["bash", "-c", "true"], {"PATH": os.environ["PATH"], "LD_PRELOAD": str(scn.site / CU13)})
+    assert r.returncode == 127
+    assert "libcudart.so.13: cannot open shared object file" in r.stderr
+
+
+def test_d_both_runtimes_loadable_torch_for_13(scenario):
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda12", "cuda13"))
+    doc = scn.doctor()
+    assert chosen(doc) == CU13
+    assert verdict(doc, CU12)["loads"] is True and verdict(doc, CU12)["status"] == "rejected"
+    assert "not for this process's CUDA 13" in verdict(doc, CU12)["reason"]
+
+
+def test_e_cu12_only_release_on_cuda13_is_a_clear_error(scenario):
+    scn = scenario(tms="0.0.9", torch="cu13-sys", host=("driver", "cuda13"))
+    doc = scn.doctor()
+    assert not doc["ok"], doc
+    assert "CUDA 12" in doc["error"] and "torch-memory-saver>=0.0.9.post1" in doc["error"]
+    r = scn.run(["-m", "tms_autopreload", "which"])
+    assert r.returncode == 1 and r.stdout == "" and "torch-memory-saver>=0.0.9.post1" in r.stderr
+    r = scn.flagged("print('user code ran')")
+    assert r.returncode == 78, r.stderr
+    assert r.stderr.startswith("tms-autopreload: ") and "user code ran" not in r.stdout
+    assert "error while loading shared libraries" not in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("major", [12, 13])
+def test_f_driver_only_build_on_either_runtime(scenario, major):
+    scn = scenario(tms="0.0.8", torch=f"cu{major}-sys", host=("driver", f"cuda{major}"))
+    assert chosen(scn.doctor()) == "torch_memory_saver_cpp.abi3.so"
+    out = hooked(scn)
+    assert [os.path.basename(m) for m in mapped(out, "torch_memory_saver")] == ["torch_memory_saver_cpp.abi3.so"]
+
+
+@pytest.mark.parametrize("case, kw, words", [
+    ("no torch_memory_saver", dict(tms=None, torch="cu13-sys"), ["torch_memory_saver is not installed",
+                                                                   "pip install torch-memory-saver"]),
+    ("CPU-only torch", dict(torch="cpu"), ["CPU-only build", "Install a CUDA build of torch"]),
+    ("no driver", dict(torch="cu13-sys", host=("cuda13",)), ["libcuda.so.1", "install the NVIDIA driver"]),
+    ("no torch, no runtime", dict(torch=None, host=("driver",)), ["no CUDA runtime is visible",
+                                                                   "TMS_AUTOPRELOAD_CUDA_MAJOR=N"]),
+    ("no torch, both runtimes", dict(torch=None, host=("driver", "cuda12", "cuda13")),
+     ["several CUDA runtimes are visible", "TMS_AUTOPRELOAD_CUDA_MAJOR=N"]),
+])
+def test_g_each_failure_has_its_clear_error(scenario, case, kw, words):
+    scn = scenario(**kw)
+    doc = scn.doctor()
+    assert not doc["ok"], case
+    for w in words:
+        assert w in doc["error"], (case, doc["error"])
+    r = scn.flagged("print('user code ran')")
+    assert r.returncode == 78 and "user code ran" not in r.stdout, r.stderr
+    assert r.stderr.startswith("tms-autopreload: ") and "Traceback" not in r.stderr
+
+
+def test_g_no_torch_only_cuda13_visible(scenario):
+    scn = scenario(torch=None, host=("driver", "cuda13"))
+    doc = scn.doctor()
+    assert chosen(doc) == CU13 and doc["runtime"]["source"].startswith("no torch; only libcudart.so.13")
+    hooked(scn)
+
+
+def test_g_no_torch_only_cuda13_from_pip(scenario):
+    scn = scenario(torch=None, pip=(13,), host=("driver",))
+    doc = scn.doctor()
+    assert chosen(doc) == CU13 and doc["runtime"]["library_rule"] == "NVIDIA pip wheel"
+    hooked(scn)
+
+
+def test_h_source_build_unsuffixed_cuda13(scenario):
+    scn = scenario(tms="0.0.10", torch="cu13-sys", layout="source13", host=("driver", "cuda13"))
+    assert chosen(scn.doctor()) == PLAIN
+    out = hooked(scn)
+    assert [os.path.basename(m) for m in mapped(out, "torch_memory_saver")] == [PLAIN]
+
+
+def test_rocm_torch_picks_the_hip_build(scenario):
+    scn = scenario(tms="0.0.10", torch="rocm6", layout="rocm", host=("rocm6",))
+    doc = scn.doctor()
+    assert chosen(doc) == PLAIN and doc["runtime"]["kind"] == "hip"
+
+
+def test_override_decides_when_no_torch_and_both_visible(scenario):
+    scn = scenario(torch=None, host=("driver", "cuda12", "cuda13"))
+    assert chosen(scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "12"})) == CU12
+    assert chosen(scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "13"})) == CU13
+    doc = scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "thirteen"})
+    assert not doc["ok"] and "TMS_AUTOPRELOAD_CUDA_MAJOR='thirteen'" in doc["error"]
+
+
+def test_forced_path_is_verified_and_major_checked(scenario):
+    scn = scenario(torch="cu13-sys", host=("driver", "cuda13"))
+    doc = scn.doctor({"TMS_AUTOPRELOAD_PATH": str(scn.site / CU13)})
+    assert chosen(doc) == CU13
+    doc = scn.doctor({"TMS_AUTOPRELOAD_PATH": str(scn.site / CU12)})
+    assert not doc["ok"] and "not for this process's CUDA 13" in doc["error"]
+    doc = scn.doctor({"TMS_AUTOPRELOAD_PATH": "relative.so"})
+    assert not doc["ok"] and "absolute path" in doc["error"]
+
+
+def test_path_with_space_works_through_library_path(scenario, tmp_path):
+    scn = scenario(torch="cu13-sys", host=("driver", "cuda13"))
+    spaced = tmp_path / "with space"
+    spaced.mkdir()
+    target = spaced / CU13
+    target.write_bytes((scn.site / CU13).read_bytes())
+    target.chmod(0o755)
+    env = {"TMS_AUTOPRELOAD_PATH": str(target)}
+    doc = scn.doctor(env)
+    assert doc["plan"]["env"]["LD_PRELOAD"] == CU13
+    assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == str(spaced)
+    out = hooked(scn, env)
+    assert mapped(out, "torch_memory_saver") == [str(target)]
+    colon = tmp_path / "a:b"
+    colon.mkdir()
+    (colon / CU13).write_bytes(target.read_bytes())
+    doc = scn.doctor({"TMS_AUTOPRELOAD_PATH": str(colon / CU13)})
+    assert not doc["ok"] and "':' or ';'" in doc["error"]
