@@ -1,0 +1,18 @@
+# Every target sets up what it needs from the package index; nothing is installed by hand.
+PYTHON ?= python3
+VENV ?= .venv-test
+
+.PHONY: test test-fast demo demo-clean bench clean
+
+# The test command (CI runs it through .ci/run): a venv with the test tools, then the whole suite.
+# TMS_TEST_STRICT=1 turns every skip into a failure: green means every scenario ran.
+test: $(VENV)/.ready
+	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs
+
+$(VENV)/.ready: tests/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+	touch $@
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info
