@@ -1,0 +1,286 @@
+"""Issue 3: the installed start-up hook, from venvs holding the built wheel, on every CPython 3.10-3.13.
+
+Evidence of what the hook did comes from the process itself (``/proc/self/maps``, its PID,
+argv, flags, environment) and from ``TMS_AUTOPRELOAD_VERBOSE=1``, which prints one line per
+decision: ``re-executing`` before the exec and ``is mapped`` after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+
+import pytest
+
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+
+REPORT = """
+import json, os, sys
+maps = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps'))
+               if len(f) == 6 and 'torch_memory_saver' in f[5]})
+print(json.dumps({'pid': os.getpid(), 'orig_argv': sys.orig_argv, 'argv': sys.argv, 'cwd': os.getcwd(),
+                  'isolated': sys.flags.isolated, 'utf8': sys.flags.utf8_mode, 'warnoptions': sys.warnoptions,
+                  'write_through': getattr(sys.stdout, 'write_through', None), 'maps': maps,
+                  'stdin': sys.stdin.read() if not sys.stdin.isatty() else None,
+                  'modules': sorted(m for m in sys.modules if m.startswith('tms_autopreload')),
+                  'env': dict(os.environ)}))
+"""
+
+
+def seed_host(scenario, python="3.11"):
+    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
+
+
+def start(scn, argv, env=None, stdin=None, cwd=None, verbose=True, flag="SLIME_OFFLOAD_TRAIN"):
+    """Start the venv's python under the host; return (pid seen by the parent, report, stderr, rc)."""
+    full = dict(env or {})
+    if flag:
+        full.setdefault(flag, "1")
+    if verbose:
+        full.setdefault("TMS_AUTOPRELOAD_VERBOSE", "1")
+    from support import clean_env
+
+    proc = subprocess.Popen(scn.host.wrap([str(scn.venv.python), *argv], clean_env(**full)), env=clean_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd)
+    out, err = proc.communicate(stdin, timeout=120)
+    report = json.loads(out.strip().splitlines()[-1]) if proc.returncode == 0 and out.strip() else None
+    return proc.pid, report, err, proc.returncode
+
+
+def hook_lines(err, word):
+    return [line for line in err.splitlines() if line.startswith("tms-autopreload:") and word in line]
+
+
+# ---------------------------------------------------------------- the seed, side by side
+
+def test_seed_side_by_side(scenario):
+    scn = seed_host(scenario)
+    # slime today: first existing of (cu12, unsuffixed) -> cu12 -> every child dies with 127.
+    slime_pick = str(scn.site / CU12)
+    r = scn.host.run(["bash", "-c", "true"], {"PATH": os.environ["PATH"], "LD_PRELOAD": slime_pick})
+    assert r.returncode == 127
+    assert "error while loading shared libraries: libcudart.so.12: cannot open shared object file" in r.stderr
+    # The flag instead: the same process starts hooked with cu13, and its bash child runs.
+    code = REPORT.replace("import json, os, sys", "import json, os, subprocess, sys\n"
+                          "assert subprocess.run(['bash', '-c', 'true']).returncode == 0")
+    pid, rep, err, rc = start(scn, ["-c", code])
+    assert rc == 0, err
+    assert [os.path.basename(m) for m in rep["maps"]] == [CU13]
+
+
+# ---------------------------------------------------------------- argv, flags, PID, cwd, stdin
+
+MODES = ["-c", "-m", "script", "stdin-script", "-X", "-u", "-I", "-W"]
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parametrize("mode", MODES)
+def test_exec_preserves_the_process(scenario, tmp_path, python, mode):
+    scn = seed_host(scenario, python)
+    (tmp_path / "probe_mod.py").write_text(REPORT)
+    (tmp_path / "probe.py").write_text(REPORT)
+    stdin = "data for the program\n"
+    argv = {
+        "-c": ["-c", REPORT, "a1", "a 2"],
+        "-m": ["-m", "probe_mod", "a1", "a 2"],
+        "script": [str(tmp_path / "probe.py"), "a1", "a 2"],
+        "stdin-script": ["-", "a1", "a 2"],
+        "-X": ["-X", "utf8", "-c", REPORT, "a1", "a 2"],
+        "-u": ["-u", "-c", REPORT, "a1", "a 2"],
+        "-I": ["-I", "-c", REPORT, "a1", "a 2"],
+        "-W": ["-W", "error::DeprecationWarning", "-c", REPORT, "a1", "a 2"],
+    }[mode]
+    if mode == "stdin-script":
+        stdin = REPORT  # the program itself comes on stdin, unread at .pth time
+    pid, rep, err, rc = start(scn, argv, stdin=stdin, cwd=tmp_path)
+    assert rc == 0, err
+    assert len(hook_lines(err, "re-executing")) == 1 and len(hook_lines(err, "is mapped")) == 1, err
+    assert [os.path.basename(m) for m in rep["maps"]] == [CU13]
+    assert rep["pid"] == pid
+    assert rep["orig_argv"][1:] == argv
+    assert rep["argv"][1:] == ["a1", "a 2"]
+    assert rep["cwd"] == str(tmp_path)
+    if mode != "stdin-script":
+        assert rep["stdin"] == stdin
+    assert rep["utf8"] == (1 if mode == "-X" else 0)
+    assert rep["isolated"] == (1 if mode == "-I" else 0)
+    assert rep["write_through"] is (mode == "-u")
+    assert rep["warnoptions"] == (["error::DeprecationWarning"] if mode == "-W" else [])
+    assert rep["env"]["LD_PRELOAD"].endswith(CU13) and "TMS_AUTOPRELOAD_EXEC_PID" not in rep["env"]
+
+
+# ---------------------------------------------------------------- once, and only once
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_pth_runs_twice_per_start_but_hook_acts_once(scenario, tmp_path, python):
+    scn = seed_host(scenario, python)
+    counter = tmp_path / "count"
+    (scn.site / "zz_tms_test_counter.pth").write_text(
+        "import os; p = os.environ.get('TMS_TEST_PTH_COUNTER'); p and open(p, 'a').write('x')\n")
+    try:
+        pid, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_TEST_PTH_COUNTER": str(counter)})
+    finally:
+        (scn.site / "zz_tms_test_counter.pth").unlink()
+    assert rc == 0, err
+    runs = len(counter.read_text())
+    assert runs in (2, 4), runs  # two starts (original + exec), each scanning site-packages once or twice
+    assert len(hook_lines(err, "re-executing")) == 1 and len(hook_lines(err, "is mapped")) == 1, err
+
+
+def test_loop_guard_stops_with_a_clear_error(scenario):
+    """An exec'd PID whose hook is still not mapped stops; it never execs again."""
+    scn = seed_host(scenario)
+    from support import clean_env
+
+    env = clean_env(SLIME_OFFLOAD_TRAIN="1", TMS_AUTOPRELOAD_VERBOSE="1")
+    # bash's $$ becomes python's PID through exec: the marker says "this PID already re-exec'd".
+    argv = ["bash", "-c", f'TMS_AUTOPRELOAD_EXEC_PID=$$ exec "{scn.venv.python}" -c "print(1)"']
+    r = subprocess.run(scn.host.wrap(argv, env), env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 78 and r.stdout == ""
+    assert "still not mapped" in r.stderr and "not trying again" in r.stderr
+    assert not hook_lines(r.stderr, "re-executing") and "Traceback" not in r.stderr
+
+
+def test_inherited_build_from_another_venv_is_replaced(scenario):
+    a = seed_host(scenario)
+    b = scenario(tms="0.0.10", torch="cu13-sys", host=("driver", "cuda13"))
+    _, rep_a, err, rc = start(a, ["-c", REPORT])
+    assert rc == 0, err
+    inherited = {k: v for k, v in rep_a["env"].items() if k.startswith(("LD_", "TMS_"))}
+    _, rep_b, err, rc = start(b, ["-c", REPORT], env=inherited)
+    assert rc == 0, err
+    assert rep_b["maps"] == [str(b.site / CU13)], rep_b["maps"]
+    assert rep_b["env"]["LD_PRELOAD"] == str(b.site / CU13)
+    assert len(hook_lines(err, "re-executing")) == 1
+
+
+def test_inherited_wrong_major_is_replaced(scenario):
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda12", "cuda13"))
+    _, rep, err, rc = start(scn, ["-c", REPORT], env={"LD_PRELOAD": str(scn.site / CU12)})
+    assert rc == 0, err
+    assert rep["maps"] == [str(scn.site / CU13)]
+    assert len(hook_lines(err, "re-executing")) == 1
+
+
+def test_right_build_preset_is_not_reexecuted(scenario):
+    scn = seed_host(scenario)
+    pid, rep, err, rc = start(scn, ["-c", REPORT], env={"LD_PRELOAD": f"{scn.site / CU13}"})
+    assert rc == 0, err
+    assert not hook_lines(err, "re-executing") and len(hook_lines(err, "already mapped")) == 1
+    assert rep["env"]["TMS_AUTOPRELOAD_STATE"].endswith(CU13)
+
+
+def test_spawn_children_inherit_and_do_not_reexec(scenario):
+    scn = seed_host(scenario)
+    code = textwrap.dedent("""
+        import json, multiprocessing as mp, os
+        def child(q):
+            maps = sorted({l.split()[-1] for l in open('/proc/self/maps') if 'torch_memory_saver' in l})
+            q.put((os.getpid(), maps))
+        if __name__ == '__main__':
+            ctx = mp.get_context('spawn')
+            q = ctx.Queue()
+            ps = [ctx.Process(target=child, args=(q,)) for _ in range(3)]
+            [p.start() for p in ps]
+            got = [q.get(timeout=60) for _ in ps]
+            [p.join() for p in ps]
+            print(json.dumps({'codes': [p.exitcode for p in ps], 'children': got}))
+    """)
+    script = scn.venv.path / "spawner.py"
+    script.write_text(code)
+    _, rep, err, rc = start(scn, [str(script)])
+    assert rc == 0, err
+    assert rep["codes"] == [0, 0, 0]
+    assert all([os.path.basename(m) for m in maps] == [CU13] for _, maps in rep["children"])
+    assert len(hook_lines(err, "re-executing")) == 1  # the parent only
+    # the parent after its exec, the 3 children, and multiprocessing's resource tracker
+    assert len(hook_lines(err, "resolved for this interpreter")) == 1 + 3 + 1
+
+
+# ---------------------------------------------------------------- no flag: nothing at all
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_no_flag_changes_nothing(scenario, python):
+    scn = seed_host(scenario, python)
+    from support import clean_env
+
+    pid, rep, err, rc = start(scn, ["-c", REPORT, "x"], flag=None, verbose=False)
+    assert rc == 0 and err == ""
+    assert rep["pid"] == pid and rep["argv"] == ["-c", "x"] and rep["maps"] == []
+    assert rep["modules"] == []  # the .pth line imported nothing
+    assert rep["env"] == clean_env()
+
+
+@pytest.mark.parametrize("value", ["0", "false", "off", "no", ""])
+def test_false_flags_are_off(scenario, value):
+    scn = seed_host(scenario)
+    pid, rep, err, rc = start(scn, ["-c", REPORT], env={"SLIME_OFFLOAD_TRAIN": value}, verbose=False)
+    assert rc == 0 and err == "" and rep["maps"] == [] and "TMS_INIT_ENABLE" not in rep["env"]
+
+
+def test_odd_flag_value_warns_and_is_off(scenario):
+    scn = seed_host(scenario)
+    _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD": "maybe"}, flag=None)
+    assert rc == 0 and rep["maps"] == []
+    assert err.count("\n") == 1 and "TMS_AUTOPRELOAD='maybe' is not a recognised value" in err
+
+
+def test_disable_beats_everything(scenario):
+    scn = seed_host(scenario)
+    _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD_DISABLE": "1", "TMS_AUTOPRELOAD": "1"})
+    assert rc == 0 and rep["maps"] == [] and err == ""
+
+
+def test_generic_flag_sets_only_the_preload(scenario):
+    scn = seed_host(scenario)
+    _, rep, err, rc = start(scn, ["-c", REPORT], flag="TMS_AUTOPRELOAD")
+    assert rc == 0, err
+    assert [os.path.basename(m) for m in rep["maps"]] == [CU13]
+    assert "TMS_INIT_ENABLE" not in rep["env"]
+
+
+def test_slime_defaults_do_not_override_user_values(scenario):
+    scn = seed_host(scenario)
+    _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_INIT_ENABLE_CPU_BACKUP": "0"})
+    assert rc == 0, err
+    assert rep["env"]["TMS_INIT_ENABLE"] == "1" and rep["env"]["TMS_INIT_ENABLE_CPU_BACKUP"] == "0"
+
+
+# ---------------------------------------------------------------- failures
+
+def test_on_error_warn_continues_unhooked(scenario):
+    scn = scenario(tms="0.0.9", torch="cu13-sys", host=("driver", "cuda13"))
+    _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD_ON_ERROR": "warn"})
+    assert rc == 0 and rep["maps"] == []
+    assert "continuing without the hook" in err and "Traceback" not in err
+
+
+def test_not_a_python_executable_is_not_reexecuted(scenario):
+    """Run through ld.so itself: /proc/self/exe is the loader, so a re-exec would not repeat this start."""
+    scn = seed_host(scenario)
+    from support import clean_env
+
+    env = clean_env(SLIME_OFFLOAD_TRAIN="1")
+    r = subprocess.run(scn.host.wrap(["/lib64/ld-linux-x86-64.so.2", str(scn.venv.python), "-c", "print(1)"], env),
+                       env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 78 and r.stdout == ""
+    assert "cannot be restarted with the hook" in r.stderr and "tms-autopreload env" in r.stderr
+
+
+def test_keeps_other_preloads_in_order_and_warns_for_old_tms(scenario, parts):
+    scn = seed_host(scenario)
+    libs = [parts.root / "deps" / "extra1.so", parts.root / "deps" / "extra2.so"]
+    from support import cc
+
+    for lib in libs:
+        if not lib.exists():
+            cc(lib, "int extra_lib(void) { return 0; }\n")
+    _, rep, err, rc = start(scn, ["-c", REPORT], env={"LD_PRELOAD": f"{libs[0]} /gone/torch_memory_saver_old.so:{libs[1]}"})
+    assert rc == 0, err
+    assert rep["env"]["LD_PRELOAD"] == f"{scn.site / CU13}:{libs[0]}:{libs[1]}"
+    assert "reads LD_PRELOAD as a single path" in err  # 0.0.9.post1's CDLL(LD_PRELOAD) would refuse this
