@@ -135,7 +135,7 @@ def scenario(parts, tmp_path_factory):
             _custom_layout(venv, tms or "0.0.10", layout, parts)
         if torch:
             cuda, hip = TORCH_FIELDS[torch]
-            venv.add_torch_standin(cuda=cuda, hip=hip, deps_lib=parts.global_deps(torch))
+            support.write_torch_standin(venv.site, cuda=cuda, hip=hip, deps_lib=parts.global_deps(torch))
         made[key] = Scenario(venv, need(Host, root / "host", parts.host_dirs(host)), parts)
         return made[key]
 
@@ -166,3 +166,21 @@ def _custom_layout(venv: Venv, tms: str, layout: str, parts: Parts) -> None:
     else:
         support.cc(out, "int tms_hip_hook_standin(void) { return 0; }\n", "-Wl,--no-as-needed",
                    f"-L{parts.hip}", "-l:libamdhip64.so.6")
+
+
+@pytest.fixture(scope="session")
+def real_torch(parts, tmp_path_factory):
+    """Factory: real torch (CUDA 13.0 build) + torch_memory_saver 0.0.9.post1 + our wheel, on a host."""
+    made: dict[tuple, Scenario] = {}
+
+    def make(host: tuple[str, ...] = ("driver",)) -> Scenario:
+        if host not in made:
+            interpreter = support.find_python(DEFAULT_PYTHON)
+            venv = need(support.torch_venv, interpreter)
+            if not made:
+                need(venv.install, parts.own_wheel, support.tms_wheel("0.0.9.post1"))
+            root = tmp_path_factory.mktemp("torch-host")
+            made[host] = Scenario(venv, need(Host, root, parts.host_dirs(host)), parts)
+        return made[host]
+
+    return make

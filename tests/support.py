@@ -19,24 +19,15 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+from standins import SetupError, cc, driver_stub, global_deps, hip_stub, write_torch_standin  # noqa: E402,F401
 CACHE = Path(os.environ.get("TMS_TEST_CACHE", Path.home() / ".cache" / "tms-autopreload-tests"))
 TMS_VERSIONS = ("0.0.8", "0.0.9", "0.0.9.post1", "0.0.10")
 TORCH_VERSION = "2.14.1"
 RAY_VERSION = "2.58.0"
 # NVIDIA's runtime wheels, pinned so that every run tests the same files.
 RUNTIME_WHEELS = {12: "nvidia-cuda-runtime-cu12==12.9.79", 13: "nvidia-cuda-runtime==13.5.37"}
-
-# Functions the preload builds import from the driver (nm -D --undefined-only, all versions),
-# plus the two every driver user calls first. Each returns CUDA_ERROR_NO_DEVICE (100).
-DRIVER_SYMBOLS = ("cuInit", "cuDriverGetVersion", "cuCtxGetDevice", "cuDeviceGet", "cuDeviceGetAttribute",
-                  "cuGetErrorString", "cuMemAddressFree", "cuMemAddressReserve", "cuMemCreate",
-                  "cuMemGetAllocationGranularity", "cuMemMap", "cuMemRelease", "cuMemSetAccess",
-                  "cuMemUnmap")
-
-
-class SetupError(RuntimeError):
-    """The test machine lacks something a scenario needs; the message says what."""
-
 
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     kw.setdefault("check", True)
@@ -94,41 +85,6 @@ def extract(whl: Path, member_glob: str, dest: Path) -> list[Path]:
                 target.chmod(0o755)
                 out.append(target)
     return out
-
-
-# ---------------------------------------------------------------- compiled stand-ins
-
-def cc(out: Path, source: str, *args: str) -> Path:
-    """Compile a shared object with the system C compiler."""
-    if shutil.which("gcc") is None and shutil.which("cc") is None:
-        raise SetupError("no C compiler (gcc or cc) on PATH")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    src = out.with_suffix(out.suffix + ".c")
-    src.write_text(source)
-    run([shutil.which("gcc") or "cc", "-shared", "-fPIC", "-o", str(out), str(src), *args])
-    return out
-
-
-def driver_stub(directory: Path) -> Path:
-    """``libcuda.so.1`` defining the driver functions the hooks import, each failing with 100."""
-    body = "".join(f"int {s}(void) {{ return 100; }}\n" for s in DRIVER_SYMBOLS)
-    return cc(directory / "libcuda.so.1", body, "-Wl,-soname,libcuda.so.1")
-
-
-def hip_stub(directory: Path, major: int = 6) -> Path:
-    """``libamdhip64.so.N``: no ROCm here, so a named empty library stands in for it."""
-    return cc(directory / f"libamdhip64.so.{major}", "int hipGetDevice(int *d) { return 100; }\n",
-              f"-Wl,-soname,libamdhip64.so.{major}")
-
-
-def global_deps(out: Path, link_dir: Path | None, soname: str | None, rpath: str | None) -> Path:
-    """A ``libtorch_global_deps.so`` that links ``soname`` (found in ``link_dir``) like torch's."""
-    args = ["-Wl,--no-as-needed"]
-    if soname:
-        args += [f"-L{link_dir}", f"-l:{soname}"]
-    if rpath:
-        args += ["-Wl,--disable-new-dtags", f"-Wl,-rpath,{rpath}"]
-    return cc(out, "void torch_global_deps_standin(void) {}\n", *args)
 
 
 # ---------------------------------------------------------------- hosts
@@ -198,39 +154,40 @@ def build_own_wheel(dest: Path) -> Path:
 class Venv:
     """A real virtual environment with chosen wheels installed by pip."""
 
-    def __init__(self, path: Path, python: str, wheels: list[Path], system_site: bool = False) -> None:
+    def __init__(self, path: Path, python: str | None = None, wheels: list[Path] = (),
+                 system_site: bool = False) -> None:
+        """Create a venv at ``path`` with ``python`` (or open the existing one when ``python`` is None)."""
         self.path = path
-        args = [python, "-m", "venv", "--without-pip", str(path)]
-        if system_site:
-            args.insert(3, "--system-site-packages")
-        run(args)
+        if python is not None:
+            args = [python, "-m", "venv", "--without-pip", str(path)]
+            if system_site:
+                args.insert(3, "--system-site-packages")
+            run(args)
         self.python = path / "bin" / "python"
         self.site = Path(run([str(self.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              env=clean_env()).stdout.strip())
         if wheels:
             self.install(*wheels)
 
-    def install(self, *wheels: Path, deps: bool = False) -> None:
+    def install(self, *wheels: Path | str, deps: bool = False) -> None:
+        """pip-install wheel files (no dependencies, no index), or requirements from the index."""
         args = [sys.executable, "-m", "pip", "--python", str(self.python), "install", "-q",
                 "--disable-pip-version-check"]
         if not deps:
-            args += ["--no-deps", "--no-index"]
+            args += ["--no-deps", "--no-index", "--force-reinstall"]
         run(args + [str(w) for w in wheels])
 
-    def add_torch_standin(self, *, cuda: str | None, hip: str | None, deps_lib: Path,
-                          version: str = "2.99.0+standin") -> Path:
-        """A torch carrying only what the resolver reads; importing it raises."""
-        torch = self.site / "torch"
-        (torch / "lib").mkdir(parents=True, exist_ok=True)
-        (torch / "__init__.py").write_text(
-            "raise ImportError('torch stand-in for tms_autopreload tests: only version.py and "
-            "lib/libtorch_global_deps.so are real files')\n")
-        (torch / "version.py").write_text(
-            "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip']\n"
-            f"__version__ = {version!r}\ndebug = False\ncuda: Optional[str] = {cuda!r}\n"
-            f"git_version = '0'\nhip: Optional[str] = {hip!r}\n")
-        shutil.copy(deps_lib, torch / "lib" / "libtorch_global_deps.so")
-        return torch
+
+
+def torch_venv(python: str) -> Venv:
+    """A venv with real torch (the CUDA 13.0 build pip gives here), made once and kept in the cache."""
+    path = CACHE / "venvs" / f"torch-{TORCH_VERSION}-{Path(python).name}"
+    if not (path / ".complete").exists():
+        shutil.rmtree(path, ignore_errors=True)
+        venv = Venv(path, python)
+        venv.install(f"torch=={TORCH_VERSION}", deps=True)
+        (path / ".complete").touch()
+    return Venv(path)
 
 
 def maps_of_python(code: str = "") -> str:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
-from support import ROOT, Venv, clean_env, find_python, run
+from support import ROOT, Venv, find_python, run
 
 STARTUP = {"tms_autopreload.pth", "tms_autopreload.start"}
 PROBE = "import os; print(os.environ.get('TMS_AUTOPRELOAD_STATE', ''))"

@@ -134,11 +134,11 @@ def _preload_entry(path: str) -> tuple[str, str | None]:
         return path, None
     directory, name = os.path.split(path)
     if LD_UNSAFE_CHARS & set(name):
-        raise ValueError(f"its file name contains a space, tab, colon or semicolon, which LD_PRELOAD "
-                         f"cannot hold; rename it or link it from a path without one")
+        raise ValueError("its file name contains a space, tab, colon or semicolon, which LD_PRELOAD "
+                         "cannot hold; rename it or link it from a path without one")
     if set(":;\n") & set(directory):
-        raise ValueError(f"its directory contains ':' or ';', which neither LD_PRELOAD nor "
-                         f"LD_LIBRARY_PATH can hold; link it from a path without one")
+        raise ValueError("its directory contains ':' or ';', which neither LD_PRELOAD nor "
+                         "LD_LIBRARY_PATH can hold; link it from a path without one")
     return name, directory
 
 
