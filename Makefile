@@ -14,5 +14,12 @@ $(VENV)/.ready: tests/requirements.txt
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 	touch $@
 
+# The main job: the seed's crash and the fix, side by side, in a sandbox (.demo/).
+demo:
+	$(PYTHON) tools/demo.py
+
+demo-clean:
+	$(PYTHON) tools/demo.py --clean
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info
