@@ -10,83 +10,17 @@ torch builds without a wheel for this machine (CUDA 12, ROCm, CPU) and ROCm itse
 
 from __future__ import annotations
 
-import glob
-import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+from sandbox import (CACHE, RUNTIME_WHEELS, TORCH_VERSION, Venv, build_own_wheel, clean_env,  # noqa: E402,F401
+                     extract, find_python, run, runtime_wheel, tms_wheel, torch_venv, wheel)
 from standins import SetupError, cc, driver_stub, global_deps, hip_stub, write_torch_standin  # noqa: E402,F401
-CACHE = Path(os.environ.get("TMS_TEST_CACHE", Path.home() / ".cache" / "tms-autopreload-tests"))
-TMS_VERSIONS = ("0.0.8", "0.0.9", "0.0.9.post1", "0.0.10")
-TORCH_VERSION = "2.14.1"
-RAY_VERSION = "2.58.0"
-# NVIDIA's runtime wheels, pinned so that every run tests the same files.
-RUNTIME_WHEELS = {12: "nvidia-cuda-runtime-cu12==12.9.79", 13: "nvidia-cuda-runtime==13.5.37"}
-
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    kw.setdefault("check", True)
-    kw.setdefault("capture_output", True)
-    kw.setdefault("text", True)
-    try:
-        return subprocess.run(cmd, **kw)
-    except subprocess.CalledProcessError as exc:
-        raise SetupError(f"{' '.join(map(str, cmd))} failed ({exc.returncode}):\n{exc.stdout}\n{exc.stderr}") from None
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """A minimal environment: nothing of the test runner's LD_*, PYTHON*, TMS_* or SLIME_* leaks in."""
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TERM", "TMPDIR") if k in os.environ}
-    env.update(extra)
-    return env
-
-
-# ---------------------------------------------------------------- downloads (cached)
-
-def wheel(spec: str) -> Path:
-    """The wheel for ``name==version`` from the package index, downloaded once into the cache."""
-    name, _, version = spec.partition("==")
-    dest = CACHE / "wheels"
-    dest.mkdir(parents=True, exist_ok=True)
-    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
-    found = sorted(dest.glob(pattern))
-    if not found:
-        run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), spec])
-        found = sorted(dest.glob(pattern))
-    if not found:
-        raise SetupError(f"pip download {spec} gave no file matching {pattern}")
-    return found[-1]
-
-
-def tms_wheel(version: str) -> Path:
-    return wheel(f"torch-memory-saver=={version}")
-
-
-def runtime_wheel(major: int) -> Path:
-    return wheel(RUNTIME_WHEELS[major])
-
-
-def extract(whl: Path, member_glob: str, dest: Path) -> list[Path]:
-    """Copy the members of a wheel matching ``member_glob`` into ``dest`` (flat)."""
-    import fnmatch
-
-    dest.mkdir(parents=True, exist_ok=True)
-    out = []
-    with zipfile.ZipFile(whl) as z:
-        for name in z.namelist():
-            if fnmatch.fnmatch(name, member_glob):
-                target = dest / os.path.basename(name)
-                target.write_bytes(z.read(name))
-                target.chmod(0o755)
-                out.append(target)
-    return out
-
-
 # ---------------------------------------------------------------- hosts
 
 class Host:
@@ -127,70 +61,3 @@ def check_namespaces() -> None:
         raise SetupError(f"cannot run unshare: {exc}") from None
     if r.returncode != 0:
         raise SetupError(f"private mount namespaces do not work here (need root): {r.stderr.strip()}")
-
-
-# ---------------------------------------------------------------- interpreters and venvs
-
-def find_python(minor: str) -> str | None:
-    """A working ``python3.<minor>``: on PATH, else under pyenv."""
-    candidates = [shutil.which(f"python{minor}")]
-    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{minor}.*/bin/python{minor}")))
-    candidates += [f"/usr/bin/python{minor}", f"/usr/local/bin/python{minor}"]
-    for c in candidates:
-        if c and os.path.exists(c):
-            r = subprocess.run([c, "-c", "import venv"], capture_output=True)
-            if r.returncode == 0:
-                return c
-    return None
-
-
-def build_own_wheel(dest: Path) -> Path:
-    """Build this project's wheel from the source tree (what users install)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(ROOT)])
-    return sorted(dest.glob("tms_autopreload-*.whl"))[-1]
-
-
-class Venv:
-    """A real virtual environment with chosen wheels installed by pip."""
-
-    def __init__(self, path: Path, python: str | None = None, wheels: list[Path] = (),
-                 system_site: bool = False) -> None:
-        """Create a venv at ``path`` with ``python`` (or open the existing one when ``python`` is None)."""
-        self.path = path
-        if python is not None:
-            args = [python, "-m", "venv", "--without-pip", str(path)]
-            if system_site:
-                args.insert(3, "--system-site-packages")
-            run(args)
-        self.python = path / "bin" / "python"
-        self.site = Path(run([str(self.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             env=clean_env()).stdout.strip())
-        if wheels:
-            self.install(*wheels)
-
-    def install(self, *wheels: Path | str, deps: bool = False) -> None:
-        """pip-install wheel files (no dependencies, no index), or requirements from the index."""
-        args = [sys.executable, "-m", "pip", "--python", str(self.python), "install", "-q",
-                "--disable-pip-version-check"]
-        if not deps:
-            args += ["--no-deps", "--no-index", "--force-reinstall"]
-        run(args + [str(w) for w in wheels])
-
-
-
-def torch_venv(python: str) -> Venv:
-    """A venv with real torch (the CUDA 13.0 build pip gives here), made once and kept in the cache."""
-    path = CACHE / "venvs" / f"torch-{TORCH_VERSION}-{Path(python).name}"
-    if not (path / ".complete").exists():
-        shutil.rmtree(path, ignore_errors=True)
-        venv = Venv(path, python)
-        venv.install(f"torch=={TORCH_VERSION}", deps=True)
-        (path / ".complete").touch()
-    return Venv(path)
-
-
-def maps_of_python(code: str = "") -> str:
-    """Python source that runs ``code`` and then prints its own mapped .so files, one per line."""
-    return (f"{code}\nimport os\n"
-            "print('\\n'.join(sorted({l.split()[-1] for l in open('/proc/self/maps') if '.so' in l.split()[-1]})))\n")

@@ -12,8 +12,6 @@ A name says what a build was meant to be; its DT_NEEDED entries say what it will
 those decide. ``..._hook_mode_torch*`` builds are pluggable allocators, not preload hooks.
 """
 
-from __future__ import annotations
-
 import os
 import stat
 

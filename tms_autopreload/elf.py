@@ -10,11 +10,9 @@ Layout follows the System V gABI (``elf(5)``): ELF header -> program headers -> 
 dynamic entries; DT_STRTAB is a virtual address mapped back to a file offset through PT_LOAD.
 """
 
-from __future__ import annotations
-
 import struct
 
-__all__ = ["ElfError", "DynamicInfo", "read_dynamic", "MACHINE_NAMES"]
+__all__ = ["ElfError", "DynamicInfo", "read_dynamic", "read_kind", "MACHINE_NAMES"]
 
 PT_LOAD = 1
 PT_DYNAMIC = 2
@@ -79,6 +77,15 @@ def _cstr(table: bytes, offset: int) -> str:
     if end < 0:
         raise ElfError("unterminated string in the string table")
     return table[offset:end].decode("utf-8", "surrogateescape")
+
+
+def read_kind(path: str) -> "tuple[int, int]":
+    """(ELF class 32/64, e_machine) from the first 20 bytes: what the loader checks before mapping."""
+    with open(path, "rb") as f:
+        head = f.read(20)
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+        raise ElfError("not an ELF file")
+    return 32 * head[4], int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
 
 
 def read_dynamic(path: str) -> DynamicInfo:

@@ -1,7 +1,5 @@
 """The one exception type the resolver raises."""
 
-from __future__ import annotations
-
 TYPE_CHECKING = False  # typing costs ~5 ms to import on the start-up path
 if TYPE_CHECKING:
     from .plan import Report
@@ -17,6 +15,6 @@ class ResolveError(RuntimeError):
     was made, so callers such as ``tms-autopreload doctor`` can show it.
     """
 
-    def __init__(self, message: str, report: Report | None = None) -> None:
+    def __init__(self, message: str, report: "Report | None" = None) -> None:
         super().__init__(message)
         self.report = report

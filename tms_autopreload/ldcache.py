@@ -7,8 +7,6 @@ sysdeps/generic/dl-cache.h), alone or behind the old ``ld.so-1.7.0`` table, and 
 entries the running interpreter's loader would accept (libc6 type, this machine's arch flag).
 """
 
-from __future__ import annotations
-
 import struct
 
 __all__ = ["CACHE_PATH", "LdCache", "load"]
@@ -25,55 +23,57 @@ _ARCH_FLAG = {62: 0x0300, 183: 0x0A00, 3: 0x0000, 21: 0x0500, 22: 0x0600, 243: 0
 
 
 class LdCache:
-    """Soname -> path, as the loader's cache step (ld.so(8): "/etc/ld.so.cache") would answer."""
+    """Soname -> path, as the loader's cache step (ld.so(8): "/etc/ld.so.cache") would answer.
 
-    def __init__(self, entries: dict[str, str]) -> None:
-        self._entries = entries
+    Entries are scanned per lookup rather than decoded up front: a start-up resolve asks for
+    three or four names out of hundreds.
+    """
 
-    def lookup(self, soname: str) -> str | None:
-        return self._entries.get(soname)
+    def __init__(self, data: bytes = b"", machine: "int | None" = None) -> None:
+        self._data = data
+        self._start = data.find(_MAGIC_NEW)
+        self._want_arch = _ARCH_FLAG.get(machine) if machine is not None else None
+        self._nlibs = 0
+        if self._start >= 0 and len(data) >= self._start + _HEADER.size:
+            nlibs = _HEADER.unpack_from(data, self._start)[1]
+            room = (len(data) - self._start - _HEADER.size) // _ENTRY.size
+            self._nlibs = max(0, min(nlibs, room))
+        self._memo: "dict[str, str | None]" = {}
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-def parse(data: bytes, machine: int | None) -> LdCache:
-    """Parse cache bytes; malformed data gives an empty cache (the loader ignores it too)."""
-    start = data.find(_MAGIC_NEW)
-    if start < 0 or len(data) < start + _HEADER.size:
-        return LdCache({})
-    _magic, nlibs, _len_strings, _flags, _ext = _HEADER.unpack_from(data, start)
-    want_arch = _ARCH_FLAG.get(machine) if machine is not None else None
-    plain: dict[str, str] = {}
-    hwcaps: dict[str, str] = {}
-    base = start + _HEADER.size
-    nlibs = min(nlibs, max(0, (len(data) - base) // _ENTRY.size))
-
-    def cstr(off: int) -> str | None:
-        pos = start + off
-        end = data.find(b"\0", pos)
-        if not start <= pos < len(data) or end < 0:
+    def _cstr(self, offset: int) -> "str | None":
+        pos = self._start + offset
+        end = self._data.find(b"\0", pos)
+        if not self._start <= pos < len(self._data) or end < 0:
             return None
-        return data[pos:end].decode("utf-8", "surrogateescape")
+        return self._data[pos:end].decode("utf-8", "surrogateescape")
 
-    for i in range(nlibs):
-        flags, key, value, _osv, hwcap = _ENTRY.unpack_from(data, base + i * _ENTRY.size)
-        if flags & FLAG_TYPE_MASK != FLAG_ELF_LIBC6:
-            continue
-        if want_arch is not None and flags & FLAG_ARCH_MASK != want_arch:
-            continue
-        name, path = cstr(key), cstr(value)
-        if name is not None and path is not None:
-            # First entry of a name wins; a plain entry beats a glibc-hwcaps subdirectory one.
-            (hwcaps if hwcap else plain).setdefault(name, path)
-    return LdCache({**hwcaps, **plain})
+    def lookup(self, soname: str) -> "str | None":
+        if soname not in self._memo:
+            self._memo[soname] = self._scan(soname.encode("utf-8", "surrogateescape") + b"\0")
+        return self._memo[soname]
+
+    def _scan(self, key: bytes) -> "str | None":
+        data, start = self._data, self._start
+        base = start + _HEADER.size
+        hwcaps_path = None
+        for flags, k, value, _osv, hwcap in _ENTRY.iter_unpack(data[base:base + self._nlibs * _ENTRY.size]):
+            if flags & FLAG_TYPE_MASK != FLAG_ELF_LIBC6:
+                continue
+            if self._want_arch is not None and flags & FLAG_ARCH_MASK != self._want_arch:
+                continue
+            if data.startswith(key, start + k):
+                path = self._cstr(value)
+                if path is not None and not hwcap:
+                    return path  # first plain entry wins
+                hwcaps_path = hwcaps_path or path  # a glibc-hwcaps subdirectory entry, if nothing else
+        return hwcaps_path
 
 
-def load(machine: int | None, path: str = CACHE_PATH) -> LdCache:
+def load(machine: "int | None", path: str = CACHE_PATH) -> LdCache:
     """Read the cache at ``path``; a missing or unreadable cache is an empty one, as for ld.so."""
     try:
         with open(path, "rb") as f:
             data = f.read(64 << 20)
     except OSError:
-        return LdCache({})
-    return parse(data, machine)
+        return LdCache()
+    return LdCache(data, machine)

@@ -14,12 +14,10 @@ is. This module predicts; :mod:`tms_autopreload.trace` asks the real loader, and
 trusts only a plan the real loader agrees with.
 """
 
-from __future__ import annotations
-
 import os
 
 from . import ldcache
-from .elf import DynamicInfo, ElfError, read_dynamic
+from .elf import DynamicInfo, ElfError, read_dynamic, read_kind
 
 __all__ = ["Found", "Object", "Loader", "split_search_path", "DEFAULT_DIRS"]
 
@@ -64,10 +62,9 @@ def _expand(entries: tuple[str, ...], origin: str) -> list[str]:
 def _accepts(path: str, want: DynamicInfo) -> bool:
     """True when ``path`` is a file the loader would map for an object like ``want``."""
     try:
-        info = read_dynamic(path)
+        return read_kind(path) == (want.elf_class, want.machine)
     except (OSError, ElfError):
         return False
-    return info.elf_class == want.elf_class and info.machine == want.machine
 
 
 class Loader:
@@ -79,13 +76,13 @@ class Loader:
         self.cache = cache
 
     @classmethod
-    def for_executable(cls, path: str, ld_library_path: str) -> Loader:
+    def for_executable(cls, path: str, ld_library_path: str) -> "Loader":
         """The loader of a process that runs ``path`` (symlinks resolved, as the kernel does)."""
         real = os.path.realpath(path)
         info = read_dynamic(real)
         return cls(Object(real, info), ld_library_path, ldcache.load(info.machine))
 
-    def with_library_path(self, ld_library_path: str) -> Loader:
+    def with_library_path(self, ld_library_path: str) -> "Loader":
         return Loader(self.executable, ld_library_path, self.cache)
 
     def find(self, name: str, needed_by: Object | None = None) -> Found | None:

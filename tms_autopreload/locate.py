@@ -6,8 +6,6 @@
 would this top-level package come from" without running it, and are already loaded.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 

@@ -12,8 +12,6 @@ CLI command ask it. Steps:
    with the runtime bound where we meant.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
@@ -86,7 +84,7 @@ class Report:
         self.error = error
         self.warnings = warnings
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> "dict[str, Any]":
         """The ``doctor --json`` document (keys are listed in the README)."""
         rt = self.runtime
         return {
@@ -157,7 +155,7 @@ def _tms_reads_one_path(package_dir: str | None) -> bool:
         return True
 
 
-def _attempt(build: Build, runtime: Runtime, env: Mapping[str, str], loader: Loader,
+def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
              executable: str) -> tuple[Plan | None, str, bool | None, str | None]:
     """Plan and trace one build: (plan or None, reason, loads, fix)."""
     try:
@@ -186,7 +184,8 @@ def _attempt(build: Build, runtime: Runtime, env: Mapping[str, str], loader: Loa
     errors = [e for e in trace.errors if not any(k in e for k in kept)]
     real = os.path.realpath(build.path)
     # A bare-name preload entry shows as "name => path", a path entry as "path".
-    loaded = {os.path.realpath(p) for p in (*trace.loaded, *trace.resolved.values())}
+    loaded = {os.path.realpath(p) for p in (*trace.loaded, *trace.resolved.values())
+              if os.path.basename(p) == build.name}
     if trace.missing or errors or trace.status:
         reason = "; ".join([f"{n} => not found" for n in trace.missing] + errors) or trace.reason()
         fix = None
@@ -212,7 +211,7 @@ def _attempt(build: Build, runtime: Runtime, env: Mapping[str, str], loader: Loa
     return plan, reason, True, None
 
 
-def survey(environ: Mapping[str, str] | None = None, *, executable: str | None = None,
+def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None,
            check_all: bool = False) -> Report:
     """Look at this process and decide. Never raises for a bad environment: see ``Report.error``.
 
@@ -323,7 +322,7 @@ def survey(environ: Mapping[str, str] | None = None, *, executable: str | None =
     return fail("\n".join(lines), runtime, ordered)
 
 
-def resolve(environ: Mapping[str, str] | None = None, *, executable: str | None = None) -> Plan:
+def resolve(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None) -> Plan:
     """The plan for this process; raises :class:`ResolveError` (with ``.report``) when none exists."""
     report = survey(environ, executable=executable)
     if report.plan is None:

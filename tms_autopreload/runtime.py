@@ -8,8 +8,6 @@ NVIDIA's pip runtime wheels decide, and only when exactly one major is visible.
 ``TMS_AUTOPRELOAD_CUDA_MAJOR`` overrides detection in every case.
 """
 
-from __future__ import annotations
-
 import os
 
 from . import locate
@@ -150,7 +148,7 @@ def _visible(loader: Loader, kind: str, major: int, needed_by: Object | None) ->
     return found
 
 
-def detect(environ: Mapping[str, str], loader: Loader, majors: Iterable[int] = ()) -> Runtime:
+def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]" = ()) -> Runtime:
     """Decide the runtime for this process; raise ResolveError with the fix when it cannot.
 
     ``majors``: CUDA majors the installed builds target, probed when there is no torch.

@@ -10,8 +10,6 @@ The child is started with ``os.posix_spawn`` rather than ``subprocess``: importi
 ``subprocess`` alone costs about 10 ms, the whole budget of a resolve.
 """
 
-from __future__ import annotations
-
 import os
 
 __all__ = ["Trace", "run_trace"]

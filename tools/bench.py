@@ -1,0 +1,209 @@
+"""Start-up cost of tms_autopreload, measured as ratios side by side in one run (``make bench``).
+
+Every row compares two ways of starting the same kind of process, interleaved run by run so
+that machine noise hits both alike, and reports medians with their interquartile range. What
+it builds (cached): a venv with the package, the same venv without it, the real
+torch_memory_saver 0.0.9.post1 and CUDA 13 runtime wheels, a torch stand-in linked like the
+CUDA 13 wheel, the driver stub where there is no driver, and (for P4) the real-torch venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from sandbox import CACHE, Venv, build_own_wheel, clean_env, find_python, runtime_wheel, tms_wheel, torch_venv  # noqa: E402
+from standins import driver_stub, global_deps, write_torch_standin  # noqa: E402
+
+RESOLVE = ("import time; t = time.perf_counter(); from tms_autopreload.plan import resolve; p = resolve(); "
+           "print(time.perf_counter() - t)")
+THEIRS = ("import time; t = time.perf_counter(); from torch_memory_saver.utils import get_binary_path_from_package as g; "
+          "p = g('torch_memory_saver_hook_mode_preload'); print(time.perf_counter() - t)")
+BREAKDOWN = """
+import time, os
+t0 = time.perf_counter()
+from tms_autopreload import plan, trace
+t1 = time.perf_counter()
+calls = []
+real = trace.run_trace
+def timed(*a, **k):
+    s = time.perf_counter(); r = real(*a, **k); calls.append(time.perf_counter() - s); return r
+plan.run_trace = timed
+report = plan.survey()
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1, sum(calls), len(calls))
+"""
+
+
+def spawn(argv: list[str], env: dict[str, str]) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in KiB, exit status) of one process, stdout/stderr discarded."""
+    t0 = time.perf_counter()
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=[
+        (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0), (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)])
+    _, status, usage = os.wait4(pid, 0)
+    return time.perf_counter() - t0, usage.ru_maxrss, os.waitstatus_to_exitcode(status)
+
+
+def output(argv: list[str], env: dict[str, str]) -> str:
+    import subprocess
+
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(argv)} failed:\n{r.stderr}")
+    return r.stdout
+
+
+def burst(argv: list[str], env: dict[str, str], n: int) -> tuple[float, int]:
+    """Wall time for ``n`` concurrent starts, and how many exited 0."""
+    t0 = time.perf_counter()
+    pids = [os.posix_spawn(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0)])
+            for _ in range(n)]
+    ok = sum(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) == 0 for p in pids)
+    return time.perf_counter() - t0, ok
+
+
+def interleave(a, b, n: int) -> tuple[list, list]:
+    xs, ys = [], []
+    for i in range(n):
+        first, second = (a, b) if i % 2 == 0 else (b, a)
+        r1, r2 = first(), second()
+        xs.append(r1 if first is a else r2)
+        ys.append(r2 if first is a else r1)
+    return xs, ys
+
+
+def stats(values: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(values, n=4) if len(values) >= 4 else [min(values), 0, max(values)]
+    return statistics.median(values), q[2] - q[0]
+
+
+def setup(work: Path, python: str) -> dict:
+    work.mkdir(parents=True, exist_ok=True)
+    own = build_own_wheel(work / "dist")
+    common = [tms_wheel("0.0.9.post1"), runtime_wheel(13)]
+    venvs = {}
+    for name, wheels in (("with", [own, *common]), ("without", common)):
+        path = work / f"venv-{name}"
+        if not (path / ".ready").exists():
+            v = Venv(path, python, wheels)
+            deps = global_deps(work / "deps" / "libtorch_global_deps.so", v.site / "nvidia" / "cu13" / "lib",
+                               "libcudart.so.13", "$ORIGIN/../../nvidia/cu13/lib")
+            write_torch_standin(v.site, cuda="13.0", hip=None, deps_lib=deps)
+            (path / ".ready").touch()
+        venvs[name] = Venv(path)
+    venvs["with"].install(own)
+    base = clean_env()
+    probe = output([str(venvs["with"].python), "-c",
+                    "from tms_autopreload.ldso import Loader; import sys; "
+                    "print(Loader.for_executable(sys.executable, '').find('libcuda.so.1') is not None)"], base)
+    stub = None
+    if probe.strip() != "True":
+        stub = driver_stub(work / "driver").parent
+        base["LD_LIBRARY_PATH"] = str(stub)
+    plan = json.loads(output([str(venvs["with"].python), "-m", "tms_autopreload", "env", "--json"], base))
+    hooked = json.loads(output([str(venvs["with"].python), "-c", "import os, json; print(json.dumps(dict(os.environ)))"],
+                               {**base, "SLIME_OFFLOAD_TRAIN": "1"}))
+    return {"venvs": venvs, "base": base, "preset": {**base, **plan}, "inherited": hooked, "stub": stub, "own": own}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="tms_autopreload start-up benchmark")
+    parser.add_argument("--dir", type=Path, default=CACHE / "bench")
+    parser.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}")
+    parser.add_argument("--n", type=int, default=200, help="runs per side for P1 and P3 (P2: n/2)")
+    parser.add_argument("--skip-torch", action="store_true", help="skip P4 (needs the 5.5 GB real-torch venv)")
+    args = parser.parse_args(argv)
+    python = find_python(args.python)
+    if python is None:
+        raise SystemExit(f"bench: python{args.python} not found")
+    s = setup(args.dir, python)
+    with_py, without_py = str(s["venvs"]["with"].python), str(s["venvs"]["without"].python)
+    flagged = {**s["base"], "SLIME_OFFLOAD_TRAIN": "1"}
+    rows = []
+
+    def row(pid, what, versus, target, ours, theirs, ratio_ok, unit="ms", scale=1000.0, ratio=None):
+        (mo, io), (mt, it) = stats(ours), stats(theirs)
+        r = ratio if ratio is not None else mo / mt
+        rows.append((pid, what, versus, target, f"{mo * scale:.2f} ± {io * scale:.2f} {unit}",
+                     f"{mt * scale:.2f} ± {it * scale:.2f} {unit}", f"{r:.3f}" if r < 100 else f"{r:.0f}",
+                     "yes" if ratio_ok(r) else "NO"))
+
+    # P1: no flag, package installed vs not installed.
+    a, b = interleave(lambda: spawn([with_py, "-c", "pass"], s["base"]),
+                      lambda: spawn([without_py, "-c", "pass"], s["base"]), args.n)
+    row("P1", "`python -c pass`, installed, no flag", "same venv without the package", "<= 1.01",
+        [x[0] for x in a], [x[0] for x in b], lambda r: r <= 1.01)
+    # P2: first flagged start (resolve + verify + exec) vs LD_PRELOAD preset.
+    a, b = interleave(lambda: spawn([with_py, "-c", "pass"], flagged),
+                      lambda: spawn([with_py, "-c", "pass"], s["preset"]), max(args.n // 2, 10))
+    assert all(x[2] == 0 for x in a), "flagged start failed"
+    row("P2", "first start with SLIME_OFFLOAD_TRAIN=1", "LD_PRELOAD preset to the plan", "<= 2.2",
+        [x[0] for x in a], [x[0] for x in b], lambda r: r <= 2.2)
+    p6 = [x[1] for x in a]
+    # P3: a child that inherits the hook and the flag vs LD_PRELOAD preset and no flag.
+    a, b = interleave(lambda: spawn([with_py, "-c", "pass"], s["inherited"]),
+                      lambda: spawn([with_py, "-c", "pass"], s["preset"]), args.n)
+    row("P3", "child start: flag set, hook inherited", "LD_PRELOAD preset, no flag", "<= 1.03",
+        [x[0] for x in a], [x[0] for x in b], lambda r: r <= 1.03)
+    # P4: deciding the file, timed inside a fresh process.
+    if not args.skip_torch:
+        tv = torch_venv(python)
+        tv.install(s["own"], tms_wheel("0.0.9.post1"))
+        ours_t, theirs_t = [], []
+        for i in range(7):
+            ours_t += [float(output([str(tv.python), "-c", RESOLVE], s["base"])) for _ in range(5)]
+            theirs_t.append(float(output([str(tv.python), "-c", THEIRS], s["base"])))
+        mo, mt = statistics.median(ours_t), statistics.median(theirs_t)
+        row("P4", "deciding the file: `resolve()` (real torch venv)",
+            "torch_memory_saver `get_binary_path_from_package` (imports torch)", ">= 100x faster",
+            ours_t, theirs_t, lambda r: r >= 100, ratio=mt / mo)
+    # P5: 64 concurrent starts.
+    a, b = interleave(lambda: burst([with_py, "-c", "pass"], flagged, 64),
+                      lambda: burst([with_py, "-c", "pass"], s["preset"], 64), 5)
+    assert all(ok == 64 for _, ok in a), "a flagged start in the burst failed"
+    row("P5", "64 concurrent flagged starts (all hooked)", "64 concurrent preset starts", "wall <= 2.5",
+        [x[0] for x in a], [x[0] for x in b], lambda r: r <= 2.5)
+    # P6: peak RSS of the resolving + exec'ing process vs plain `python -c pass`.
+    plain = [spawn([with_py, "-c", "pass"], s["base"])[1] for _ in range(len(p6))]
+    delta_mb = (statistics.median(p6) - statistics.median(plain)) / 1024
+    rows.append(("P6", "peak RSS, flagged start (resolve + exec + hook mapped)", "plain `python -c pass`",
+                 "<= +5 MB", f"{statistics.median(p6) / 1024:.1f} MiB", f"{statistics.median(plain) / 1024:.1f} MiB",
+                 f"{delta_mb:+.1f} MiB", "yes" if delta_mb <= 5 else "NO"))
+
+    br = [list(map(float, output([with_py, "-c", BREAKDOWN], s["base"]).split())) for _ in range(20)]
+    imp, surv, tr = (statistics.median(c[i] for c in br) * 1000 for i in range(3))
+
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"{_cpu()}; Python {platform.python_version()} ({python}); {time.strftime('%Y-%m-%d %H:%M %Z')}")
+    print(f"driver: {'stub on LD_LIBRARY_PATH' if s['stub'] else 'real'}; runs per side: P1/P3 {args.n}, "
+          f"P2/P6 {max(args.n // 2, 10)}, P4 35 vs 7, P5 5 bursts")
+    print()
+    print("| id | what | compared with | target | ours (median ± IQR) | baseline | ratio | met |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    print()
+    print(f"flagged path, in-process (median of 20): imports {imp:.2f} ms, survey {surv:.2f} ms "
+          f"of which the loader trace {tr:.2f} ms")
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "cpu unknown"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
