@@ -1,11 +1,146 @@
 """Choose torch_memory_saver's LD_PRELOAD build for the CUDA runtime this process really uses.
 
-The public API is loaded lazily (PEP 562): this package is imported during interpreter
-start-up by ``tms_autopreload.pth``, and must cost nothing there until a flag is set.
+This module is also the interpreter start-up entry, run by ``tms_autopreload.pth`` (and the PEP 829
+``tms_autopreload.start``), so it uses ``os`` and ``sys`` alone: it runs in every process of a node.
+:func:`process_startup` handles the cheap cases itself:
+
+* no flag on: nothing is changed;
+* the hook this environment was resolved for is already mapped (``/proc/self/maps``) and was
+  resolved for this interpreter's prefix (a child of a hooked process): done, no resolve;
+* otherwise :mod:`tms_autopreload.hook` resolves and re-execs.
+
+It is idempotent: in a venv on Python 3.10-3.13 site-packages is scanned twice, so the ``.pth``
+runs twice per start (CPython #75723); coverage.py's ``process_startup`` guards the same way.
+The public API (:func:`resolve`, :func:`survey`, ...) is loaded lazily (PEP 562) for the same reason.
 """
 
+
+import os
+import sys
+
+FLAG_VARS = ("SLIME_OFFLOAD_TRAIN", "TMS_AUTOPRELOAD")
+DISABLE_VAR = "TMS_AUTOPRELOAD_DISABLE"
+VERBOSE_VAR = "TMS_AUTOPRELOAD_VERBOSE"
+# Written by the hook: what this environment was resolved for, and the PID that re-exec'd.
+STATE_VAR = "TMS_AUTOPRELOAD_STATE"
+EXEC_VAR = "TMS_AUTOPRELOAD_EXEC_PID"
+# What slime's actor_group.py sets next to LD_PRELOAD today.
+SLIME_DEFAULTS = {"TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_CPU_BACKUP": "1"}
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
+
+_started = False
+
+
+def parse_flag(name: str, value: "str | None") -> "tuple[bool, str | None]":
+    """(is it on, a warning) for a boolean variable; unknown spellings are off, with a warning."""
+    if value is None:
+        return False, None
+    word = value.strip().lower()
+    if word in TRUE_WORDS:
+        return True, None
+    if word in FALSE_WORDS:
+        return False, None
+    return False, (f"{name}={value!r} is not a recognised value (use 1/true/yes/on or "
+                   f"0/false/no/off); treating it as off")
+
+
+def say(message: str) -> None:
+    """One message on fd 2, prefixed (sys.stderr may be None or replaced this early)."""
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        os.write(2, ("tms-autopreload: " + message.rstrip("\n") + "\n").encode("utf-8", "replace"))
+    except (OSError, ValueError):
+        pass
+
+
+def is_tms_entry(entry: str) -> bool:
+    """An LD_PRELOAD entry or mapped path that is (any) torch_memory_saver build, as its own
+    Python side recognises one: the name contains ``torch_memory_saver``."""
+    return "torch_memory_saver" in os.path.basename(entry)
+
+
+def mapped_hooks() -> "list[str]":
+    """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps."""
+    found: "list[str]" = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "torch_memory_saver" in line:
+                    fields = line.split(None, 5)
+                    path = fields[5].strip() if len(fields) == 6 else ""
+                    if path.startswith("/") and is_tms_entry(path) and path not in found:
+                        found.append(path)
+    except OSError:
+        pass
+    return found
+
+
+def state_key(build: str) -> str:
+    """What a resolution depends on besides the files: this prefix and the two overrides."""
+    env = os.environ
+    return "::".join((sys.prefix, env.get("TMS_AUTOPRELOAD_CUDA_MAJOR", ""),
+                      env.get("TMS_AUTOPRELOAD_PATH", ""), build))
+
+
+def _flags() -> "tuple[bool, bool]":
+    """(hook on, slime mode); prints one warning per unrecognised value."""
+    values = {name: parse_flag(name, os.environ.get(name)) for name in (DISABLE_VAR, *FLAG_VARS)}
+    for _, warning in values.values():
+        if warning:
+            say("warning: " + warning)
+    if values[DISABLE_VAR][0]:
+        return False, False
+    slime = values["SLIME_OFFLOAD_TRAIN"][0]
+    return slime or values["TMS_AUTOPRELOAD"][0], slime
+
+
+def _inherited(mapped: "list[str]") -> "str | None":
+    """The mapped hook when this environment was resolved for it here and needs no rewrite."""
+    env = os.environ
+    state = env.get(STATE_VAR)
+    preload = env.get("LD_PRELOAD", "")
+    for path in mapped:
+        # The hook writes LD_PRELOAD colon-joined with the hook first; anything else gets rewritten.
+        if state == state_key(path) and " " not in preload and preload.split(":", 1)[0] in (
+                path, os.path.basename(path)):
+            return path
+    return None
+
+
+def process_startup() -> None:
+    """Apply the preload hook to this process when SLIME_OFFLOAD_TRAIN or TMS_AUTOPRELOAD asks."""
+    global _started
+    if _started:
+        return
+    _started = True
+    env = os.environ
+    if sys.platform != "linux" or not (env.get("SLIME_OFFLOAD_TRAIN") or env.get("TMS_AUTOPRELOAD")):
+        return
+    try:
+        on, slime = _flags()
+        if not on:
+            return
+        if slime:
+            for name, value in SLIME_DEFAULTS.items():
+                env.setdefault(name, value)
+        mapped = mapped_hooks()
+        path = _inherited(mapped)
+        if path is not None:
+            env.pop(EXEC_VAR, None)
+            if parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]:
+                say(f"{path} is mapped (resolved for this interpreter); nothing to do")
+            return
+    except Exception:  # noqa: BLE001 - the full path below reports anything, without a traceback
+        mapped = []
+    from .hook import run
+
+    run(mapped)
+
+
 __version__ = "0.1.0"
-__all__ = ["resolve", "survey", "Plan", "Report", "Verdict", "ResolveError", "__version__"]
+__all__ = ["process_startup", "resolve", "survey", "Plan", "Report", "Verdict", "ResolveError", "__version__"]
 
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562 module attribute hook

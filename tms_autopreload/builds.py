@@ -110,7 +110,7 @@ def read_build(path: str, want: DynamicInfo, *, explicit: bool = False) -> Build
 def find_builds(package_dir: str, want: DynamicInfo) -> list[Build]:
     """Every preload build in the package directory and the one above it, in that order."""
     builds: list[Build] = []
-    seen: set[str] = set()
+    seen: set[tuple[int, int]] = set()  # (device, inode): wheels may hold one file under two names
     for d in (package_dir, os.path.dirname(os.path.abspath(package_dir))):
         try:
             names = sorted(os.listdir(d))
@@ -119,8 +119,12 @@ def find_builds(package_dir: str, want: DynamicInfo) -> list[Build]:
         for name in names:
             if name.startswith(PRELOAD_PREFIXES) and name.endswith(".so"):
                 path = os.path.join(d, name)
-                real = os.path.realpath(path)
-                if real not in seen:
-                    seen.add(real)
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    st = None
+                key = (st.st_dev, st.st_ino) if st else (-1, len(seen))
+                if key not in seen:
+                    seen.add(key)
                     builds.append(read_build(path, want))
     return builds

@@ -5,7 +5,7 @@ write it colon-joined, hook first: torch_memory_saver 0.0.10 splits only on ':' 
 exactly one entry naming it, and a library ahead of the hook would win symbol lookup.
 """
 
-from .startup import is_tms_entry
+from . import is_tms_entry
 
 __all__ = ["split_preload", "is_tms_entry", "compose_preload", "prepend_search_path", "LD_UNSAFE_CHARS"]
 

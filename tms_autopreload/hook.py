@@ -1,6 +1,6 @@
 """The slow path of the start-up hook: resolve, then re-exec once with the planned environment.
 
-:mod:`tms_autopreload.startup` handles the common cases first (no flag; a child that inherited
+:func:`tms_autopreload.process_startup` handles the common cases first (no flag; a child that inherited
 the right hook). Here:
 
 1. this PID already re-exec'd once and the hook is still not mapped: stop, never loop;
@@ -17,7 +17,7 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from .startup import EXEC_VAR, STATE_VAR, VERBOSE_VAR, parse_flag, say, state_key
+from . import EXEC_VAR, STATE_VAR, VERBOSE_VAR, parse_flag, say, state_key
 
 __all__ = ["run", "EXIT_NO_PLAN", "EXIT_INTERRUPTED", "ON_ERROR_VAR"]
 
@@ -98,7 +98,7 @@ def _apply(mapped: "list[str]") -> None:
 
 
 def run(mapped: "list[str]") -> None:
-    """Entry from :func:`tms_autopreload.startup.process_startup`; never raises."""
+    """Entry from :func:`tms_autopreload.process_startup`; never raises."""
     try:
         _apply(mapped)
     except BaseException as exc:  # noqa: BLE001 - nothing may escape into site.py

@@ -19,7 +19,7 @@ import os
 from . import ldcache
 from .elf import DynamicInfo, ElfError, read_dynamic, read_kind
 
-__all__ = ["Found", "Object", "Loader", "split_search_path", "DEFAULT_DIRS"]
+__all__ = ["Found", "Object", "Loader", "split_search_path", "same_file", "DEFAULT_DIRS"]
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
                 "/lib", "/usr/lib")
@@ -53,6 +53,20 @@ def split_search_path(value: str) -> list[str]:
     if not value:
         return []
     return [p or "." for p in value.replace(";", ":").split(":")]
+
+
+def same_file(a: "str | None", b: "str | None") -> bool:
+    """True when two paths name one file, as the loader decides "already loaded" (device, inode).
+
+    One ``stat`` each instead of ``realpath``, which costs an ``lstat`` per path component.
+    """
+    if not a or not b:
+        return False
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def _expand(entries: tuple[str, ...], origin: str) -> list[str]:

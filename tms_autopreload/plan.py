@@ -20,7 +20,7 @@ from .builds import Build, find_builds, read_build, writable_by_others
 from .elf import ElfError
 from .environ import LD_UNSAFE_CHARS, compose_preload, is_tms_entry, prepend_search_path, split_preload
 from .errors import ResolveError
-from .ldso import Loader, Object
+from .ldso import Loader, Object, same_file
 from .runtime import Runtime, detect, install_hint
 from .trace import run_trace
 
@@ -166,7 +166,7 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     llp = current_llp
     if runtime.library is not None and build.kind in ("cuda", "hip") and build.info is not None:
         predicted = loader.find(runtime.soname, Object(build.path, build.info))
-        if predicted is None or os.path.realpath(predicted.path) != os.path.realpath(runtime.library):
+        if predicted is None or not same_file(predicted.path, runtime.library):
             bind_dir = os.path.dirname(runtime.library)
             if set(":;") & set(bind_dir):
                 return None, (f"{runtime.soname} is in {bind_dir}, whose ':' or ';' LD_LIBRARY_PATH "
@@ -182,10 +182,9 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     kept = [e for e in split_preload(env.get("LD_PRELOAD", "")) if not is_tms_entry(e)]
     # Complaints about the user's own other preload entries are theirs, not this build's.
     errors = [e for e in trace.errors if not any(k in e for k in kept)]
-    real = os.path.realpath(build.path)
     # A bare-name preload entry shows as "name => path", a path entry as "path".
-    loaded = {os.path.realpath(p) for p in (*trace.loaded, *trace.resolved.values())
-              if os.path.basename(p) == build.name}
+    preloaded = any(same_file(p, build.path) for p in (*trace.loaded, *trace.resolved.values())
+                    if os.path.basename(p) == build.name)
     if trace.missing or errors or trace.status:
         reason = "; ".join([f"{n} => not found" for n in trace.missing] + errors) or trace.reason()
         fix = None
@@ -196,14 +195,14 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
         elif runtime.soname in trace.missing:
             fix = install_hint(runtime.kind, runtime.major)
         return None, reason, False, fix
-    if real not in loaded:
+    if not preloaded:
         return None, "the loader did not preload it (no error given)", False, None
     if runtime.library is not None and build.kind != "driver":
         bound = trace.resolved.get(runtime.soname)
-        if bound is None or os.path.realpath(bound) != os.path.realpath(runtime.library):
+        if not same_file(bound, runtime.library):
             return None, (f"its {runtime.soname} would bind to {bound}, not to {runtime.library} that "
                           f"this process uses: two runtime copies"), True, None
-    plan = Plan(real, planned["LD_PRELOAD"], planned.get("LD_LIBRARY_PATH") if llp != current_llp else None,
+    plan = Plan(os.path.realpath(build.path), planned["LD_PRELOAD"], planned.get("LD_LIBRARY_PATH") if llp != current_llp else None,
                 runtime)
     reason = "loads"
     if build.kind != "driver":

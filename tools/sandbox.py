@@ -98,9 +98,17 @@ def find_python(minor: str) -> str | None:
 
 
 def build_own_wheel(dest: Path) -> Path:
-    """Build this project's wheel from the source tree (what users install)."""
+    """Build this project's wheel (what users install) from a clean copy of the source tree.
+
+    A copy, because setuptools reuses a ``build/`` directory left in the tree and would ship
+    stale files from it.
+    """
     dest.mkdir(parents=True, exist_ok=True)
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(ROOT)])
+    src = dest / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", ".demo", "build", "dist",
+                                                             "*.egg-info", "__pycache__"))
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)])
     return sorted(dest.glob("tms_autopreload-*.whl"))[-1]
 
 
