@@ -62,18 +62,31 @@ def is_tms_entry(entry: str) -> bool:
 
 
 def mapped_hooks() -> "list[str]":
-    """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps."""
-    found: "list[str]" = []
+    """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps.
+
+    Read with ``os.read`` in binary: this runs in every child of a hooked process, and a text
+    file object costs more than the read itself.
+    """
+    chunks = []
     try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                if "torch_memory_saver" in line:
-                    fields = line.split(None, 5)
-                    path = fields[5].strip() if len(fields) == 6 else ""
-                    if path.startswith("/") and is_tms_entry(path) and path not in found:
-                        found.append(path)
+        fd = os.open("/proc/self/maps", os.O_RDONLY)
+        try:
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
     except OSError:
-        pass
+        return []
+    data = b"".join(chunks)
+    if b"torch_memory_saver" not in data:
+        return []
+    found: "list[str]" = []
+    for line in data.decode("utf-8", "surrogateescape").splitlines():
+        if "torch_memory_saver" in line:
+            fields = line.split(None, 5)
+            path = fields[5].strip() if len(fields) == 6 else ""
+            if path.startswith("/") and is_tms_entry(path) and path not in found:
+                found.append(path)
     return found
 
 

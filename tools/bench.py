@@ -44,13 +44,14 @@ print(t1 - t0, t2 - t1, sum(calls), len(calls))
 """
 
 
-def spawn(argv: list[str], env: dict[str, str]) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS in KiB, exit status) of one process, stdout/stderr discarded."""
+def spawn(argv: list[str], env: dict[str, str]) -> tuple[float, int, int, float]:
+    """(wall seconds, peak RSS in KiB, exit status, CPU seconds) of one process, output discarded."""
     t0 = time.perf_counter()
     pid = os.posix_spawn(argv[0], argv, env, file_actions=[
         (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0), (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)])
     _, status, usage = os.wait4(pid, 0)
-    return time.perf_counter() - t0, usage.ru_maxrss, os.waitstatus_to_exitcode(status)
+    return (time.perf_counter() - t0, usage.ru_maxrss, os.waitstatus_to_exitcode(status),
+            usage.ru_utime + usage.ru_stime)
 
 
 def output(argv: list[str], env: dict[str, str]) -> str:
@@ -79,6 +80,11 @@ def interleave(a, b, n: int) -> tuple[list, list]:
         xs.append(r1 if first is a else r2)
         ys.append(r2 if first is a else r1)
     return xs, ys
+
+
+def paired_ratio(ours: list[float], base: list[float]) -> float:
+    """Median of the per-pair ratios: each pair ran back to back, so slow drift cancels."""
+    return statistics.median(a / b for a, b in zip(ours, base))
 
 
 def stats(values: list[float]) -> tuple[float, float]:
@@ -130,9 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     flagged = {**s["base"], "SLIME_OFFLOAD_TRAIN": "1"}
     rows = []
 
+    cpu_ratios = {}
+
     def row(pid, what, versus, target, ours, theirs, ratio_ok, unit="ms", scale=1000.0, ratio=None):
         (mo, io), (mt, it) = stats(ours), stats(theirs)
-        r = ratio if ratio is not None else mo / mt
+        r = ratio if ratio is not None else paired_ratio(ours, theirs)
         rows.append((pid, what, versus, target, f"{mo * scale:.2f} ± {io * scale:.2f} {unit}",
                      f"{mt * scale:.2f} ± {it * scale:.2f} {unit}", f"{r:.3f}" if r < 100 else f"{r:.0f}",
                      "yes" if ratio_ok(r) else "NO"))
@@ -142,18 +150,21 @@ def main(argv: list[str] | None = None) -> int:
                       lambda: spawn([without_py, "-c", "pass"], s["base"]), args.n)
     row("P1", "`python -c pass`, installed, no flag", "same venv without the package", "<= 1.01",
         [x[0] for x in a], [x[0] for x in b], lambda r: r <= 1.01)
+    cpu_ratios["P1"] = paired_ratio([x[3] for x in a], [x[3] for x in b])
     # P2: first flagged start (resolve + verify + exec) vs LD_PRELOAD preset.
     a, b = interleave(lambda: spawn([with_py, "-c", "pass"], flagged),
                       lambda: spawn([with_py, "-c", "pass"], s["preset"]), max(args.n // 2, 10))
     assert all(x[2] == 0 for x in a), "flagged start failed"
     row("P2", "first start with SLIME_OFFLOAD_TRAIN=1", "LD_PRELOAD preset to the plan", "<= 2.2",
         [x[0] for x in a], [x[0] for x in b], lambda r: r <= 2.2)
+    cpu_ratios["P2"] = paired_ratio([x[3] for x in a], [x[3] for x in b])
     p6 = [x[1] for x in a]
     # P3: a child that inherits the hook and the flag vs LD_PRELOAD preset and no flag.
     a, b = interleave(lambda: spawn([with_py, "-c", "pass"], s["inherited"]),
                       lambda: spawn([with_py, "-c", "pass"], s["preset"]), args.n)
     row("P3", "child start: flag set, hook inherited", "LD_PRELOAD preset, no flag", "<= 1.03",
         [x[0] for x in a], [x[0] for x in b], lambda r: r <= 1.03)
+    cpu_ratios["P3"] = paired_ratio([x[3] for x in a], [x[3] for x in b])
     # P4: deciding the file, timed inside a fresh process.
     if not args.skip_torch:
         tv = torch_venv(python)
@@ -192,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print("| " + " | ".join(r) + " |")
     print()
+    print("CPU-time ratios (user+sys of the started process, median of pairs): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in cpu_ratios.items()))
+    print("ratio = median of per-pair ratios (each pair ran back to back, order alternating); "
+          "times are wall-clock medians ± interquartile range")
     print(f"flagged path, in-process (median of 20): imports {imp:.2f} ms, survey {surv:.2f} ms "
           f"of which the loader trace {tr:.2f} ms")
     return 0
