@@ -18,8 +18,16 @@ $(VENV)/.ready: tests/requirements.txt
 demo:
 	$(PYTHON) tools/demo.py
 
-demo-clean:
+demo-# Start-up cost table (docs/performance.md); builds its venvs under ~/.cache/tms-autopreload-tests/bench.
+bench:
+	$(PYTHON) tools/bench.py
+
+clean:
 	$(PYTHON) tools/demo.py --clean
+
+# Start-up cost table (docs/performance.md); builds its venvs under ~/.cache/tms-autopreload-tests/bench.
+bench:
+	$(PYTHON) tools/bench.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# GPU check (issue 4): on a machine with an NVIDIA GPU whose python3 already has a CUDA 13 torch.
+#
+# Installs torch_memory_saver 0.0.9.post1 and tms_autopreload from wheels carried next to this
+# script (scripts/wheels/, made by `scripts/gpu-check.sh --fetch` on a machine with the package
+# index; the GPU machine may have no network) into a venv that sees the system torch. Then, in a
+# process started only with SLIME_OFFLOAD_TRAIN=1: allocate 8 GiB inside a torch_memory_saver
+# region with CPU backup, pause(), check that the GPU's free memory rose by >= 90% of that,
+# resume(), and check that the tensor's contents survived. Prints one table; exit 0 = all passed,
+# 1 = a check failed, 2 = no GPU / no CUDA torch here (said clearly).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+wheels="$here/wheels"
+python="${PYTHON:-python3}"
+
+if [ "${1:-}" = "--fetch" ]; then
+  mkdir -p "$wheels"
+  "$python" -m pip download -q --no-deps -d "$wheels" torch-memory-saver==0.0.9.post1
+  "$python" -m pip wheel -q --no-deps -w "$wheels" "$here/.."
+  ls -1 "$wheels"
+  exit 0
+fi
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-check: no NVIDIA GPU here (nvidia-smi missing or finds no device); nothing to check" >&2
+  exit 2
+fi
+if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() and (torch.version.cuda or "").startswith("13") else 1)'; then
+  echo "gpu-check: $python has no CUDA 13 torch that sees the GPU; nothing to check" >&2
+  exit 2
+fi
+ls "$wheels"/torch_memory_saver-0.0.9.post1-*.whl "$wheels"/tms_autopreload-*.whl >/dev/null || {
+  echo "gpu-check: wheels missing in $wheels: run 'scripts/gpu-check.sh --fetch' where pip reaches the index" >&2; exit 2; }
+
+venv="$(mktemp -d)/venv"
+"$python" -m venv --system-site-packages "$venv"
+"$venv/bin/python" -m pip install -q --no-index --no-deps "$wheels"/torch_memory_saver-0.0.9.post1-*.whl "$wheels"/tms_autopreload-*.whl
+
+SLIME_OFFLOAD_TRAIN=1 TMS_AUTOPRELOAD_VERBOSE=1 "$venv/bin/python" - <<'PY'
+import os, sys, time
+import torch
+from torch_memory_saver import torch_memory_saver
+
+GIB = 1 << 30
+rows, ok = [], True
+def check(name, passed, detail):
+    global ok
+    ok &= bool(passed)
+    rows.append((name, "PASS" if passed else "FAIL", detail))
+
+maps = [l.split()[-1] for l in open("/proc/self/maps") if "torch_memory_saver" in l]
+check("hook mapped", any(m.endswith("_cu13.abi3.so") for m in maps), sorted(set(maps))[0] if maps else "none")
+cudart = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libcudart.so" in l})
+check("one libcudart", len(cudart) == 1, ", ".join(cudart))
+check("TMS_INIT_ENABLE_CPU_BACKUP", os.environ.get("TMS_INIT_ENABLE_CPU_BACKUP") == "1", os.environ.get("TMS_INIT_ENABLE_CPU_BACKUP"))
+torch.cuda.init()
+t0 = time.perf_counter()
+with torch_memory_saver.region(tag="check", enable_cpu_backup=True):
+    x = torch.arange(2 * GIB, dtype=torch.float32, device="cuda")  # 8 GiB
+torch.cuda.synchronize()
+expect = x[:: 1 << 20].clone()
+free_before, total = torch.cuda.mem_get_info()
+torch_memory_saver.pause("check")
+torch.cuda.synchronize()
+free_paused, _ = torch.cuda.mem_get_info()
+rose = free_paused - free_before
+check("pause frees >= 90% of 8 GiB", rose >= 0.9 * 8 * GIB, f"free +{rose / GIB:.2f} GiB")
+torch_memory_saver.resume("check")
+torch.cuda.synchronize()
+same = torch.equal(x[:: 1 << 20], expect)
+check("contents survive resume", same, f"{expect.numel()} sampled values compared")
+check("time", True, f"{time.perf_counter() - t0:.1f} s for allocate/pause/resume")
+print(f"{'check':32s} {'result':6s} detail")
+for r in rows:
+    print(f"{r[0]:32s} {r[1]:6s} {r[2]}")
+print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  total {total / GIB:.0f} GiB")
+sys.exit(0 if ok else 1)
+PY
