@@ -149,3 +149,14 @@ def torch_venv(python: str) -> Venv:
         venv.install(f"torch=={TORCH_VERSION}", deps=True)
         (path / ".complete").touch()
     return Venv(path)
+
+
+def ray_venv(python: str, world: str) -> Venv:
+    """A venv with real Ray, one per simulated node ``world``, made once and kept in the cache."""
+    path = CACHE / "venvs" / f"ray-{RAY_VERSION}-{world}-{Path(python).name}"
+    if not (path / ".complete").exists():
+        shutil.rmtree(path, ignore_errors=True)
+        venv = Venv(path, python)
+        venv.install(f"ray=={RAY_VERSION}", deps=True)
+        (path / ".complete").touch()
+    return Venv(path)

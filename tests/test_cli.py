@@ -1,0 +1,88 @@
+"""The command line: every command, its output format and exit codes, on the seed host."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from support import ROOT, clean_env
+
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+
+
+def seed(scenario):
+    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
+
+
+def cli(scn, *args, env=None):
+    return scn.run(["-m", "tms_autopreload", *args], env)
+
+
+def test_run_execs_a_non_python_command_with_the_hook_mapped(scenario):
+    scn = seed(scenario)
+    r = cli(scn, "run", "--", "bash", "-c", 'grep -o "[^ ]*torch_memory_saver[^ ]*" /proc/$$/maps | sort -u')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(scn.site / CU13)]
+
+
+def test_run_exit_codes(scenario):
+    scn = seed(scenario)
+    assert cli(scn, "run", "--", "bash", "-c", "exit 7").returncode == 7
+    r = cli(scn, "run", "--", "no-such-command-xyz")
+    assert r.returncode == 127 and "command not found" in r.stderr
+    r = cli(scn, "run")
+    assert r.returncode == 2 and "give a command" in r.stderr
+
+
+def test_env_for_eval_and_json(scenario):
+    scn = seed(scenario)
+    r = cli(scn, "env")
+    assert r.returncode == 0 and r.stdout.startswith("export LD_PRELOAD=")
+    r2 = scn.host.run(["bash", "-c", f'eval "$({scn.venv.python} -m tms_autopreload env)"; echo "$LD_PRELOAD"'],
+                      clean_env())
+    assert r2.stdout.strip() == str(scn.site / CU13)
+    doc = json.loads(cli(scn, "env", "--json").stdout)
+    assert doc == {"LD_PRELOAD": str(scn.site / CU13)}
+
+
+def test_which_and_doctor(scenario):
+    scn = seed(scenario)
+    r = cli(scn, "which")
+    assert r.returncode == 0 and r.stdout.strip() == str(scn.site / CU13) and r.stderr == ""
+    r = cli(scn, "doctor")
+    assert r.returncode == 0
+    for word in ("runtime:  CUDA 13", "CHOSEN", "REJECTED", "loads?", f"chosen:   {scn.site / CU13}"):
+        assert word in r.stdout, (word, r.stdout)
+    doc = json.loads(cli(scn, "doctor", "--json").stdout)
+    assert set(doc) == {"ok", "executable", "torch_memory_saver_dir", "runtime", "candidates", "plan", "warnings",
+                        "error"}
+    assert set(doc["runtime"]) == {"kind", "major", "source", "library", "library_rule", "torch_dir", "torch_version"}
+    assert set(doc["candidates"][0]) == {"path", "target", "kind", "major", "needs", "loads", "status", "reason"}
+
+
+def test_doctor_prints_the_table_when_there_is_no_plan(scenario):
+    scn = scenario(tms="0.0.9", torch="cu13-sys", host=("driver", "cuda13"))
+    r = cli(scn, "doctor")
+    assert r.returncode == 1
+    assert "REJECTED" in r.stdout and "NO PLAN:" in r.stdout and "torch-memory-saver>=0.0.9.post1" in r.stdout
+
+
+def test_usage_error_is_exit_2(scenario):
+    scn = seed(scenario)
+    r = cli(scn, "frobnicate")
+    assert r.returncode == 2 and "usage:" in r.stderr
+
+
+def test_console_script_is_installed(scenario):
+    scn = seed(scenario)
+    r = scn.host.run([str(scn.venv.path / "bin" / "tms-autopreload"), "which"], clean_env())
+    assert r.returncode == 0 and r.stdout.strip().endswith(CU13), r.stderr
+
+
+def test_gpu_check_says_clearly_when_there_is_no_gpu():
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh")], capture_output=True, text=True,
+                       env=clean_env(), timeout=120)
+    assert r.returncode in (0, 2), r.stdout + r.stderr  # 0: a GPU machine ran the real check
+    if r.returncode == 2:
+        assert r.stderr.startswith("gpu-check: ") and ("no NVIDIA GPU here" in r.stderr or "wheels missing" in r.stderr
+                                                       or "no CUDA 13 torch" in r.stderr), r.stderr

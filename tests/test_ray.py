@@ -1,0 +1,155 @@
+"""Issue 4: real Ray 2.58.0 workers, on two nodes that differ the way real clusters do.
+
+Two Ray nodes run on this machine, each started from its own venv inside its own mount namespace:
+node A is a CUDA 13 world (torch built for 13, NVIDIA's cu13 runtime wheel), node B a CUDA 12 world
+(torch built for 12, the cu12 runtime wheel). Neither sees the machine's own CUDA: the host cache lists
+only the driver stub. The driver runs on node A. Actors get only ``SLIME_OFFLOAD_TRAIN=1`` through
+``runtime_env`` and must come up with their own node's build; a path resolved on the driver, as slime
+does today, must be shown wrong for node B.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import textwrap
+
+import pytest
+from conftest import Scenario, need
+from support import Host, clean_env, ray_venv, runtime_wheel, tms_wheel, write_torch_standin
+
+CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+
+ACTOR = r"""
+import json, os, subprocess, sys
+import ray
+
+@ray.remote
+class Probe:
+    def report(self):
+        maps = [f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6]
+        child = subprocess.run(['bash', '-c', 'true'], capture_output=True, text=True)
+        return {'pid': os.getpid(), 'prefix': sys.prefix, 'hooks': sorted({m for m in maps if 'torch_memory_saver' in m}),
+                'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart')}),
+                'tms_init': [os.environ.get('TMS_INIT_ENABLE'), os.environ.get('TMS_INIT_ENABLE_CPU_BACKUP')],
+                'child': child.returncode, 'child_err': child.stderr.strip(),
+                'exe': os.path.realpath('/proc/self/exe')}
+
+def slime_today(site):
+    # slime/ray/actor_group.py as it ships now (cu13 first), evaluated on the driver.
+    for name in ('torch_memory_saver_hook_mode_preload_cu13.abi3.so',
+                 'torch_memory_saver_hook_mode_preload_cu12.abi3.so',
+                 'torch_memory_saver_hook_mode_preload.abi3.so'):
+        if os.path.exists(os.path.join(site, name)):
+            return os.path.join(site, name)
+
+ray.init(address=os.environ['RAY_ADDRESS_FOR_TEST'], log_to_driver=False)
+flag = {'env_vars': {'SLIME_OFFLOAD_TRAIN': '1'}}
+out = {}
+for node in ('cu13node', 'cu12node'):
+    actor = Probe.options(runtime_env=flag, resources={node: 0.01}, num_cpus=0).remote()
+    out[node] = ray.get(actor.report.remote(), timeout=180)
+    info = ray._private.state.actors(actor_id=actor._actor_id.hex())
+    out[node]['ray_pid'] = info['Pid']
+site = next(p for p in sys.path if p.endswith('site-packages'))
+out['driver_path'] = slime_today(site)
+print(json.dumps(out))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray_world(parts, tmp_path_factory, world: str, major: int) -> Scenario:
+    from support import find_python
+
+    venv = need(ray_venv, find_python("3.11"), world)
+    need(venv.install, parts.own_wheel, tms_wheel("0.0.9.post1"), runtime_wheel(major))
+    torch = f"cu{major}-pip"
+    write_torch_standin(venv.site, cuda=f"{major}.0", hip=None, deps_lib=parts.global_deps(torch))
+    return Scenario(venv, need(Host, tmp_path_factory.mktemp(f"ray-{world}"), parts.host_dirs(("driver",))), parts)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(parts, tmp_path_factory):
+    a = _ray_world(parts, tmp_path_factory, "cu13", 13)
+    b = _ray_world(parts, tmp_path_factory, "cu12", 12)
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    common = ["--num-cpus=1", "--disable-usage-stats", "--object-store-memory=100000000",
+              "--node-ip-address=127.0.0.1"]
+    env = clean_env(RAY_USAGE_STATS_ENABLED="0")
+    try:
+        r = a.host.run([str(a.venv.path / "bin" / "ray"), "start", "--head", f"--port={port}",
+                        "--include-dashboard=false", '--resources={"cu13node": 1}', *common], env, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = b.host.run([str(b.venv.path / "bin" / "ray"), "start", f"--address={address}",
+                        '--resources={"cu12node": 1}', *common], env, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        yield a, b, address
+    finally:
+        subprocess.run([str(a.venv.path / "bin" / "ray"), "stop", "--force"], env=env, capture_output=True,
+                       timeout=120)
+
+
+def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path):
+    a, b, address = ray_cluster
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(ACTOR))
+    r = a.host.run([str(a.venv.python), str(script)], clean_env(RAY_ADDRESS_FOR_TEST=address), timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for node, world, build, runtime in (("cu13node", a, CU13, "nvidia/cu13/lib/libcudart.so.13"),
+                                        ("cu12node", b, CU12, "nvidia/cuda_runtime/lib/libcudart.so.12")):
+        got = out[node]
+        assert got["prefix"] == str(world.venv.path), got
+        assert got["hooks"] == [str(world.site / build)], got
+        assert got["cudart"] == [str(world.site / runtime)], got
+        assert got["tms_init"] == ["1", "1"]
+        assert got["child"] == 0, got["child_err"]
+        assert got["pid"] == got["ray_pid"]
+        assert got["exe"] == os.path.realpath(world.venv.python)
+    # slime today: the path made on the driver (node A) names node A's cu13 build ...
+    driver_path = out["driver_path"]
+    assert driver_path == str(a.site / CU13)
+    # ... which on node B is another venv's file and cannot load there: Ray's worker bash dies first.
+    r = b.host.run(["bash", "-c", "true"], clean_env(LD_PRELOAD=driver_path))
+    assert r.returncode == 127 and "libcudart.so.13: cannot open shared object file" in r.stderr
+
+
+def test_local_actor_pid_and_no_stray_process(ray_cluster, tmp_path):
+    """The exec keeps the PID Ray started: no second process appears for the worker."""
+    a, _, address = ray_cluster
+    code = textwrap.dedent("""
+        import json, os, ray
+        ray.init(address=os.environ['RAY_ADDRESS_FOR_TEST'], log_to_driver=False)
+        @ray.remote
+        def where():
+            ppid = int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[1])
+            def environ(p):
+                try:
+                    return open(f'/proc/{p}/environ', 'rb').read()
+                except OSError:
+                    return b''
+            # A process left behind by the exec would carry the marker naming this PID.
+            marker = f'TMS_AUTOPRELOAD_EXEC_PID={os.getpid()}'.encode()
+            assert marker in environ(os.getpid())  # this worker did re-exec
+            siblings = [p for p in os.listdir('/proc') if p.isdigit() and p != str(os.getpid()) and marker in environ(p)]
+            return {'pid': os.getpid(), 'ppid_cmd': open(f'/proc/{ppid}/cmdline', 'rb').read().split(b'\\0')[0].decode(),
+                    'strays': siblings}
+        f = where.options(runtime_env={'env_vars': {'TMS_AUTOPRELOAD': '1'}}, resources={'cu13node': 0.01})
+        print(json.dumps(ray.get(f.remote(), timeout=180)))
+    """)
+    script = tmp_path / "local.py"
+    script.write_text(code)
+    r = a.host.run([str(a.venv.python), str(script)], clean_env(RAY_ADDRESS_FOR_TEST=address), timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["strays"] == []
+    assert "raylet" in out["ppid_cmd"], out
