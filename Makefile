@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv-test
 
-.PHONY: test test-fast demo demo-clean bench clean
+.PHONY: test demo demo-clean bench fuzz clean
 
 # The test command (CI runs it through .ci/run): a venv with the test tools, then the whole suite.
 # TMS_TEST_STRICT=1 turns every skip into a failure: green means every scenario ran.
@@ -18,12 +18,20 @@ $(VENV)/.ready: tests/requirements.txt
 demo:
 	$(PYTHON) tools/demo.py
 
-demo-# Start-up cost table (docs/performance.md); builds its venvs under ~/.cache/tms-autopreload-tests/bench.
+demo-# The long fuzz run (docs/guarantees.md): 100,000 inputs per parser.
+fuzz: $(VENV)/.ready
+	TMS_FUZZ_EXAMPLES=100000 $(VENV)/bin/python -m pytest -q tests/test_fuzz.py
+
+# Start-up cost table (docs/performance.md); builds its venvs under ~/.cache/tms-autopreload-tests/bench.
 bench:
 	$(PYTHON) tools/bench.py
 
 clean:
 	$(PYTHON) tools/demo.py --clean
+
+# The long fuzz run (docs/guarantees.md): 100,000 inputs per parser.
+fuzz: $(VENV)/.ready
+	TMS_FUZZ_EXAMPLES=100000 $(VENV)/bin/python -m pytest -q tests/test_fuzz.py
 
 # Start-up cost table (docs/performance.md); builds its venvs under ~/.cache/tms-autopreload-tests/bench.
 bench:

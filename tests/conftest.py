@@ -118,8 +118,9 @@ def scenario(parts, tmp_path_factory):
 
     def make(tms: str | None = "0.0.9.post1", torch: str | None = None, pip: tuple[int, ...] = (),
              host: tuple[str, ...] = ("driver", "cuda13"), python: str = DEFAULT_PYTHON,
-             layout: str | None = None) -> Scenario:
-        key = (tms, torch, pip, host, python, layout)
+             layout: str | None = None, tag: str = "") -> Scenario:
+        """``tag`` gives a scenario of its own, for a test that damages its venv on purpose."""
+        key = (tms, torch, pip, host, python, layout, tag)
         if key in made:
             return made[key]
         interpreter = support.find_python(python)

@@ -36,20 +36,22 @@ class Host:
         self.cache = root / "ld.so.cache"
         run(["ldconfig", "-X", "-C", str(self.cache), "-f", str(conf)])
 
-    def wrap(self, argv: list[str], env: dict[str, str]) -> list[str]:
+    def wrap(self, argv: list[str], env: dict[str, str], setup: str = "") -> list[str]:
         """``argv`` run with exactly ``env``, in a private mount namespace seeing this host's cache.
 
         The environment is applied by ``env -i`` at the last exec, so that an LD_PRELOAD under
-        test reaches the program, not unshare, sh or mount.
+        test reaches the program, not unshare, sh or mount. ``setup`` is more shell run in the
+        namespace first (more mounts, say).
         """
-        return ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/ld.so.cache && exec env -i "$@"',
-                str(self.cache), *(f"{k}={v}" for k, v in env.items()), *map(str, argv)]
+        script = 'mount --bind "$0" /etc/ld.so.cache && ' + (f"{setup} && " if setup else "") + 'exec env -i "$@"'
+        return ["unshare", "-m", "sh", "-c", script, str(self.cache), *(f"{k}={v}" for k, v in env.items()),
+                *map(str, argv)]
 
-    def run(self, argv: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess:
+    def run(self, argv: list[str], env: dict[str, str], setup: str = "", **kw) -> subprocess.CompletedProcess:
         kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
         kw.setdefault("timeout", 120)
-        return subprocess.run(self.wrap(argv, env), env=clean_env(), **kw)
+        return subprocess.run(self.wrap(argv, env, setup), env=clean_env(), **kw)
 
 
 def check_namespaces() -> None:

@@ -14,8 +14,8 @@ LD_UNSAFE_CHARS = frozenset(" :\t\n;")
 
 
 def split_preload(value: str) -> "list[str]":
-    """LD_PRELOAD entries as ld.so reads them (space and colon separate, empties ignored)."""
-    return [e for e in value.replace(" ", ":").replace("\t", ":").split(":") if e]
+    """LD_PRELOAD entries as ld.so reads them: space and colon separate (a tab does not), empties ignored."""
+    return [e for e in value.replace(" ", ":").split(":") if e]
 
 
 def compose_preload(current: str, hook: str) -> str:

@@ -231,8 +231,9 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     try:
         loader = Loader.for_executable(exe, env.get("LD_LIBRARY_PATH", ""))
     except (OSError, ElfError) as exc:
-        return fail(f"cannot read the interpreter {exe} as an ELF program ({exc}); set LD_PRELOAD by "
-                    f"hand with `tms-autopreload env` from a normal Python")
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return fail(f"cannot read the interpreter {exe} ({why}); set LD_PRELOAD by hand with "
+                    f"`tms-autopreload env` from a normal Python")
     want = loader.executable.info
     forced = env.get(FORCE_VAR, "").strip()
     if forced:
@@ -278,7 +279,12 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         if plan is not None and not check_all:
             verdicts[i] = Verdict(b, "untried", "a preferred build was chosen first")
             continue
-        attempt, reason, loads, fix = _attempt(b, runtime, env, loader, exe)
+        try:
+            attempt, reason, loads, fix = _attempt(b, runtime, env, loader, exe)
+        except OSError as exc:
+            return fail(f"cannot run the interpreter {exe} to verify the plan with the loader "
+                        f"({exc.strerror or exc}); set LD_PRELOAD by hand with `tms-autopreload env` "
+                        f"from a working Python", runtime)
         if attempt is None:
             verdicts[i] = Verdict(b, "rejected", reason, loads)
             if fix:
@@ -293,7 +299,10 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         for i, v in list(verdicts.items()):
             if v.loads is None and v.build.info is not None and v.build.problem is None:
                 probe_env["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), v.build.path)
-                t = run_trace(exe, probe_env)
+                try:
+                    t = run_trace(exe, probe_env)
+                except OSError:
+                    continue
                 verdicts[i] = Verdict(v.build, v.status, v.reason if t.ok else f"{v.reason}; loader: {t.reason()}",
                                       t.ok)
     ordered = tuple(verdicts[i] for i in range(len(builds)))

@@ -71,7 +71,8 @@ def run_trace(executable: str, env: dict[str, str]) -> Trace:
 
     stdout and stderr share one pipe: the loader indents every trace line with a tab and
     none of its messages, which is how they are told apart again. The traced program never
-    runs, so reading to end of file cannot wait on it.
+    runs, so reading to end of file cannot wait on it. Raises OSError when ``executable``
+    cannot be started at all: that is the interpreter's fault, not any candidate's.
     """
     env = dict(env)
     env["LD_TRACE_LOADED_OBJECTS"] = "1"
@@ -82,9 +83,9 @@ def run_trace(executable: str, env: dict[str, str]) -> Trace:
             file_actions=[(os.POSIX_SPAWN_DUP2, write_fd, 1), (os.POSIX_SPAWN_DUP2, write_fd, 2),
                           (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)],
         )
-    except OSError as exc:
+    except OSError:
         os.close(read_fd)
-        return Trace(errors=(f"cannot start {executable}: {exc.strerror}",), status=127)
+        raise
     finally:
         os.close(write_fd)
     chunks: list[bytes] = []

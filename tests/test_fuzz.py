@@ -1,0 +1,101 @@
+"""Issue 6: fuzz every parser of untrusted bytes. Only the documented exception may escape, no input
+may hang (hypothesis' deadline) and none may make memory grow past a bound (tracemalloc).
+
+CI runs a short pass; ``make fuzz`` runs TMS_FUZZ_EXAMPLES (100,000) examples per target.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tracemalloc
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tms_autopreload import elf, environ, ldcache, runtime, trace  # noqa: E402
+
+EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=500, suppress_health_check=list(HealthCheck), database=None)
+MEMORY_BOUND = 8 << 20
+SEEDS = [Path(os.path.realpath(sys.executable)).read_bytes()[:65536], Path("/bin/true").read_bytes()[:65536]]
+TMP = Path(os.environ.get("TMPDIR", "/tmp")) / f"tms-fuzz-{os.getpid()}.so"
+
+
+def _bounded(fn, *args):
+    tracemalloc.start()
+    try:
+        return fn(*args)
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert peak < MEMORY_BOUND, peak
+
+
+mutated_elf = st.builds(
+    lambda seed, edits, cut: _mutate(SEEDS[seed], edits, cut),
+    st.integers(0, len(SEEDS) - 1),
+    st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 255)), max_size=24),
+    st.one_of(st.none(), st.integers(0, 65536)),
+)
+
+
+def _mutate(seed: bytes, edits, cut) -> bytes:
+    data = bytearray(seed if cut is None else seed[:cut])
+    for offset, value in edits:
+        if offset < len(data):
+            data[offset] = value
+    return bytes(data)
+
+
+elf_like = st.one_of(mutated_elf, st.binary(max_size=4096).map(lambda b: b"\x7fELF" + b),
+                     st.binary(max_size=256))
+
+
+@FUZZ
+@given(elf_like)
+def test_elf_reader_raises_only_elferror(data):
+    TMP.write_bytes(data)
+    for reader in (elf.read_dynamic, elf.read_kind):
+        try:
+            _bounded(reader, str(TMP))
+        except elf.ElfError:
+            pass
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=8192),
+                 st.binary(max_size=8192).map(lambda b: b"glibc-ld.so.cache1.1" + b),
+                 st.binary(max_size=8192).map(lambda b: Path("/etc/ld.so.cache").read_bytes()[:4096] + b)),
+       st.text(max_size=40))
+def test_ld_cache_parser_never_raises(data, name):
+    cache = _bounded(ldcache.LdCache, data, 62)
+    result = _bounded(cache.lookup, name)
+    assert result is None or isinstance(result, str)
+
+
+@FUZZ
+@given(st.text(max_size=2000))
+def test_torch_version_parser_never_raises(text):
+    values = _bounded(runtime._parse_version_py, text)
+    assert set(values) <= {"__version__", "cuda", "hip"}
+
+
+@FUZZ
+@given(st.text(max_size=4000), st.integers(-255, 255))
+def test_loader_trace_parser_never_raises(text, status):
+    t = _bounded(trace._parse, text, status)
+    assert isinstance(t.reason(), str)
+
+
+@FUZZ
+@given(st.text(alphabet=st.sampled_from(list("ab/ :\t.torch_memory_saver")), max_size=200),
+       st.text(alphabet=st.sampled_from(list("ab/._")), min_size=1, max_size=20))
+def test_preload_composition_keeps_others_in_order(current, hook):
+    hook = "/x/torch_memory_saver_" + hook
+    out = environ.compose_preload(current, hook).split(":")
+    assert out[0] == hook and "" not in out and " " not in ":".join(out[1:])
+    assert out[1:] == [e for e in environ.split_preload(current) if not environ.is_tms_entry(e)]

@@ -1,0 +1,431 @@
+"""Issue 6: hostile and broken environments. One test per row of docs/guarantees.md.
+
+Every case ends in one of three documented outcomes: the process runs hooked; it runs unhooked
+after a warning; or it stops before user code with exit 78 (130 when interrupted) and one
+``tms-autopreload:`` message. Never exit 127 from the loader, never a second exec, never a
+Python traceback, never a change to a process that set no flag.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import time
+
+import pytest
+from support import clean_env
+
+CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+PROBE = """
+import json, os
+maps = [f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6]
+print(json.dumps({'hooks': sorted({m for m in maps if 'torch_memory_saver' in m}),
+                  'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart')}),
+                  'preload': os.environ.get('LD_PRELOAD', '')}))
+"""
+# Drops root's permission bypass (CAP_DAC_*) so that file modes apply, while staying uid 0.
+NO_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def seed(scenario, tag, **kw):
+    kw.setdefault("tms", "0.0.9.post1")
+    kw.setdefault("torch", "cu13-sys")
+    kw.setdefault("host", ("driver", "cuda13"))
+    return scenario(tag=tag, **kw)
+
+
+def start(scn, env=None, args=("-c", PROBE), prefix=(), setup="", flag=True, **kw):
+    full = {"SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"} if flag else {}
+    full.update(env or {})
+    r = scn.host.run([*prefix, str(scn.venv.python), *args], clean_env(**full), setup=setup, **kw)
+    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else None
+    return r, out
+
+
+def execs(stderr: str) -> int:
+    return sum(1 for line in stderr.splitlines() if line.startswith("tms-autopreload: chose "))
+
+
+def assert_hooked(r, out, scn, build=CU13):
+    assert r.returncode == 0, r.stderr
+    assert out["hooks"] == [str(scn.site / build)], out
+    assert execs(r.stderr) <= 1 and "Traceback" not in r.stderr
+
+
+def assert_stopped(r, *words, code=78):
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert r.stdout == "" and r.stderr.startswith("tms-autopreload: ") and "Traceback" not in r.stderr
+    assert "error while loading shared libraries" not in r.stderr
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+
+
+def candidate(scn, name, env=None):
+    r = scn.run(["-m", "tms_autopreload", "doctor", "--json"], env)
+    doc = json.loads(r.stdout)
+    return doc, next(c for c in doc["candidates"] if os.path.basename(c["path"]) == name)
+
+
+# ---------------------------------------------------------------- broken inputs
+
+def _elf32(needed: str) -> bytes:
+    """A minimal, well-formed 32-bit i386 shared object: one PT_LOAD, one PT_DYNAMIC, DT_NEEDED."""
+    strtab = b"\0" + needed.encode() + b"\0"
+    ehsize, phsize = 52, 32
+    dyn_off = ehsize + 2 * phsize
+    dyn = struct.pack("<8i", 1, 1, 5, dyn_off + 32, 10, len(strtab), 0, 0)  # NEEDED, STRTAB, STRSZ, NULL
+    body = dyn + strtab
+    size = dyn_off + len(body)
+    ident = b"\x7fELF" + bytes([1, 1, 1, 0]) + bytes(8)
+    header = ident + struct.pack("<HHIIIIIHHHHHH", 3, 3, 1, 0, ehsize, 0, 0, ehsize, phsize, 2, 40, 0, 0)
+    load = struct.pack("<8I", 1, 0, 0, 0, size, size, 5, 0x1000)
+    dynamic = struct.pack("<8I", 2, dyn_off, dyn_off, dyn_off, 32, 32, 6, 4)
+    return header + load + dynamic + body
+
+
+BROKEN = {
+    "truncated": ("torch_memory_saver_hook_mode_preload_cu91.abi3.so", "truncated file"),
+    "zero-length": ("torch_memory_saver_hook_mode_preload_cu92.abi3.so", "empty file"),
+    "not-elf": ("torch_memory_saver_hook_mode_preload_cu93.abi3.so", "not an ELF file"),
+    "aarch64": ("torch_memory_saver_hook_mode_preload_cu94.abi3.so", "built for aarch64"),
+    "elf32": ("torch_memory_saver_hook_mode_preload_cu95.abi3.so", "32-bit"),
+    "symlink-loop": ("torch_memory_saver_hook_mode_preload_cu96.abi3.so", "cannot read it"),
+}
+
+
+@pytest.fixture(scope="module")
+def broken(scenario):
+    scn = seed(scenario, "broken-files")
+    real = (scn.site / CU13).read_bytes()
+    files = {k: scn.site / name for k, (name, _) in BROKEN.items()}
+    files["truncated"].write_bytes(real[:1000])
+    files["zero-length"].write_bytes(b"")
+    files["not-elf"].write_text("#!/bin/sh\necho this is not a shared object\n")
+    files["aarch64"].write_bytes(real[:18] + (183).to_bytes(2, "little") + real[20:])
+    files["elf32"].write_bytes(_elf32("libcudart.so.13"))
+    if not files["symlink-loop"].is_symlink():
+        files["symlink-loop"].symlink_to(files["symlink-loop"].name)
+    return scn
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_broken_build_files_are_rejected_with_the_reason(broken, case):
+    name, words = BROKEN[case]
+    doc, c = candidate(broken, name)
+    assert c["status"] == "rejected" and words in c["reason"], c
+    assert os.path.basename(doc["plan"]["build"]) == CU13
+
+
+def test_broken_build_files_next_to_good_ones_still_run_hooked(broken):
+    r, out = start(broken)
+    assert_hooked(r, out, broken)
+
+
+def test_garbage_torch_version_py_stops_clearly(scenario):
+    scn = seed(scenario, "garbage-version")
+    (scn.site / "torch" / "version.py").write_bytes(b"\x00\xff garbage = = =\n" * 50)
+    r, _ = start(scn)
+    assert_stopped(r, "states neither `cuda` nor `hip`", "TMS_AUTOPRELOAD_CUDA_MAJOR")
+
+
+def test_absent_torch_version_py_stops_clearly(scenario):
+    scn = seed(scenario, "no-version")
+    (scn.site / "torch" / "version.py").unlink(missing_ok=True)
+    r, _ = start(scn)
+    assert_stopped(r, "no readable torch/version.py", "Reinstall torch")
+
+
+def test_override_still_works_with_a_broken_torch(scenario):
+    scn = seed(scenario, "no-version")
+    (scn.site / "torch" / "version.py").unlink(missing_ok=True)
+    r, out = start(scn, {"TMS_AUTOPRELOAD_CUDA_MAJOR": "13"})
+    assert_hooked(r, out, scn)
+
+
+def test_package_without_builds_stops_clearly(scenario):
+    scn = seed(scenario, "no-builds")
+    for so in scn.site.glob("torch_memory_saver_*.so"):
+        so.unlink()
+    r, _ = start(scn)
+    assert_stopped(r, "ships no preload build", "reinstall torch-memory-saver")
+
+
+def test_unreadable_torch_lib_dir_still_decides_from_version_py(scenario):
+    scn = seed(scenario, "unreadable-dir")
+    lib = scn.site / "torch" / "lib"
+    lib.chmod(0)
+    try:
+        r, out = start(scn, prefix=NO_DAC)
+    finally:
+        lib.chmod(0o755)
+    assert_hooked(r, out, scn)
+
+
+def test_unreadable_build_file_is_rejected(scenario):
+    scn = seed(scenario, "unreadable-file")
+    build = scn.site / CU13
+    build.chmod(0)
+    try:
+        r, _ = start(scn, prefix=NO_DAC)
+    finally:
+        build.chmod(0o755)
+    assert_stopped(r, "cannot read it: Permission denied")
+
+
+# ---------------------------------------------------------------- hostile or stale environments
+
+def test_missing_torch_memory_saver_file_in_ld_preload_is_dropped(scenario):
+    scn = seed(scenario, "")
+    r, out = start(scn, {"LD_PRELOAD": "/gone/torch_memory_saver_hook_mode_preload_cu13.abi3.so"})
+    assert_hooked(r, out, scn)
+    assert out["preload"] == str(scn.site / CU13) and execs(r.stderr) == 1
+
+
+def test_wrong_major_libcudart_first_on_library_path(scenario, parts):
+    scn = seed(scenario, "")
+    r, out = start(scn, {"LD_LIBRARY_PATH": str(parts.rt[12])})
+    assert_hooked(r, out, scn)
+    assert out["cudart"] == [str(parts.rt[13] / "libcudart.so.13")]
+
+
+def test_another_libcudart_13_first_on_library_path_is_not_bound(scenario, parts, tmp_path):
+    """A second copy of libcudart.so.13 ahead of torch's: the plan binds the hook to torch's copy."""
+    scn = seed(scenario, "")
+    other = tmp_path / "other-cuda"
+    other.mkdir()
+    shutil.copy(parts.rt[13] / "libcudart.so.13", other / "libcudart.so.13")
+    doc, _ = candidate(scn, CU13, {"LD_LIBRARY_PATH": str(other)})
+    # torch's global deps resolve through LD_LIBRARY_PATH too, so torch would use that copy: bind to it.
+    assert doc["runtime"]["library"] == str(other / "libcudart.so.13")
+    r, out = start(scn, {"LD_LIBRARY_PATH": str(other)})
+    assert_hooked(r, out, scn)
+    assert out["cudart"] == [str(other / "libcudart.so.13")]
+
+
+def test_home_unset(scenario):
+    scn = seed(scenario, "")
+    env = clean_env(SLIME_OFFLOAD_TRAIN="1")
+    env.pop("HOME", None)
+    r = scn.host.run([str(scn.venv.python), "-c", PROBE], env)
+    assert_hooked(r, json.loads(r.stdout), scn)
+
+
+def test_read_only_filesystem(scenario):
+    scn = seed(scenario, "")
+    root = scn.venv.path
+    probe = PROBE + "\nimport sys\nopen(sys.prefix + '/probe-write', 'w')\n"  # must fail: read-only
+    r, out = start(scn, setup=f'mount --bind "{root}" "{root}" && mount -o remount,bind,ro "{root}"',
+                   args=("-c", probe))
+    assert r.returncode == 1 and "Read-only file system" in r.stderr  # the user code's own write failed ...
+    r, out = start(scn, setup=f'mount --bind "{root}" "{root}" && mount -o remount,bind,ro "{root}"')
+    assert_hooked(r, out, scn)  # ... and the hook, which writes nothing, ran hooked
+
+
+def _with_startup_patch(scn, name: str, line: str, env: dict):
+    """Start flagged with one more .pth, sorted before ours, that does ``line`` when TMS_TEST_PATCH is set."""
+    patch = scn.site / f"aa_tms_test_{name}.pth"
+    patch.write_text(f"import os, sys; os.environ.get('TMS_TEST_PATCH') and ({line})\n")
+    try:
+        return start(scn, {"TMS_TEST_PATCH": "1", **env})
+    finally:
+        patch.unlink()
+
+
+def test_interpreter_removed_after_start_stops_clearly(scenario):
+    scn = seed(scenario, "exe-removed")
+    exe = scn.venv.python
+    target = os.readlink(exe)
+    try:
+        r, _ = _with_startup_patch(scn, "remove_exe", "os.unlink(sys.executable)", {})
+    finally:
+        if not os.path.lexists(exe):
+            exe.symlink_to(target)
+    assert_stopped(r, "cannot read the interpreter", "No such file", "tms-autopreload env")
+
+
+def test_interpreter_no_longer_executable_stops_clearly(scenario):
+    scn = seed(scenario, "exec-fails")
+    exe = scn.venv.python
+    if exe.is_symlink():  # a private copy, so that changing its mode touches nothing else
+        real = os.path.realpath(exe)
+        exe.unlink()
+        shutil.copy2(real, exe)
+    try:
+        r, _ = _with_startup_patch(scn, "chmod_exe", "os.chmod(sys.executable, 0o644)", {})
+    finally:
+        exe.chmod(0o755)
+    assert_stopped(r, "cannot run the interpreter", "Permission denied", "tms-autopreload env")
+
+
+def test_exec_failure_stops_clearly(scenario):
+    """execve itself fails (the interpreter changed between the loader trace and the exec)."""
+    scn = seed(scenario, "exec-fails-late")
+    r, _ = _with_startup_patch(scn, "execve", "setattr(os, 'execve', lambda *a: (_ for _ in ()).throw("
+                               "PermissionError(13, 'Permission denied')))", {})
+    assert_stopped(r, "cannot re-execute", "Permission denied", "tms-autopreload env")
+
+
+def test_interrupt_during_resolution_exits_130(scenario):
+    """SIGINT's KeyboardInterrupt, raised where resolution spends its time (the loader trace)."""
+    scn = seed(scenario, "interrupt")
+    r, _ = _with_startup_patch(scn, "interrupt", "setattr(os, 'posix_spawn', lambda *a, **k: "
+                               "(_ for _ in ()).throw(KeyboardInterrupt()))", {})
+    assert_stopped(r, "interrupted while resolving", code=130)
+
+
+def test_sigterm_during_start_ends_the_process_and_leaves_nothing(scenario):
+    scn = seed(scenario, "")
+    from support import clean_env as ce
+
+    proc = subprocess.Popen(scn.host.wrap([str(scn.venv.python), "-c", "import time; time.sleep(30)"],
+                                          ce(SLIME_OFFLOAD_TRAIN="1")), env=ce(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM
+    assert subprocess.run(["pgrep", "-f", str(scn.venv.python)], capture_output=True).stdout == b""
+
+
+def test_python_S_skips_site_and_runs_unhooked(scenario):
+    scn = seed(scenario, "")
+    r, out = start(scn, args=("-S", "-c", PROBE))
+    assert r.returncode == 0 and out["hooks"] == [] and r.stderr == ""
+
+
+def test_python_E_is_hooked(scenario):
+    scn = seed(scenario, "")
+    r, out = start(scn, args=("-E", "-c", PROBE))
+    assert_hooked(r, out, scn)
+
+
+def test_stale_exec_marker_of_another_pid_is_ignored(scenario):
+    scn = seed(scenario, "")
+    r, out = start(scn, {"TMS_AUTOPRELOAD_EXEC_PID": "1"})
+    assert_hooked(r, out, scn)
+    assert execs(r.stderr) == 1
+
+
+def test_unknown_on_error_policy_warns_and_exits(scenario):
+    scn = seed(scenario, "", tms="0.0.9")
+    r, _ = start(scn, {"TMS_AUTOPRELOAD_ON_ERROR": "ignore"})
+    assert_stopped(r, "TMS_AUTOPRELOAD_ON_ERROR='ignore' is not 'exit' or 'warn'")
+
+
+# ---------------------------------------------------------------- who may be preloaded
+
+def test_world_writable_build_is_refused(scenario):
+    scn = seed(scenario, "world-writable")
+    build = scn.site / CU13
+    build.chmod(0o777)
+    try:
+        r, _ = start(scn)
+    finally:
+        build.chmod(0o755)
+    assert_stopped(r, "writable by every user", "TMS_AUTOPRELOAD_PATH")
+
+
+def test_world_writable_directory_is_refused(scenario, tmp_path):
+    scn = seed(scenario, "world-writable-dir", layout="source13", tms="0.0.10")
+    pkg = scn.site / "torch_memory_saver"
+    build = scn.site / "torch_memory_saver_hook_mode_preload.abi3.so"
+    moved = pkg / build.name
+    shutil.move(build, moved)
+    pkg.chmod(0o777)
+    try:
+        r, _ = start(scn)
+    finally:
+        pkg.chmod(0o755)
+        shutil.move(moved, build)
+    assert_stopped(r, "writable by every user")
+
+
+def test_world_writable_build_named_explicitly_runs_with_a_warning(scenario):
+    scn = seed(scenario, "world-writable")
+    build = scn.site / CU13
+    build.chmod(0o777)
+    try:
+        r, out = start(scn, {"TMS_AUTOPRELOAD_PATH": str(build)})
+    finally:
+        build.chmod(0o755)
+    assert_hooked(r, out, scn)
+    assert "warning: TMS_AUTOPRELOAD_PATH names a file others can change" in r.stderr
+
+
+def test_pythonpath_shadow_decides_what_import_would_find(scenario, tmp_path):
+    """A torch_memory_saver on PYTHONPATH is the one `import` finds, so its build is the one preloaded."""
+    scn = seed(scenario, "")
+    shadow = tmp_path / "shadow"
+    shutil.copytree(scn.site / "torch_memory_saver", shadow / "torch_memory_saver")
+    shutil.copy(scn.site / CU13, shadow / CU13)
+    r, out = start(scn, {"PYTHONPATH": str(shadow)})
+    assert r.returncode == 0 and out["hooks"] == [str(shadow / CU13)], r.stderr
+    r, out = start(scn, {"PYTHONPATH": str(shadow)}, args=("-E", "-c", PROBE))  # -E: PYTHONPATH ignored
+    assert_hooked(r, out, scn)
+
+
+def test_current_directory_shadow_is_not_what_the_hook_uses(scenario, tmp_path):
+    """At .pth time the script directory / cwd is not on sys.path yet: the site-packages build is used."""
+    scn = seed(scenario, "")
+    shutil.copytree(scn.site / "torch_memory_saver", tmp_path / "torch_memory_saver")
+    shutil.copy(scn.site / CU13, tmp_path / CU13)
+    r, out = start(scn, cwd=tmp_path)
+    assert_hooked(r, out, scn)
+
+
+def test_no_flag_is_unchanged_even_in_a_hostile_environment(scenario):
+    scn = seed(scenario, "")
+    env = clean_env(LD_PRELOAD="/gone/torch_memory_saver_x.so", TMS_AUTOPRELOAD_STATE="junk",
+                    TMS_AUTOPRELOAD_EXEC_PID="1")
+    code = "import json, os, sys; print(json.dumps([dict(os.environ), sorted(m for m in sys.modules if 'tms' in m)]))"
+    r = scn.host.run([str(scn.venv.python), "-c", code], env)
+    got_env, modules = json.loads(r.stdout)
+    assert got_env == env and modules == []
+
+
+# ---------------------------------------------------------------- load
+
+LOAD = r"""
+import json, os, subprocess, sys
+python, n, code = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+env = dict(os.environ)
+procs = [subprocess.Popen([python, '-c', code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         for _ in range(n)]
+res = []
+for p in procs:
+    try:
+        out, err = p.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        p.kill(); out, err = p.communicate(); res.append({'rc': 'hung'}); continue
+    res.append({'rc': p.returncode, 'out': out, 'err': err})
+print(json.dumps(res))
+"""
+
+
+def _storm(scn, env, n=200):
+    import sys
+
+    r = scn.host.run([sys.executable, "-c", LOAD, str(scn.venv.python), str(n), PROBE], clean_env(**env), timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def test_storm_of_200_flagged_starts_all_hooked_once(scenario):
+    scn = seed(scenario, "")
+    res = _storm(scn, {"SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"})
+    assert [x["rc"] for x in res] == [0] * 200
+    assert all(json.loads(x["out"])["hooks"] == [str(scn.site / CU13)] for x in res)
+    assert [execs(x["err"]) for x in res] == [1] * 200  # zero loops, zero skipped
+
+
+def test_storm_of_200_failing_starts_all_stop_clearly(scenario):
+    scn = seed(scenario, "", host=("cuda13",))  # no driver: every verification fails
+    res = _storm(scn, {"SLIME_OFFLOAD_TRAIN": "1"})
+    assert [x["rc"] for x in res] == [78] * 200
+    assert all(x["err"].startswith("tms-autopreload: ") and "libcuda.so.1" in x["err"] and x["out"] == ""
+               for x in res)
