@@ -10,6 +10,7 @@ Layout follows the System V gABI (``elf(5)``): ELF header -> program headers -> 
 dynamic entries; DT_STRTAB is a virtual address mapped back to a file offset through PT_LOAD.
 """
 
+import os
 import struct
 
 __all__ = ["ElfError", "DynamicInfo", "read_dynamic", "read_kind", "MACHINE_NAMES"]
@@ -63,6 +64,8 @@ class DynamicInfo:
 def _read_at(f, offset: int, size: int, what: str) -> bytes:
     if offset < 0 or size < 0:
         raise ElfError(f"{what}: negative offset or size")
+    if offset + size > os.fstat(f.fileno()).st_size:  # also keeps seek() from an offset past off_t
+        raise ElfError(f"truncated file: {what} at offset {offset} needs {size} bytes")
     f.seek(offset)
     data = f.read(size)
     if len(data) != size:
