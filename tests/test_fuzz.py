@@ -99,3 +99,17 @@ def test_preload_composition_keeps_others_in_order(current, hook):
     out = environ.compose_preload(current, hook).split(":")
     assert out[0] == hook and "" not in out and " " not in ":".join(out[1:])
     assert out[1:] == [e for e in environ.split_preload(current) if not environ.is_tms_entry(e)]
+
+
+def test_offset_past_off_t_found_by_fuzzing(tmp_path):
+    """The first long run found it: a program-header offset past off_t made seek() raise OSError."""
+    data = bytearray(Path("/bin/true").read_bytes())
+    data[37] = 16  # the top byte of e_phoff
+    target = tmp_path / "x.so"
+    target.write_bytes(bytes(data))
+    try:
+        elf.read_dynamic(str(target))
+    except elf.ElfError as exc:
+        assert "truncated file" in str(exc)
+    else:
+        raise AssertionError("expected ElfError")

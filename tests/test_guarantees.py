@@ -8,6 +8,7 @@ Python traceback, never a change to a process that set no flag.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -63,6 +64,16 @@ def assert_stopped(r, *words, code=78):
     assert "error while loading shared libraries" not in r.stderr
     for w in words:
         assert w in r.stderr, (w, r.stderr)
+
+
+@contextlib.contextmanager
+def mode(path, bits):
+    """``path`` with permission ``bits`` for the duration, restored to 0o755 after."""
+    path.chmod(bits)
+    try:
+        yield path
+    finally:
+        path.chmod(0o755)
 
 
 def candidate(scn, name, env=None):
@@ -157,23 +168,15 @@ def test_package_without_builds_stops_clearly(scenario):
 
 def test_unreadable_torch_lib_dir_still_decides_from_version_py(scenario):
     scn = seed(scenario, "unreadable-dir")
-    lib = scn.site / "torch" / "lib"
-    lib.chmod(0)
-    try:
+    with mode(scn.site / "torch" / "lib", 0):
         r, out = start(scn, prefix=NO_DAC)
-    finally:
-        lib.chmod(0o755)
     assert_hooked(r, out, scn)
 
 
 def test_unreadable_build_file_is_rejected(scenario):
     scn = seed(scenario, "unreadable-file")
-    build = scn.site / CU13
-    build.chmod(0)
-    try:
+    with mode(scn.site / CU13, 0):
         r, _ = start(scn, prefix=NO_DAC)
-    finally:
-        build.chmod(0o755)
     assert_stopped(r, "cannot read it: Permission denied")
 
 
@@ -255,10 +258,8 @@ def test_interpreter_no_longer_executable_stops_clearly(scenario):
         real = os.path.realpath(exe)
         exe.unlink()
         shutil.copy2(real, exe)
-    try:
+    with mode(exe, 0o755):
         r, _ = _with_startup_patch(scn, "chmod_exe", "os.chmod(sys.executable, 0o644)", {})
-    finally:
-        exe.chmod(0o755)
     assert_stopped(r, "cannot run the interpreter", "Permission denied", "tms-autopreload env")
 
 
@@ -321,12 +322,8 @@ def test_unknown_on_error_policy_warns_and_exits(scenario):
 
 def test_world_writable_build_is_refused(scenario):
     scn = seed(scenario, "world-writable")
-    build = scn.site / CU13
-    build.chmod(0o777)
-    try:
+    with mode(scn.site / CU13, 0o777):
         r, _ = start(scn)
-    finally:
-        build.chmod(0o755)
     assert_stopped(r, "writable by every user", "TMS_AUTOPRELOAD_PATH")
 
 
@@ -336,23 +333,18 @@ def test_world_writable_directory_is_refused(scenario, tmp_path):
     build = scn.site / "torch_memory_saver_hook_mode_preload.abi3.so"
     moved = pkg / build.name
     shutil.move(build, moved)
-    pkg.chmod(0o777)
     try:
-        r, _ = start(scn)
+        with mode(pkg, 0o777):
+            r, _ = start(scn)
     finally:
-        pkg.chmod(0o755)
         shutil.move(moved, build)
     assert_stopped(r, "writable by every user")
 
 
 def test_world_writable_build_named_explicitly_runs_with_a_warning(scenario):
     scn = seed(scenario, "world-writable")
-    build = scn.site / CU13
-    build.chmod(0o777)
-    try:
+    with mode(scn.site / CU13, 0o777) as build:
         r, out = start(scn, {"TMS_AUTOPRELOAD_PATH": str(build)})
-    finally:
-        build.chmod(0o755)
     assert_hooked(r, out, scn)
     assert "warning: TMS_AUTOPRELOAD_PATH names a file others can change" in r.stderr
 

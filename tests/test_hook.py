@@ -58,8 +58,9 @@ def hook_lines(err, word):
 
 # ---------------------------------------------------------------- the seed, side by side
 
-def test_seed_side_by_side(scenario):
-    scn = seed_host(scenario)
+@pytest.mark.parametrize("python", PYTHONS)
+def test_seed_side_by_side(scenario, python):
+    scn = seed_host(scenario, python)
     # slime today: first existing of (cu12, unsuffixed) -> cu12 -> every child dies with 127.
     slime_pick = str(scn.site / CU12)
     r = scn.host.run(["bash", "-c", "true"], {"PATH": os.environ["PATH"], "LD_PRELOAD": slime_pick})
@@ -132,9 +133,10 @@ def test_pth_runs_twice_per_start_but_hook_acts_once(scenario, tmp_path, python)
     assert len(hook_lines(err, "re-executing")) == 1 and len(hook_lines(err, "is mapped")) == 1, err
 
 
-def test_loop_guard_stops_with_a_clear_error(scenario):
+@pytest.mark.parametrize("python", PYTHONS)
+def test_loop_guard_stops_with_a_clear_error(scenario, python):
     """An exec'd PID whose hook is still not mapped stops; it never execs again."""
-    scn = seed_host(scenario)
+    scn = seed_host(scenario, python)
     from support import clean_env
 
     env = clean_env(SLIME_OFFLOAD_TRAIN="1", TMS_AUTOPRELOAD_VERBOSE="1")
@@ -146,9 +148,10 @@ def test_loop_guard_stops_with_a_clear_error(scenario):
     assert not hook_lines(r.stderr, "re-executing") and "Traceback" not in r.stderr
 
 
-def test_inherited_build_from_another_venv_is_replaced(scenario):
-    a = seed_host(scenario)
-    b = scenario(tms="0.0.10", torch="cu13-sys", host=("driver", "cuda13"))
+@pytest.mark.parametrize("python", PYTHONS)
+def test_inherited_build_from_another_venv_is_replaced(scenario, python):
+    a = seed_host(scenario, python)
+    b = scenario(tms="0.0.10", torch="cu13-sys", host=("driver", "cuda13"), python=python)
     _, rep_a, err, rc = start(a, ["-c", REPORT])
     assert rc == 0, err
     inherited = {k: v for k, v in rep_a["env"].items() if k.startswith(("LD_", "TMS_"))}
@@ -159,8 +162,9 @@ def test_inherited_build_from_another_venv_is_replaced(scenario):
     assert len(hook_lines(err, "re-executing")) == 1
 
 
-def test_inherited_wrong_major_is_replaced(scenario):
-    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda12", "cuda13"))
+@pytest.mark.parametrize("python", PYTHONS)
+def test_inherited_wrong_major_is_replaced(scenario, python):
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda12", "cuda13"), python=python)
     _, rep, err, rc = start(scn, ["-c", REPORT], env={"LD_PRELOAD": str(scn.site / CU12)})
     assert rc == 0, err
     assert rep["maps"] == [str(scn.site / CU13)]
@@ -175,8 +179,9 @@ def test_right_build_preset_is_not_reexecuted(scenario):
     assert rep["env"]["TMS_AUTOPRELOAD_STATE"].endswith(CU13)
 
 
-def test_spawn_children_inherit_and_do_not_reexec(scenario):
-    scn = seed_host(scenario)
+@pytest.mark.parametrize("python", PYTHONS)
+def test_spawn_children_inherit_and_do_not_reexec(scenario, python):
+    scn = seed_host(scenario, python)
     code = textwrap.dedent("""
         import json, multiprocessing as mp, os
         def child(q):

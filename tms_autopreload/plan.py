@@ -202,8 +202,8 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
         if not same_file(bound, runtime.library):
             return None, (f"its {runtime.soname} would bind to {bound}, not to {runtime.library} that "
                           f"this process uses: two runtime copies"), True, None
-    plan = Plan(os.path.realpath(build.path), planned["LD_PRELOAD"], planned.get("LD_LIBRARY_PATH") if llp != current_llp else None,
-                runtime)
+    plan = Plan(os.path.realpath(build.path), planned["LD_PRELOAD"],
+                llp if llp != current_llp else None, runtime)
     reason = "loads"
     if build.kind != "driver":
         reason += f"; binds {runtime.soname} to {trace.resolved.get(runtime.soname)}"
