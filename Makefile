@@ -18,24 +18,16 @@ $(VENV)/.ready: tests/requirements.txt
 demo:
 	$(PYTHON) tools/demo.py
 
-demo-# The long fuzz run (docs/guarantees.md): 100,000 inputs per parser.
-fuzz: $(VENV)/.ready
-	TMS_FUZZ_EXAMPLES=100000 $(VENV)/bin/python -m pytest -q tests/test_fuzz.py
+demo-clean:
+	$(PYTHON) tools/demo.py --clean
 
 # Start-up cost table (docs/performance.md); builds its venvs under ~/.cache/tms-autopreload-tests/bench.
 bench:
 	$(PYTHON) tools/bench.py
-
-clean:
-	$(PYTHON) tools/demo.py --clean
 
 # The long fuzz run (docs/guarantees.md): 100,000 inputs per parser.
 fuzz: $(VENV)/.ready
 	TMS_FUZZ_EXAMPLES=100000 $(VENV)/bin/python -m pytest -q tests/test_fuzz.py
-
-# Start-up cost table (docs/performance.md); builds its venvs under ~/.cache/tms-autopreload-tests/bench.
-bench:
-	$(PYTHON) tools/bench.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
