@@ -96,9 +96,6 @@ class Loader:
         info = read_dynamic(real)
         return cls(Object(real, info), ld_library_path, ldcache.load(info.machine))
 
-    def with_library_path(self, ld_library_path: str) -> "Loader":
-        return Loader(self.executable, ld_library_path, self.cache)
-
     def find(self, name: str, needed_by: Object | None = None) -> Found | None:
         """Where ``name``, a DT_NEEDED entry of ``needed_by`` (default: the executable), loads from."""
         obj = needed_by or self.executable

@@ -18,7 +18,6 @@ from standins import SetupError
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("TMS_TEST_CACHE", Path.home() / ".cache" / "tms-autopreload-tests"))
-TMS_VERSIONS = ("0.0.8", "0.0.9", "0.0.9.post1", "0.0.10")
 TORCH_VERSION = "2.14.1"
 RAY_VERSION = "2.58.0"
 # NVIDIA's runtime wheels, pinned so that every run tests the same files.
