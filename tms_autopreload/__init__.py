@@ -21,6 +21,9 @@ import sys
 FLAG_VARS = ("SLIME_OFFLOAD_TRAIN", "TMS_AUTOPRELOAD")
 DISABLE_VAR = "TMS_AUTOPRELOAD_DISABLE"
 VERBOSE_VAR = "TMS_AUTOPRELOAD_VERBOSE"
+# The two overrides the resolver reads (a resolution depends on them, so the state key does too).
+CUDA_MAJOR_VAR = "TMS_AUTOPRELOAD_CUDA_MAJOR"
+PATH_VAR = "TMS_AUTOPRELOAD_PATH"
 # Written by the hook: what this environment was resolved for, and the PID that re-exec'd.
 STATE_VAR = "TMS_AUTOPRELOAD_STATE"
 EXEC_VAR = "TMS_AUTOPRELOAD_EXEC_PID"
@@ -93,8 +96,7 @@ def mapped_hooks() -> "list[str]":
 def state_key(build: str) -> str:
     """What a resolution depends on besides the files: this prefix and the two overrides."""
     env = os.environ
-    return "::".join((sys.prefix, env.get("TMS_AUTOPRELOAD_CUDA_MAJOR", ""),
-                      env.get("TMS_AUTOPRELOAD_PATH", ""), build))
+    return "::".join((sys.prefix, env.get(CUDA_MAJOR_VAR, ""), env.get(PATH_VAR, ""), build))
 
 
 def _flags() -> "tuple[bool, bool]":
@@ -105,8 +107,8 @@ def _flags() -> "tuple[bool, bool]":
             say("warning: " + warning)
     if values[DISABLE_VAR][0]:
         return False, False
-    slime = values["SLIME_OFFLOAD_TRAIN"][0]
-    return slime or values["TMS_AUTOPRELOAD"][0], slime
+    slime, generic = (values[name][0] for name in FLAG_VARS)
+    return slime or generic, slime
 
 
 def _inherited(mapped: "list[str]") -> "str | None":
@@ -129,7 +131,7 @@ def process_startup() -> None:
         return
     _started = True
     env = os.environ
-    if sys.platform != "linux" or not (env.get("SLIME_OFFLOAD_TRAIN") or env.get("TMS_AUTOPRELOAD")):
+    if sys.platform != "linux" or not any(env.get(name) for name in FLAG_VARS):
         return
     try:
         on, slime = _flags()

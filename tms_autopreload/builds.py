@@ -15,7 +15,9 @@ those decide. ``..._hook_mode_torch*`` builds are pluggable allocators, not prel
 import os
 import stat
 
+from . import PATH_VAR
 from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic
+from .runtime import runtime_of
 
 __all__ = ["Build", "read_build", "find_builds", "PRELOAD_PREFIXES"]
 
@@ -76,9 +78,9 @@ def writable_by_others(path: str) -> str | None:
 
 def _classify(info: DynamicInfo) -> tuple[str, int | None]:
     for name in info.needed:
-        for prefix, kind in (("libcudart.so.", "cuda"), ("libamdhip64.so.", "hip")):
-            if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit():
-                return kind, int(name[len(prefix):].split(".")[0])
+        found = runtime_of(name)
+        if found:
+            return found
     if "libcuda.so.1" in info.needed:
         return "driver", None
     return "unusable", None
@@ -103,7 +105,7 @@ def read_build(path: str, want: DynamicInfo, *, explicit: bool = False) -> Build
     elif not explicit:
         problem = writable_by_others(path)
         if problem:
-            problem += "; refusing to preload it (name it in TMS_AUTOPRELOAD_PATH to override)"
+            problem += f"; refusing to preload it (name it in {PATH_VAR} to override)"
     return Build(path, kind, major, info, problem)
 
 

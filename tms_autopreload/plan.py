@@ -15,6 +15,7 @@ CLI command ask it. Steps:
 import os
 import sys
 
+from . import PATH_VAR as FORCE_VAR
 from . import locate
 from .builds import Build, find_builds, read_build, writable_by_others
 from .elf import ElfError
@@ -29,9 +30,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["Plan", "Verdict", "Report", "survey", "resolve", "FORCE_VAR"]
+__all__ = ["Plan", "Verdict", "Report", "survey", "resolve"]
 
-FORCE_VAR = "TMS_AUTOPRELOAD_PATH"
 DRIVER_SONAME = "libcuda.so.1"
 
 
@@ -271,8 +271,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         elif _fits(b, runtime):
             eligible.append((_preference(b, runtime, i), i))
         else:
-            verdicts[i] = Verdict(b, "rejected", f"built for {b.target()}, not for this process's "
-                                                 f"{'CUDA' if runtime.kind == 'cuda' else 'ROCm/HIP'} {runtime.major}")
+            verdicts[i] = Verdict(b, "rejected", f"built for {b.target()}, not for this process's {runtime.name}")
     plan: Plan | None = None
     for _, i in sorted(eligible):
         b = builds[i]
@@ -326,7 +325,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     elif not eligible:
         fixes.append("install a ROCm build of torch_memory_saver (built from source with ROCm)")
     lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
-                 "Fix: see the reasons above, or set TMS_AUTOPRELOAD_PATH to a build that loads")
+                 f"Fix: see the reasons above, or set {FORCE_VAR} to a build that loads")
     return fail("\n".join(lines), runtime, ordered)
 
 

@@ -10,6 +10,7 @@ NVIDIA's pip runtime wheels decide, and only when exactly one major is visible.
 
 import os
 
+from . import CUDA_MAJOR_VAR as OVERRIDE_VAR
 from . import locate
 from .elf import ElfError, read_dynamic
 from .errors import ResolveError
@@ -19,16 +20,26 @@ TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-u
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-__all__ = ["Runtime", "TorchBuild", "detect", "read_torch", "runtime_soname", "install_hint",
-           "OVERRIDE_VAR", "DEFAULT_CUDA_MAJORS"]
+__all__ = ["Runtime", "TorchBuild", "detect", "read_torch", "runtime_soname", "runtime_of", "install_hint",
+           "DEFAULT_CUDA_MAJORS"]
 
-OVERRIDE_VAR = "TMS_AUTOPRELOAD_CUDA_MAJOR"
 DEFAULT_CUDA_MAJORS = (12, 13)
+# The DT_NEEDED name of each runtime: libcudart.so.N for CUDA, libamdhip64.so.N for HIP.
+_SONAME_PREFIX = {"cuda": "libcudart.so.", "hip": "libamdhip64.so."}
 
 
 def runtime_soname(kind: str, major: int) -> str:
-    """The DT_NEEDED name of a runtime: libcudart.so.N for CUDA, libamdhip64.so.N for HIP."""
-    return f"libcudart.so.{major}" if kind == "cuda" else f"libamdhip64.so.{major}"
+    """The DT_NEEDED name of ``kind``'s runtime library of ``major``."""
+    return f"{_SONAME_PREFIX[kind]}{major}"
+
+
+def runtime_of(needed: str) -> "tuple[str, int] | None":
+    """(kind, major) when a DT_NEEDED name is a runtime library, else None; the one place this is decided."""
+    for kind, prefix in _SONAME_PREFIX.items():
+        head = needed[len(prefix):].split(".", 1)[0] if needed.startswith(prefix) else ""
+        if head.isdigit():
+            return kind, int(head)
+    return None
 
 
 def install_hint(kind: str, major: int) -> str:
@@ -74,9 +85,13 @@ class Runtime:
     def soname(self) -> str:
         return runtime_soname(self.kind, self.major)
 
+    @property
+    def name(self) -> str:
+        """``CUDA 13`` or ``ROCm/HIP 6``."""
+        return f"{'CUDA' if self.kind == 'cuda' else 'ROCm/HIP'} {self.major}"
+
     def describe(self) -> str:
-        name = "CUDA" if self.kind == "cuda" else "ROCm/HIP"
-        return f"{name} {self.major} ({self.source})"
+        return f"{self.name} ({self.source})"
 
 
 def _parse_version_py(text: str) -> dict[str, str | None]:
@@ -122,7 +137,7 @@ def read_torch(torch_dir: str) -> TorchBuild:
     links: tuple[str, ...] = ()
     try:
         deps = Object(deps_path, read_dynamic(deps_path))
-        links = tuple(n for n in deps.info.needed if n.startswith(("libcudart.so.", "libamdhip64.so.")))
+        links = tuple(n for n in deps.info.needed if runtime_of(n))
     except (OSError, ElfError):
         deps = None
     return TorchBuild(torch_dir, values.get("__version__"), values.get("cuda"), values.get("hip"),
@@ -157,12 +172,12 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
     override = _major(override_text, OVERRIDE_VAR) if override_text else None
     torch_dir = locate.package_dir("torch")
     torch = None
-    if torch_dir is not None and (override is None or os.path.isfile(os.path.join(torch_dir, "version.py"))):
+    if torch_dir is not None:
         try:
             torch = read_torch(torch_dir)
         except ResolveError:
             if override is None:
-                raise
+                raise  # with the override, a broken torch only loses its evidence
 
     if override is not None:
         needed_by = torch.global_deps if torch and f"libcudart.so.{override}" in torch.links else None
@@ -186,8 +201,12 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
             raise ResolveError(
                 f"{where} is inconsistent: torch/version.py says {kind} {major} but "
                 f"torch/lib/libtorch_global_deps.so links {', '.join(other)}. Reinstall torch.")
-        checked = ("libtorch_global_deps.so links " + soname) if soname in torch.links else \
-            "libtorch_global_deps.so not read"
+        if soname in torch.links:
+            checked = f"libtorch_global_deps.so links {soname}"
+        elif torch.global_deps is None:
+            checked = "libtorch_global_deps.so not read"
+        else:
+            checked = "libtorch_global_deps.so links no runtime library"
         field = "hip" if kind == "hip" else "cuda"
         source = f"{where}: torch.version.{field}={getattr(torch, field)!r}, {checked}"
         found = _visible(loader, kind, major, torch.global_deps)

@@ -92,6 +92,29 @@ def stats(values: list[float]) -> tuple[float, float]:
     return statistics.median(values), q[2] - q[0]
 
 
+def pth_floor(work: Path, without: Venv, base_env: dict[str, str], n: int) -> list[tuple[str, float, float]]:
+    """What any .pth costs: a copy of the venv without the package, plus one .pth, vs the venv itself.
+
+    (label, wall ratio, CPU ratio) for a .pth holding only ``import os`` and for this package's line.
+    """
+    import shutil
+
+    copy = work / "venv-pth-floor"
+    if not copy.exists():
+        shutil.copytree(without.path, copy, symlinks=True)
+    site = Venv(copy).site
+    ours = next(line for line in (HERE.parent / "tms_autopreload.pth").read_text().splitlines()
+                if line.startswith("import"))
+    rows = []
+    for label, line in (("a .pth holding only `import os`", "import os"), ("this package's .pth line", ours)):
+        (site / "zz_floor.pth").write_text(line + "\n")
+        a, b = interleave(lambda: spawn([str(copy / "bin" / "python"), "-c", "pass"], base_env),
+                          lambda: spawn([str(without.python), "-c", "pass"], base_env), n)
+        rows.append((label, paired_ratio([x[0] for x in a], [x[0] for x in b]),
+                     paired_ratio([x[3] for x in a], [x[3] for x in b])))
+    return rows
+
+
 def setup(work: Path, python: str) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     own = build_own_wheel(work / "dist")
@@ -190,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                  "<= +5 MB", f"{statistics.median(p6) / 1024:.1f} MiB", f"{statistics.median(plain) / 1024:.1f} MiB",
                  f"{delta_mb:+.1f} MiB", "yes" if delta_mb <= 5 else "NO"))
 
+    floor = pth_floor(args.dir, s["venvs"]["without"], s["base"], args.n)
     br = [list(map(float, output([with_py, "-c", BREAKDOWN], s["base"]).split())) for _ in range(20)]
     imp, surv, tr = (statistics.median(c[i] for c in br) * 1000 for i in range(3))
 
@@ -207,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{k} {v:.3f}" for k, v in cpu_ratios.items()))
     print("ratio = median of per-pair ratios (each pair ran back to back, order alternating); "
           "times are wall-clock medians ± interquartile range")
+    for label, wall, cpu in floor:
+        print(f"P1 floor: {label}: wall ratio {wall:.3f}, CPU ratio {cpu:.3f} ({args.n} pairs)")
     print(f"flagged path, in-process (median of 20): imports {imp:.2f} ms, survey {surv:.2f} ms "
           f"of which the loader trace {tr:.2f} ms")
     return 0
