@@ -10,7 +10,7 @@ the right hook). Here:
 
 Nothing leaves this module as a traceback: start-up would print ``Error processing line``
 or, for SystemExit, abort with ``Fatal Python error``. Failures print one message prefixed
-``tms-autopreload:`` and exit with :data:`EXIT_NO_PLAN` (or continue, with
+``tms-autopreload:`` and exit with :data:`EXIT_CONFIG` (or continue, with
 ``TMS_AUTOPRELOAD_ON_ERROR=warn``).
 """
 
@@ -19,9 +19,9 @@ import sys
 
 from . import EXEC_VAR, STATE_VAR, VERBOSE_VAR, parse_flag, say, state_key
 
-__all__ = ["run", "EXIT_NO_PLAN", "EXIT_INTERRUPTED", "ON_ERROR_VAR"]
+__all__ = ["run", "EXIT_CONFIG", "EXIT_INTERRUPTED", "ON_ERROR_VAR"]
 
-EXIT_NO_PLAN = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
+EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
 EXIT_INTERRUPTED = 130
 ON_ERROR_VAR = "TMS_AUTOPRELOAD_ON_ERROR"
 
@@ -29,7 +29,7 @@ ON_ERROR_VAR = "TMS_AUTOPRELOAD_ON_ERROR"
 class _Stop(Exception):
     """A failure to report: the message, and the exit code when the hook is not told to warn."""
 
-    def __init__(self, message: str, code: int = EXIT_NO_PLAN) -> None:
+    def __init__(self, message: str, code: int = EXIT_CONFIG) -> None:
         super().__init__(message)
         self.code = code
 
@@ -108,7 +108,7 @@ def run(mapped: "list[str]") -> None:
             message, code = "interrupted while resolving the preload hook", EXIT_INTERRUPTED
         else:
             message, code = (f"internal error while resolving the preload hook: {exc!r}; "
-                             f"run `tms-autopreload doctor` and report it"), EXIT_NO_PLAN
+                             f"run `tms-autopreload doctor` and report it"), EXIT_CONFIG
         policy = os.environ.get(ON_ERROR_VAR, "exit").strip().lower()
         if policy == "warn" and code != EXIT_INTERRUPTED:
             say(message + f"\ncontinuing without the hook ({ON_ERROR_VAR}=warn)")
