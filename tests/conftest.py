@@ -171,15 +171,23 @@ def _custom_layout(venv: Venv, tms: str, layout: str, parts: Parts) -> None:
 
 @pytest.fixture(scope="session")
 def real_torch(parts, tmp_path_factory):
-    """Factory: real torch (CUDA 13.0 build) + torch_memory_saver 0.0.9.post1 + our wheel, on a host."""
-    made: dict[tuple, Scenario] = {}
+    """Factory: real torch (CUDA 13.0 build) + a real torch_memory_saver wheel + our wheel, on a host.
 
-    def make(host: tuple[str, ...] = ("driver",)) -> Scenario:
+    One cached venv holds torch (5.5 GB); ``tms`` switches the torch_memory_saver installed in it
+    (a pip reinstall of a small wheel) when a test asks for another version than the last one.
+    """
+    made: dict[tuple, Scenario] = {}
+    installed: dict[str, str] = {}
+
+    def make(host: tuple[str, ...] = ("driver",), tms: str = "0.0.9.post1") -> Scenario:
+        interpreter = support.find_python(DEFAULT_PYTHON)
+        venv = need(support.torch_venv, interpreter)
+        if not installed:
+            need(venv.install, parts.own_wheel)
+        if installed.get("tms") != tms:
+            need(venv.install, support.tms_wheel(tms))
+            installed["tms"] = tms
         if host not in made:
-            interpreter = support.find_python(DEFAULT_PYTHON)
-            venv = need(support.torch_venv, interpreter)
-            if not made:
-                need(venv.install, parts.own_wheel, support.tms_wheel("0.0.9.post1"))
             root = tmp_path_factory.mktemp("torch-host")
             made[host] = Scenario(venv, need(Host, root, parts.host_dirs(host)), parts)
         return made[host]

@@ -57,7 +57,8 @@ def test_which_and_doctor(scenario):
     assert set(doc) == {"ok", "executable", "torch_memory_saver_dir", "runtime", "candidates", "plan", "warnings",
                         "error"}
     assert set(doc["runtime"]) == {"kind", "major", "source", "library", "library_rule", "torch_dir", "torch_version"}
-    assert set(doc["candidates"][0]) == {"path", "target", "kind", "major", "needs", "loads", "status", "reason"}
+    assert set(doc["candidates"][0]) == {"path", "target", "kind", "major", "needs", "interposes", "loads", "status",
+                                         "reason"}
 
 
 def test_doctor_prints_the_table_when_there_is_no_plan(scenario):

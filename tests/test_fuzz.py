@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tms_autopreload import elf, environ, ldcache, runtime, trace  # noqa: E402
+from tms_autopreload import bindings, elf, environ, ldcache, runtime, trace  # noqa: E402
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=500, suppress_health_check=list(HealthCheck), database=None)
 MEMORY_BOUND = 8 << 20
-SEEDS = [Path(os.path.realpath(sys.executable)).read_bytes()[:65536], Path("/bin/true").read_bytes()[:65536]]
+# Whole small objects too, so that mutations reach the dynamic symbol table and its hash sections.
+SEEDS = [Path(os.path.realpath(sys.executable)).read_bytes()[:65536], Path("/bin/true").read_bytes()[:65536],
+         Path("/lib/x86_64-linux-gnu/libdl.so.2").read_bytes()[:65536]]
 TMP = Path(os.environ.get("TMPDIR", "/tmp")) / f"tms-fuzz-{os.getpid()}.so"
 
 
@@ -59,7 +61,7 @@ elf_like = st.one_of(mutated_elf, st.binary(max_size=4096).map(lambda b: b"\x7fE
 @given(elf_like)
 def test_elf_reader_raises_only_elferror(data):
     TMP.write_bytes(data)
-    for reader in (elf.read_dynamic, elf.read_kind):
+    for reader in (elf.read_dynamic, elf.read_kind, elf.read_symbols):
         try:
             _bounded(reader, str(TMP))
         except elf.ElfError:
@@ -89,6 +91,29 @@ def test_torch_version_parser_never_raises(text):
 def test_loader_trace_parser_never_raises(text, status):
     t = _bounded(trace._parse, text, status)
     assert isinstance(t.reason(), str)
+
+
+REAL_BINDING = ("     12345:\tbinding file /x/torch/lib/libc10_cuda.so [0] to /x/hook cu13.so [0]: "
+                "normal symbol `cudaMalloc' [libcudart.so.13]")
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=400),
+                 st.builds(lambda cut, ins: REAL_BINDING[:cut] + ins + REAL_BINDING[cut:],
+                           st.integers(0, len(REAL_BINDING)), st.text(max_size=20))))
+def test_binding_log_parser_never_raises(line):
+    b = _bounded(bindings.parse_binding, line)
+    assert b is None or (isinstance(b.symbol, str) and b.symbol and isinstance(b.pid, int))
+
+
+def test_binding_log_parser_reads_the_loader_format():
+    b = bindings.parse_binding(REAL_BINDING)
+    assert (b.pid, b.referrer, b.target, b.symbol, b.version) == (
+        12345, "/x/torch/lib/libc10_cuda.so", "/x/hook cu13.so", "cudaMalloc", "libcudart.so.13")
+    unversioned = bindings.parse_binding("  7:\tbinding file <main program> [0] to /lib/libc.so.6 [0]: "
+                                         "protected symbol `free'")
+    assert (unversioned.referrer, unversioned.symbol, unversioned.version) == ("<main program>", "free", None)
+    assert bindings.parse_binding("     12345:\tsymbol=cudaMalloc;  lookup in file=/x/a.so [0]") is None
 
 
 @FUZZ

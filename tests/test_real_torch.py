@@ -1,17 +1,25 @@
-"""Issues 2 and 4: real torch 2.14.1+cu130 imported in a flagged process.
+"""Issues 2, 4 and 11: real torch 2.14.1+cu130 imported in a flagged process.
 
 The driver is the only stand-in. The hook must be mapped before torch is imported, the process
 must end with exactly one libcudart (torch's own, from nvidia/cu13/lib) even when the host also
-has a system CUDA 13, ``cudaMalloc`` in the global scope must resolve to the hook, and
-torch_memory_saver's own preload-mode check must accept the environment.
+has a system CUDA 13, the loader must bind torch's own references to ``cudaMalloc`` and ``cudaFree``
+(libc10_cuda.so: its CUDA caching allocator) to the hook, and torch_memory_saver's own preload-mode
+check must accept the environment. ``doctor --deep`` must say so, and must say "bypassed" with the
+reason for environments that do not hook torch.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tms_autopreload.bindings import parse_binding  # noqa: E402
 
 PROBE = r"""
 import ctypes, json, os
@@ -39,18 +47,88 @@ print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'hook_
 """
 
 
-@pytest.mark.parametrize("host", [("driver",), ("driver", "cuda13")], ids=["pip-runtime-only", "plus-system-cuda13"])
-def test_real_torch_one_runtime_and_the_hook_wins(real_torch, host):
+HOSTS = [("driver",), ("driver", "cuda13")]
+HOST_IDS = ["pip-runtime-only", "plus-system-cuda13"]
+HOOK = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+
+
+def allocator_bindings(log_dir: Path) -> dict[str, dict[str, str]]:
+    """{library name: {symbol: file it was bound to}} for cudaMalloc/cudaFree, from the loader's own log."""
+    out: dict[str, dict[str, str]] = {}
+    for path in log_dir.iterdir():
+        for line in path.read_text(errors="replace").splitlines():
+            b = parse_binding(line)
+            if b and b.symbol in ("cudaMalloc", "cudaFree"):
+                out.setdefault(os.path.basename(b.referrer), {})[b.symbol] = os.path.realpath(b.target)
+    return out
+
+
+@pytest.mark.parametrize("host", HOSTS, ids=HOST_IDS)
+def test_real_torch_one_runtime_and_the_hook_wins(real_torch, host, tmp_path):
     scn = real_torch(host)
-    r = scn.flagged(PROBE)
+    # LD_BIND_NOW binds every reference as its library loads, so the log shows torch's own bindings.
+    r = scn.flagged(PROBE, {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": str(tmp_path / "bind")})
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    hook = str(scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so")
+    hook = str(scn.site / HOOK)
     assert out["torch"].startswith("2.14.1") and out["cuda"] == "13.0"
     assert out["hook_before_torch"] == [hook]
     assert out["cudart"] == [str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")]
     assert out["cudaMalloc_in"] == hook
     assert out["accepted"] == hook
+    bound = allocator_bindings(tmp_path)
+    for lib in ("libc10_cuda.so", "libtorch_cuda.so"):
+        assert bound[lib] == {"cudaMalloc": hook, "cudaFree": hook}, bound
+
+
+def deep(scn, env=None, *args):
+    r = scn.run(["-m", "tms_autopreload", "doctor", "--deep", *args], env)
+    assert r.returncode in (0, 1), r.stderr
+    return r
+
+
+@pytest.mark.parametrize("host", HOSTS, ids=HOST_IDS)
+def test_doctor_deep_proves_torch_allocator_binds_to_the_hook(real_torch, host):
+    scn = real_torch(host)
+    r = deep(scn)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert "torch's CUDA allocator (libc10_cuda.so): cudaMalloc, cudaFree -> hook" in lines
+    assert "libtorch_cuda.so: cudaMalloc, cudaFree -> hook" in lines
+    assert any(line.startswith("verdict:  INTERCEPTED") for line in lines), r.stdout
+    doc = json.loads(deep(scn, None, "--json").stdout)
+    assert doc["ok"] and doc["hook_mapped"] and doc["interposed"] == ["cudaFree", "cudaMalloc"]
+    assert doc["runtime_libraries_mapped"] == [str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")]
+    assert {lib["name"]: lib["status"] for lib in doc["libraries"]}["libc10_cuda.so"] == "intercepted"
+    assert doc["log_bytes"] > 1_000_000 and doc["seconds"] > 0
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("tms-autopreload-deep-*"))  # the log is gone
+
+
+def test_doctor_deep_without_the_preload_says_bypassed(real_torch):
+    """A broken plan: nothing preloaded. Every reference binds to libcudart, and the reason says why."""
+    scn = real_torch(("driver",))
+    r = deep(scn, None, "--as-is")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "torch's CUDA allocator (libc10_cuda.so): cudaMalloc, cudaFree -> libcudart.so.13 (BYPASSED: bound to" in r.stdout
+    assert "the hook is not loaded in this process" in r.stdout and "verdict:  BYPASSED" in r.stdout
+
+
+def test_doctor_deep_hook_bound_to_a_second_libcudart_fails(real_torch):
+    """A broken plan: the hook preloaded without the LD_LIBRARY_PATH binding on a host with a system
+    CUDA 13. The allocator calls reach the hook, but the hook forwards into the system copy while
+    torch loads its own: two runtimes, not proven."""
+    scn = real_torch(("driver", "cuda13"))
+    r = deep(scn, {"LD_PRELOAD": str(scn.site / HOOK)}, "--as-is")
+    assert r.returncode == 1, r.stdout + r.stderr
+    system = str(scn.parts.rt[13] / "libcudart.so.13")
+    assert "verdict:  NOT PROVEN: 2 runtime libraries are mapped" in r.stdout
+    assert f"the hook's own calls were bound to {system}" in r.stdout
+
+
+def test_doctor_shows_what_each_candidate_interposes(real_torch):
+    doc = real_torch(("driver",)).doctor()
+    got = {os.path.basename(c["path"]): c["interposes"] for c in doc["candidates"]}
+    assert got[HOOK] == ["cudaFree", "cudaMalloc"]
 
 
 def test_real_torch_doctor_reads_torch_without_importing_it(real_torch):

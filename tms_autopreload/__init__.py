@@ -6,7 +6,8 @@ This module is also the interpreter start-up entry, run by ``tms_autopreload.pth
 
 * no flag on: nothing is changed;
 * the hook this environment was resolved for is already mapped (``/proc/self/maps``) and was
-  resolved for this interpreter's prefix (a child of a hooked process): done, no resolve;
+  resolved for this interpreter's prefix (a child of a hooked process): done, no resolve; when a
+  launcher named it again in LD_PRELOAD (``configure_subprocess()``), the value is rewritten with one entry;
 * otherwise :mod:`tms_autopreload.hook` resolves and re-execs.
 
 It is idempotent: in a venv on Python 3.10-3.13 site-packages is scanned twice, so the ``.pth``
@@ -64,6 +65,22 @@ def is_tms_entry(entry: str) -> bool:
     return "torch_memory_saver" in os.path.basename(entry)
 
 
+def split_preload(value: str) -> "list[str]":
+    """LD_PRELOAD entries as ld.so reads them: space and colon separate (a tab does not), empties ignored."""
+    return [e for e in value.replace(" ", ":").split(":") if e]
+
+
+def compose_preload(current: str, hook: str) -> str:
+    """``hook`` first, then the other entries of ``current`` in order, every torch_memory_saver entry dropped.
+
+    The one form this package writes: colon-joined, because torch_memory_saver 0.0.10 splits only on
+    ':' and wants exactly one entry naming it; hook first, because a library ahead of it would win
+    symbol lookup.
+    """
+    kept = [e for e in split_preload(current) if not is_tms_entry(e)]
+    return ":".join([hook, *kept])
+
+
 def mapped_hooks() -> "list[str]":
     """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps.
 
@@ -111,17 +128,44 @@ def _flags() -> "tuple[bool, bool]":
     return slime or generic, slime
 
 
-def _inherited(mapped: "list[str]") -> "str | None":
-    """The mapped hook when this environment was resolved for it here and needs no rewrite."""
+def _names(entry: str, path: str) -> bool:
+    """True when the LD_PRELOAD ``entry`` names the mapped file ``path``.
+
+    The same string, the bare file name (found through LD_LIBRARY_PATH), or another spelling of the
+    same file: launchers build their own path (torch_memory_saver's ``configure_subprocess()`` joins
+    its package's ``__file__``), which may run through a symlinked or non-normalised directory,
+    while /proc/self/maps names the file the kernel opened. Compared as the loader compares
+    objects it has already loaded: by device and inode.
+    """
+    if entry == path or entry == os.path.basename(path):
+        return True
+    try:
+        a, b = os.stat(entry), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _inherited(mapped: "list[str]") -> "tuple[str, str] | None":
+    """(the mapped hook, LD_PRELOAD as this package writes it) when this environment was resolved
+    for that hook here and every torch_memory_saver entry of LD_PRELOAD names it; else None.
+
+    A launcher may rewrite LD_PRELOAD between a hooked parent and its child: torch_memory_saver
+    0.0.10's ``configure_subprocess()`` prepends its own pick, so the child gets the same build
+    twice, perhaps spelled two ways. Nothing needs resolving then, but the value must be rewritten
+    with one entry, or torch_memory_saver's own check refuses the child.
+    """
+    if len(mapped) != 1:
+        return None  # none, or two builds fighting over the same symbols: resolve
+    path = mapped[0]
     env = os.environ
-    state = env.get(STATE_VAR)
+    if env.get(STATE_VAR) != state_key(path):
+        return None
     preload = env.get("LD_PRELOAD", "")
-    for path in mapped:
-        # The hook writes LD_PRELOAD colon-joined with the hook first; anything else gets rewritten.
-        if state == state_key(path) and " " not in preload and preload.split(":", 1)[0] in (
-                path, os.path.basename(path)):
-            return path
-    return None
+    named = [e for e in split_preload(preload) if is_tms_entry(e)]
+    if not named or not all(_names(e, path) for e in named):
+        return None
+    return path, compose_preload(preload, named[0])
 
 
 def process_startup() -> None:
@@ -141,11 +185,16 @@ def process_startup() -> None:
             for name, value in SLIME_DEFAULTS.items():
                 env.setdefault(name, value)
         mapped = mapped_hooks()
-        path = _inherited(mapped)
-        if path is not None:
+        inherited = _inherited(mapped)
+        if inherited is not None:
+            path, preload = inherited
+            rewritten = preload != env.get("LD_PRELOAD")
+            if rewritten:
+                env["LD_PRELOAD"] = preload
             env.pop(EXEC_VAR, None)
             if parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]:
-                say(f"{path} is mapped (resolved for this interpreter); nothing to do")
+                say(f"{path} is mapped (resolved for this interpreter); "
+                    + (f"LD_PRELOAD rewritten as {preload}" if rewritten else "nothing to do"))
             return
     except Exception:  # noqa: BLE001 - the full path below reports anything, without a traceback
         mapped = []
@@ -155,7 +204,8 @@ def process_startup() -> None:
 
 
 __version__ = "0.1.0"
-__all__ = ["process_startup", "resolve", "survey", "Plan", "Report", "Verdict", "ResolveError", "__version__"]
+__all__ = ["process_startup", "resolve", "survey", "configure_subprocess", "Plan", "Report", "Verdict",
+           "ResolveError", "__version__"]
 
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562 module attribute hook
@@ -163,6 +213,10 @@ def __getattr__(name: str):  # noqa: ANN202 - PEP 562 module attribute hook
         from .errors import ResolveError
 
         return ResolveError
+    if name == "configure_subprocess":
+        from .children import configure_subprocess
+
+        return configure_subprocess
     if name in ("resolve", "survey", "Plan", "Report", "Verdict"):
         from . import plan
 

@@ -1,7 +1,8 @@
 """``tms-autopreload`` (also ``python -m tms_autopreload``): explain, print or apply the plan.
 
-Exit codes: 0 a plan exists (or the command ran); 1 no plan (the reason is printed);
-2 usage error; 126/127 ``run``: the command could not be executed / was not found.
+Exit codes: 0 a plan exists (or the command ran); 1 no plan (the reason is printed), or ``kernel``
+could not do what was asked; 2 usage error, or a tool the command needs is not installed;
+126/127 ``run``: the command could not be executed / was not found.
 """
 
 from __future__ import annotations
@@ -34,15 +35,32 @@ def _table(rows: list[tuple[str, ...]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
 
 
-def _doctor_text(report: Report) -> str:
+def _interposes(report: Report) -> "dict[str, list[str] | None]":
+    """Per candidate path: what it defines that the process's runtime library defines (None: unknown)."""
+    from .bindings import interposed
+    from .elf import ElfError
+
+    library = report.runtime.library if report.runtime else None
+    out: "dict[str, list[str] | None]" = {}
+    for v in report.verdicts:
+        try:
+            out[v.build.path] = list(interposed(v.build.path, library)) if library and v.build.info else None
+        except (OSError, ElfError):
+            out[v.build.path] = None
+    return out
+
+
+def _doctor_text(report: Report, interposes: "dict[str, list[str] | None]") -> str:
     out = [f"python:   {report.executable}",
            f"package:  {report.package_dir or 'torch_memory_saver not found'}",
            _runtime_line(report), ""]
     if report.verdicts:
-        rows = [("candidate", "built for", "loads?", "verdict", "why")]
+        rows = [("candidate", "built for", "interposes", "loads?", "verdict", "why")]
         for v in report.verdicts:
             loads = {True: "yes", False: "NO", None: "-"}[v.loads]
-            rows.append((v.build.name, v.build.target(), loads, v.status.upper(), v.reason))
+            symbols = interposes.get(v.build.path)
+            rows.append((v.build.name, v.build.target(), ", ".join(symbols) if symbols else "-", loads,
+                         v.status.upper(), v.reason))
         out += [_table(rows), ""]
     for w in report.warnings + (report.plan.warnings if report.plan else ()):
         out.append(f"warning: {w}")
@@ -64,12 +82,60 @@ def _plan_or_fail(report: Report) -> bool:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
+    if args.deep:
+        return _deep(args)
     report = survey(check_all=True)
+    interposes = _interposes(report)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        doc = report.to_dict()
+        for candidate in doc["candidates"]:
+            candidate["interposes"] = interposes.get(candidate["path"])
+        print(json.dumps(doc, indent=2))
     else:
-        print(_doctor_text(report))
+        print(_doctor_text(report, interposes))
     return EXIT_OK if report.plan else EXIT_NO_PLAN
+
+
+def _deep(args: argparse.Namespace) -> int:
+    """``doctor --deep``: where the loader binds the module's references to the hook's symbols."""
+    from . import STATE_VAR, state_key
+    from .bindings import check
+    from .environ import split_preload, is_tms_entry
+
+    report = survey()
+    if report.plan is None or report.runtime is None or report.runtime.library is None:
+        error = report.error or "the runtime library this process binds was not found"
+        if args.json:
+            print(json.dumps({"ok": False, "error": error}))
+        else:
+            print(f"tms-autopreload: {error}", file=sys.stderr)
+        return EXIT_NO_PLAN
+    plan = report.plan
+    if args.as_is:
+        env = dict(os.environ)
+        named = [e for e in split_preload(env.get("LD_PRELOAD", "")) if is_tms_entry(e)]
+        hook = named[0] if named and os.path.isabs(named[0]) else plan.build
+    else:
+        env = {**os.environ, **plan.changes(), STATE_VAR: state_key(plan.build)}
+        hook = plan.build
+    ev = check(env, hook, report.runtime.library, module=args.import_, executable=report.executable)
+    if args.json:
+        print(json.dumps(ev.to_dict(), indent=2))
+        return EXIT_OK if ev.ok else EXIT_NO_PLAN
+    where = "this environment as it is" if args.as_is else "the plan"
+    print(f"deep:     `import {ev.module}` under {where} with LD_BIND_NOW=1 LD_DEBUG=bindings: "
+          f"{ev.seconds:.1f} s, {ev.log_bytes / 1e6:.1f} MB of binding log (read line by line, deleted)")
+    print(f"hook:     {ev.hook} ({'mapped' if ev.hook_mapped else 'NOT mapped'})")
+    print(f"symbols:  {', '.join(ev.interposed) or 'none'} (defined by the hook and by {ev.runtime_library})")
+    print(f"runtime:  {len(ev.runtimes)} mapped: {', '.join(ev.runtimes) or 'none'}")
+    print()
+    for lib in ev.libraries:
+        targets = {t for t in lib.bound.values()}
+        to = "hook" if lib.status == "intercepted" else ", ".join(sorted(os.path.basename(t or "nothing") for t in targets))
+        line = f"{lib.label()}: {', '.join(lib.bound)} -> {to}"
+        print(line if lib.status == "intercepted" else f"{line} ({lib.status.upper()}: {lib.reason})")
+    print(f"\nverdict:  {ev.verdict()}")
+    return EXIT_OK if ev.ok else EXIT_NO_PLAN
 
 
 def _cmd_which(args: argparse.Namespace) -> int:
@@ -115,6 +181,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK  # not reached: execvpe replaced this process
 
 
+def _kernel_location(args: argparse.Namespace) -> dict:
+    return {"user": args.user, "sys_prefix": args.sys_prefix, "prefix": args.prefix}
+
+
+def _cmd_kernel(args: argparse.Namespace) -> int:
+    from . import kernelspec
+
+    try:
+        if args.action == "install":
+            env = {}
+            for item in args.env:
+                name, sep, value = item.partition("=")
+                if not sep or not name:
+                    print(f"tms-autopreload kernel: --env wants NAME=VALUE, got {item!r}", file=sys.stderr)
+                    return EXIT_USAGE
+                env[name] = value
+            display = args.display_name or f"Python {sys.version_info.major}.{sys.version_info.minor} (tms-autopreload)"
+            where = kernelspec.install(args.name, display, env, **_kernel_location(args))
+            print(f"installed kernel {args.name!r} ({display}) in {where}")
+        else:
+            where = kernelspec.uninstall(args.name, **_kernel_location(args))
+            print(f"removed kernel {args.name!r} from {where}")
+    except kernelspec.MissingJupyter as exc:
+        print(f"tms-autopreload kernel: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyError:
+        print(f"tms-autopreload kernel: no kernel named {args.name!r} there", file=sys.stderr)
+        return EXIT_NO_PLAN
+    except (ValueError, OSError) as exc:
+        print(f"tms-autopreload kernel: {exc}", file=sys.stderr)
+        return EXIT_NO_PLAN
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tms-autopreload",
@@ -124,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("doctor", help="explain what is installed, what loads, and what is chosen")
     p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--deep", action="store_true",
+                   help="also prove the binding: import a module in a child under the plan and show where the "
+                        "loader binds each reference to the hook's symbols (a few seconds for torch)")
+    p.add_argument("--import", dest="import_", default="torch", metavar="MODULE",
+                   help="the module --deep imports (default: torch)")
+    p.add_argument("--as-is", action="store_true",
+                   help="with --deep: check this environment as it is (your own LD_PRELOAD), not the plan")
     p.set_defaults(func=_cmd_doctor)
     p = sub.add_parser("which", help="print the chosen build's path")
     p.set_defaults(func=_cmd_which)
@@ -133,6 +240,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="exec a command with the planned environment")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=_cmd_run)
+    from .kernelspec import DEFAULT_NAME
+
+    p = sub.add_parser("kernel", help="install or remove a Jupyter kernel of this interpreter that starts hooked")
+    p.add_argument("action", choices=("install", "uninstall"))
+    p.add_argument("--name", default=DEFAULT_NAME, help=f"kernel name (default {DEFAULT_NAME})")
+    p.add_argument("--display-name", help="name shown in Jupyter (install)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="another variable for the kernel's environment (install; repeatable)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="this user's Jupyter data directory")
+    where.add_argument("--sys-prefix", action="store_true", help="this environment (sys.prefix)")
+    where.add_argument("--prefix", help="PREFIX/share/jupyter/kernels")
+    p.set_defaults(func=_cmd_kernel)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""Read the dynamic section of an ELF shared object: DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH.
+"""Read the dynamic section of an ELF shared object (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH) and
+its dynamic symbol table (what it defines and what it needs from others).
 
 Why our own reader: the resolver runs inside interpreter start-up with a 10 ms budget, and
 pyelftools costs about 35 ms to import. This reader uses only ``struct``, reads just the
@@ -7,28 +8,39 @@ size it takes from the file, so a hostile or truncated file costs at most a few 
 raises :class:`ElfError`, never anything else.
 
 Layout follows the System V gABI (``elf(5)``): ELF header -> program headers -> PT_DYNAMIC ->
-dynamic entries; DT_STRTAB is a virtual address mapped back to a file offset through PT_LOAD.
+dynamic entries; DT_STRTAB and DT_SYMTAB are virtual addresses mapped back to file offsets through
+PT_LOAD. The symbol table is read as the loader reads it, from the dynamic section (section headers
+may be stripped); its length comes from DT_HASH (nchain) or, as glibc computes it, from the highest
+chain of DT_GNU_HASH.
 """
 
 import os
 import struct
 
-__all__ = ["ElfError", "DynamicInfo", "read_dynamic", "read_kind", "MACHINE_NAMES"]
+__all__ = ["ElfError", "DynamicInfo", "Symbols", "read_dynamic", "read_symbols", "read_kind", "MACHINE_NAMES"]
 
 PT_LOAD = 1
 PT_DYNAMIC = 2
 DT_NULL = 0
 DT_NEEDED = 1
+DT_HASH = 4
 DT_STRTAB = 5
+DT_SYMTAB = 6
 DT_STRSZ = 10
+DT_SYMENT = 11
 DT_SONAME = 14
 DT_RPATH = 15
 DT_RUNPATH = 29
+DT_GNU_HASH = 0x6FFFFEF5
+SHN_UNDEF = 0
+STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE = 1, 2, 10
+STV_HIDDEN, STV_INTERNAL = 2, 1
 
 # Bounds on what a file may make us read: far above any real shared object.
 _MAX_PHNUM = 4096
 _MAX_DYN_ENTRIES = 65536
-_MAX_STRTAB = 16 << 20
+_MAX_STRTAB = 64 << 20  # libtorch_cuda.so's is 4.5 MB
+_MAX_SYMBOLS = 1 << 22  # libtorch_cpu.so has about 300,000
 
 MACHINE_NAMES = {3: "i386", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390", 40: "arm", 62: "x86-64",
                  183: "aarch64", 243: "riscv"}
@@ -61,6 +73,17 @@ class DynamicInfo:
         return MACHINE_NAMES.get(self.machine, f"e_machine={self.machine}")
 
 
+class Symbols:
+    """Names in an object's dynamic symbol table: those it defines for others (global, weak or
+    unique binding, not hidden), and those it needs from others (undefined)."""
+
+    __slots__ = ("defined", "undefined")
+
+    def __init__(self, defined: frozenset, undefined: frozenset) -> None:
+        self.defined = defined
+        self.undefined = undefined
+
+
 def _read_at(f, offset: int, size: int, what: str) -> bytes:
     if offset < 0 or size < 0:
         raise ElfError(f"{what}: negative offset or size")
@@ -91,6 +114,97 @@ def read_kind(path: str) -> "tuple[int, int]":
     return 32 * head[4], int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
 
 
+class _Layout:
+    """An open object's header facts and dynamic entries: what both readers start from."""
+
+    __slots__ = ("f", "end", "is64", "machine", "loads", "tags")
+
+    def __init__(self, f, end: str, is64: bool, machine: int, loads: "list[tuple[int, int, int]]",
+                 tags: "list[tuple[int, int]]") -> None:
+        self.f = f
+        self.end = end  # struct byte order
+        self.is64 = is64
+        self.machine = machine
+        self.loads = loads  # (vaddr, offset, filesz) of each PT_LOAD
+        self.tags = tags  # dynamic entries up to DT_NULL
+
+    @property
+    def elf_class(self) -> int:
+        return 64 if self.is64 else 32
+
+    def value(self, tag: int) -> "int | None":
+        return next((v for t, v in self.tags if t == tag), None)
+
+    def offset(self, vaddr: int, what: str) -> int:
+        """The file offset of a virtual address, through the PT_LOAD segment that maps it."""
+        for start, offset, filesz in self.loads:
+            if start <= vaddr < start + filesz:
+                return vaddr - start + offset
+        raise ElfError(f"{what} is not inside any PT_LOAD segment")
+
+    def strings(self) -> bytes:
+        strtab, strsz = self.value(DT_STRTAB), self.value(DT_STRSZ)
+        if strtab is None or strsz is None:
+            raise ElfError("dynamic section has no DT_STRTAB/DT_STRSZ")
+        if strsz > _MAX_STRTAB:
+            raise ElfError(f"implausible string table size {strsz}")
+        return _read_at(self.f, self.offset(strtab, "DT_STRTAB"), strsz, "dynamic string table")
+
+
+def _layout(f) -> _Layout:
+    ident = f.read(64)
+    if len(ident) < 16 or ident[:4] != b"\x7fELF":
+        raise ElfError("not an ELF file (bad magic)" if ident else "empty file")
+    ei_class, ei_data = ident[4], ident[5]
+    if ei_class not in (1, 2):
+        raise ElfError(f"unknown ELF class {ei_class}")
+    if ei_data not in (1, 2):
+        raise ElfError(f"unknown ELF data encoding {ei_data}")
+    end = "<" if ei_data == 1 else ">"
+    is64 = ei_class == 2
+    if is64:
+        hdr_fmt, ph_fmt, dyn_fmt = end + "HHIQQQIHHH", end + "IIQQQQQQ", end + "qQ"
+    else:
+        hdr_fmt, ph_fmt, dyn_fmt = end + "HHIIIIIHHH", end + "IIIIIIII", end + "iI"
+    hdr_size = struct.calcsize(hdr_fmt)
+    if len(ident) < 16 + hdr_size:
+        raise ElfError("truncated file: ELF header")
+    (_e_type, machine, _version, _entry, phoff, _shoff, _flags, _ehsize, phentsize,
+     phnum) = struct.unpack_from(hdr_fmt, ident, 16)
+    ph_size = struct.calcsize(ph_fmt)
+    if phnum == 0:
+        raise ElfError("no program headers (not a loadable object)")
+    if phnum > _MAX_PHNUM or phentsize < ph_size:
+        raise ElfError(f"implausible program header table (phnum={phnum}, phentsize={phentsize})")
+    table = _read_at(f, phoff, phnum * phentsize, "program header table")
+
+    loads: list[tuple[int, int, int]] = []
+    dynamic: tuple[int, int] | None = None
+    for i in range(phnum):
+        fields = struct.unpack_from(ph_fmt, table, i * phentsize)
+        if is64:
+            p_type, _p_flags, p_offset, p_vaddr, _paddr, p_filesz, _memsz, _align = fields
+        else:
+            p_type, p_offset, p_vaddr, _paddr, p_filesz, _memsz, _p_flags, _align = fields
+        if p_type == PT_LOAD:
+            loads.append((p_vaddr, p_offset, p_filesz))
+        elif p_type == PT_DYNAMIC and dynamic is None:
+            dynamic = (p_offset, p_filesz)
+    if dynamic is None:
+        raise ElfError("no PT_DYNAMIC segment (statically linked or not a shared object)")
+
+    dyn_size = struct.calcsize(dyn_fmt)
+    count = min(dynamic[1] // dyn_size, _MAX_DYN_ENTRIES)
+    raw = _read_at(f, dynamic[0], count * dyn_size, "dynamic section")
+    tags: list[tuple[int, int]] = []
+    for i in range(count):
+        tag, val = struct.unpack_from(dyn_fmt, raw, i * dyn_size)
+        if tag == DT_NULL:
+            break
+        tags.append((tag, val))
+    return _Layout(f, end, is64, machine, loads, tags)
+
+
 def read_dynamic(path: str) -> DynamicInfo:
     """Return the dynamic-section facts of ``path``.
 
@@ -98,75 +212,11 @@ def read_dynamic(path: str) -> DynamicInfo:
     dynamic section, and :class:`OSError` when the file cannot be opened or read.
     """
     with open(path, "rb") as f:
-        ident = f.read(64)
-        if len(ident) < 16 or ident[:4] != b"\x7fELF":
-            raise ElfError("not an ELF file (bad magic)" if ident else "empty file")
-        ei_class, ei_data = ident[4], ident[5]
-        if ei_class not in (1, 2):
-            raise ElfError(f"unknown ELF class {ei_class}")
-        if ei_data not in (1, 2):
-            raise ElfError(f"unknown ELF data encoding {ei_data}")
-        end = "<" if ei_data == 1 else ">"
-        is64 = ei_class == 2
-        if is64:
-            hdr_fmt, ph_fmt, dyn_fmt = end + "HHIQQQIHHH", end + "IIQQQQQQ", end + "qQ"
-        else:
-            hdr_fmt, ph_fmt, dyn_fmt = end + "HHIIIIIHHH", end + "IIIIIIII", end + "iI"
-        hdr_size = struct.calcsize(hdr_fmt)
-        if len(ident) < 16 + hdr_size:
-            raise ElfError("truncated file: ELF header")
-        (_e_type, machine, _version, _entry, phoff, _shoff, _flags, _ehsize, phentsize,
-         phnum) = struct.unpack_from(hdr_fmt, ident, 16)
-        ph_size = struct.calcsize(ph_fmt)
-        if phnum == 0:
-            raise ElfError("no program headers (not a loadable object)")
-        if phnum > _MAX_PHNUM or phentsize < ph_size:
-            raise ElfError(f"implausible program header table (phnum={phnum}, phentsize={phentsize})")
-        table = _read_at(f, phoff, phnum * phentsize, "program header table")
-
-        loads: list[tuple[int, int, int]] = []  # (vaddr, offset, filesz)
-        dynamic: tuple[int, int] | None = None
-        for i in range(phnum):
-            fields = struct.unpack_from(ph_fmt, table, i * phentsize)
-            if is64:
-                p_type, _p_flags, p_offset, p_vaddr, _paddr, p_filesz, _memsz, _align = fields
-            else:
-                p_type, p_offset, p_vaddr, _paddr, p_filesz, _memsz, _p_flags, _align = fields
-            if p_type == PT_LOAD:
-                loads.append((p_vaddr, p_offset, p_filesz))
-            elif p_type == PT_DYNAMIC and dynamic is None:
-                dynamic = (p_offset, p_filesz)
-        if dynamic is None:
-            raise ElfError("no PT_DYNAMIC segment (statically linked or not a shared object)")
-
-        dyn_size = struct.calcsize(dyn_fmt)
-        count = min(dynamic[1] // dyn_size, _MAX_DYN_ENTRIES)
-        raw = _read_at(f, dynamic[0], count * dyn_size, "dynamic section")
-        entries: list[tuple[int, int]] = []
-        strtab_addr = strsz = None
-        for i in range(count):
-            tag, val = struct.unpack_from(dyn_fmt, raw, i * dyn_size)
-            if tag == DT_NULL:
-                break
-            if tag == DT_STRTAB:
-                strtab_addr = val
-            elif tag == DT_STRSZ:
-                strsz = val
-            elif tag in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH):
-                entries.append((tag, val))
+        layout = _layout(f)
+        entries = [(t, v) for t, v in layout.tags if t in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)]
         if not entries:
-            return DynamicInfo(64 if is64 else 32, machine, (), None, (), ())
-        if strtab_addr is None or strsz is None:
-            raise ElfError("dynamic section has no DT_STRTAB/DT_STRSZ")
-        if strsz > _MAX_STRTAB:
-            raise ElfError(f"implausible string table size {strsz}")
-        for vaddr, offset, filesz in loads:
-            if vaddr <= strtab_addr < vaddr + filesz:
-                strtab_off = strtab_addr - vaddr + offset
-                break
-        else:
-            raise ElfError("DT_STRTAB is not inside any PT_LOAD segment")
-        strings = _read_at(f, strtab_off, strsz, "dynamic string table")
+            return DynamicInfo(layout.elf_class, layout.machine, (), None, (), ())
+        strings = layout.strings()
 
     needed: list[str] = []
     soname = None
@@ -182,4 +232,70 @@ def read_dynamic(path: str) -> DynamicInfo:
             rpath = tuple(p for p in text.split(":") if p)
         else:
             runpath = tuple(p for p in text.split(":") if p)
-    return DynamicInfo(64 if is64 else 32, machine, tuple(needed), soname, rpath, runpath)
+    return DynamicInfo(layout.elf_class, layout.machine, tuple(needed), soname, rpath, runpath)
+
+
+def _symbol_count(layout: _Layout) -> int:
+    """How many entries DT_SYMTAB has: DT_HASH's nchain, else the end of DT_GNU_HASH's last chain."""
+    f, end = layout.f, layout.end
+    hash_addr = layout.value(DT_HASH)
+    if hash_addr is not None:
+        _nbucket, nchain = struct.unpack(end + "II", _read_at(f, layout.offset(hash_addr, "DT_HASH"), 8, "DT_HASH"))
+        return nchain
+    gnu = layout.value(DT_GNU_HASH)
+    if gnu is None:
+        raise ElfError("no DT_HASH or DT_GNU_HASH: the symbol table's length is unknown")
+    base = layout.offset(gnu, "DT_GNU_HASH")
+    nbuckets, symoffset, bloom_size, _shift = struct.unpack(end + "IIII", _read_at(f, base, 16, "DT_GNU_HASH"))
+    if nbuckets > _MAX_SYMBOLS or bloom_size > _MAX_SYMBOLS:
+        raise ElfError(f"implausible DT_GNU_HASH (nbuckets={nbuckets}, bloom_size={bloom_size})")
+    buckets_at = base + 16 + bloom_size * (8 if layout.is64 else 4)
+    buckets = struct.unpack(f"{end}{nbuckets}I", _read_at(f, buckets_at, 4 * nbuckets, "DT_GNU_HASH buckets"))
+    last = max(buckets, default=0)
+    if last < symoffset:
+        return symoffset  # no hashed symbol: only the unhashed ones below symoffset
+    chains_at = buckets_at + 4 * nbuckets
+    index = last
+    while True:  # follow the last chain to the entry whose low bit ends it
+        if index - symoffset >= _MAX_SYMBOLS:
+            raise ElfError("DT_GNU_HASH chain does not end")
+        chunk = _read_at(f, chains_at + 4 * (index - symoffset), 4, "DT_GNU_HASH chain")
+        if struct.unpack(end + "I", chunk)[0] & 1:
+            return index + 1
+        index += 1
+
+
+def read_symbols(path: str) -> Symbols:
+    """The names ``path`` defines for, and needs from, other objects (its dynamic symbol table).
+
+    Raises :class:`ElfError` for a malformed object and :class:`OSError` when it cannot be read.
+    """
+    with open(path, "rb") as f:
+        layout = _layout(f)
+        symtab = layout.value(DT_SYMTAB)
+        if symtab is None:
+            return Symbols(frozenset(), frozenset())
+        entsize = 24 if layout.is64 else 16
+        if layout.value(DT_SYMENT) not in (None, entsize):
+            raise ElfError(f"unexpected DT_SYMENT {layout.value(DT_SYMENT)} (want {entsize})")
+        count = _symbol_count(layout)
+        if count > _MAX_SYMBOLS:
+            raise ElfError(f"implausible symbol count {count}")
+        table = _read_at(f, layout.offset(symtab, "DT_SYMTAB"), count * entsize, "dynamic symbol table")
+        strings = layout.strings()
+    fmt = layout.end + ("IBBHQQ" if layout.is64 else "IIIBBH")
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    for i in range(1, count):  # entry 0 is the reserved null symbol
+        fields = struct.unpack_from(fmt, table, i * entsize)
+        if layout.is64:
+            name, info, other, shndx = fields[0], fields[1], fields[2], fields[3]
+        else:
+            name, info, other, shndx = fields[0], fields[3], fields[4], fields[5]
+        if not name or info >> 4 not in (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE):
+            continue
+        if shndx == SHN_UNDEF:
+            undefined.add(_cstr(strings, name))
+        elif other & 3 not in (STV_HIDDEN, STV_INTERNAL):
+            defined.add(_cstr(strings, name))
+    return Symbols(frozenset(defined), frozenset(undefined))

@@ -4,8 +4,9 @@
 the right hook). Here:
 
 1. this PID already re-exec'd once and the hook is still not mapped: stop, never loop;
-2. resolve (:func:`tms_autopreload.plan.survey`); if its build is mapped already, only
-   normalise ``os.environ`` (LD_PRELOAD as torch_memory_saver's Python side reads it);
+2. resolve (:func:`tms_autopreload.plan.survey`); if its build is mapped already, and no other
+   torch_memory_saver build is, only normalise ``os.environ`` (LD_PRELOAD as torch_memory_saver's
+   Python side reads it);
 3. else ``execv`` the same interpreter with the same ``sys.orig_argv`` and the new environment.
 
 Nothing leaves this module as a traceback: start-up would print ``Error processing line``
@@ -70,7 +71,7 @@ def _apply(mapped: "list[str]") -> None:
     plan = report.plan
     for warning in (*report.warnings, *plan.warnings):
         say("warning: " + warning)
-    if plan.build in mapped:
+    if mapped == [plan.build]:  # a second torch_memory_saver build mapped too would compete: exec
         env.update(plan.changes())
         env[STATE_VAR] = state_key(plan.build)
         env.pop(EXEC_VAR, None)

@@ -22,6 +22,9 @@ TORCH_VERSION = "2.14.1"
 RAY_VERSION = "2.58.0"
 # NVIDIA's runtime wheels, pinned so that every run tests the same files.
 RUNTIME_WHEELS = {12: "nvidia-cuda-runtime-cu12==12.9.79", 13: "nvidia-cuda-runtime==13.5.37"}
+# Installed next to real torch: numpy (torch_memory_saver 0.0.10 imports it without declaring it),
+# and the Jupyter client and kernel the notebook tests start.
+TORCH_EXTRAS = ("numpy==2.4.6", "ipykernel==7.4.0", "jupyter_client==8.10.0")
 
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     kw.setdefault("check", True)
@@ -139,19 +142,30 @@ class Venv:
 
 
 
-def cached_venv(name: str, python: str, requirement: str) -> Venv:
-    """A venv with ``requirement`` installed from the index, made once and kept in the cache."""
+def cached_venv(name: str, python: str, requirement: str, extras: tuple[str, ...] = ()) -> Venv:
+    """A venv with ``requirement`` installed from the index, made once and kept in the cache.
+
+    ``extras`` are installed on top once per distinct set (a marker file names the set), so adding
+    a test tool does not rebuild a venv that took minutes to make.
+    """
     path = CACHE / "venvs" / f"{name}-{Path(python).name}"
     if not (path / ".complete").exists():
         shutil.rmtree(path, ignore_errors=True)
         Venv(path, python).install(requirement, deps=True)
         (path / ".complete").touch()
-    return Venv(path)
+    venv = Venv(path)
+    if extras:
+        marker = path / (".extras-" + "-".join(sorted(extras)).replace("==", "_").replace("/", "_"))
+        if not marker.exists():
+            venv.install(requirement, *extras, deps=True)
+            marker.touch()
+    return venv
 
 
 def torch_venv(python: str) -> Venv:
-    """Real torch (the CUDA 13.0 build pip gives on these machines; 5.5 GB)."""
-    return cached_venv(f"torch-{TORCH_VERSION}", python, f"torch=={TORCH_VERSION}")
+    """Real torch (the CUDA 13.0 build pip gives on these machines; 5.5 GB) with its torchrun, and
+    :data:`TORCH_EXTRAS`."""
+    return cached_venv(f"torch-{TORCH_VERSION}", python, f"torch=={TORCH_VERSION}", TORCH_EXTRAS)
 
 
 def ray_venv(python: str, world: str) -> Venv:

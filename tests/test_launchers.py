@@ -1,0 +1,424 @@
+"""Issue 10: the programs that start torch_memory_saver-preloaded processes, each started the way its
+users start it, with real torch 2.14.1+cu130, real torch_memory_saver wheels and the real loader, on a
+host whose only ``libcudart.so.13`` is torch's pip wheel (the driver is the one stand-in).
+
+SGLang starts its schedulers as ``multiprocessing`` children inside
+``torch_memory_saver.configure_subprocess()``. Every child must start, map exactly one hook and one
+libcudart (torch's), never re-exec, and pass torch_memory_saver's own preload-mode check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+from support import cc, clean_env
+
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+TMS_VERSIONS = ["0.0.9.post1", "0.0.10"]  # 0.0.9.post1 replaces LD_PRELOAD, 0.0.10 prepends its pick
+
+LAUNCHER = r'''
+import concurrent.futures as cf, ctypes, json, multiprocessing as mp, os, queue, sys
+
+
+def maps():
+    return sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps'))
+                   if len(f) == 6 and '.so' in f[5]})
+
+
+def report(kind):
+    hooks = [m for m in maps() if 'torch_memory_saver' in os.path.basename(m)]
+    preload = os.environ.get('LD_PRELOAD', '')
+    import torch
+    from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
+    try:
+        ctypes.CDLL(HookUtilModePreload().get_path_binary())  # what its BinaryWrapper does next
+        verdict = 'accepted'
+    except (AssertionError, OSError) as exc:
+        verdict = f'refused: {exc}'
+    return {'kind': kind, 'pid': os.getpid(), 'hooks': hooks, 'preload': preload, 'verdict': verdict,
+            'cudart': [m for m in maps() if os.path.basename(m).startswith('libcudart')],
+            'cuda': torch.version.cuda}
+
+
+def child(q, kind):
+    q.put(report(kind))
+
+
+def collect(q, p, kind):
+    while True:
+        try:
+            return q.get(timeout=1)
+        except queue.Empty:
+            if p.exitcode is not None:
+                return {'kind': kind, 'exitcode': p.exitcode}
+
+
+def main():
+    which, spelling = sys.argv[1], sys.argv[2]
+    if which == 'tms':
+        from torch_memory_saver import configure_subprocess
+    else:  # exactly what patches/sglang/ puts into SGLang's adapter
+        def configure_subprocess():
+            return SGLANG_PATCHED_EXPRESSION
+    if spelling == 'non-normalised':  # a launcher that builds the path itself, as 'dir/./name'
+        first = os.environ['LD_PRELOAD'].split(':')[0]
+        os.environ['LD_PRELOAD'] = os.path.join(os.path.dirname(first), '.', os.path.basename(first))
+    out = []
+    for method in ('spawn', 'forkserver'):
+        ctx = mp.get_context(method)
+        q = ctx.Queue()
+        with configure_subprocess():
+            p = ctx.Process(target=child, args=(q, method))
+            try:
+                p.start()
+            except (EOFError, OSError) as exc:  # the forkserver itself died before answering
+                out.append({'kind': method, 'exitcode': f'start failed: {exc!r}'})
+                continue
+        got = collect(q, p, method)
+        p.join()
+        got.update(started_pid=p.pid, exitcode=p.exitcode)
+        out.append(got)
+    with configure_subprocess():
+        pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context('spawn'))
+        future = pool.submit(report, 'pool')
+    try:
+        got = future.result(timeout=300)
+        got.update(started_pid=next(iter(pool._processes)), exitcode=0)
+    except cf.process.BrokenProcessPool as exc:
+        got = {'kind': 'pool', 'exitcode': f'broken pool: {exc}'}
+    pool.shutdown()
+    out.append(got)
+    print(json.dumps({'launcher': os.getpid(), 'preload_after': os.environ.get('LD_PRELOAD'), 'children': out}))
+
+
+if __name__ == '__main__':
+    main()
+'''
+
+
+def sglang_patched_expression() -> str:
+    """The expression the SGLang patch puts in place of ``torch_memory_saver.configure_subprocess()``."""
+    patch = Path(__file__).resolve().parent.parent / "patches" / "sglang" / "torch_memory_saver_adapter.patch"
+    added = [line[1:].strip() for line in patch.read_text().splitlines() if line.startswith("+ ")]
+    assert len(added) == 1 and added[0].startswith("return "), added
+    return added[0][len("return "):]
+
+
+@pytest.fixture(scope="module")
+def launcher(tmp_path_factory):
+    path = tmp_path_factory.mktemp("launcher") / "launcher.py"
+    path.write_text(LAUNCHER.replace("SGLANG_PATCHED_EXPRESSION", sglang_patched_expression()))
+    return path
+
+
+def launch(scn, launcher, which, spelling="plain", env=None, python=None):
+    r = scn.host.run([str(python or scn.venv.python), str(launcher), which, spelling],
+                     clean_env(**(env or {})), timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def execs(stderr: str) -> int:
+    return sum(1 for line in stderr.splitlines() if line.startswith("tms-autopreload: chose "))
+
+
+def assert_children_hooked(scn, out, stderr):
+    hook = os.path.realpath(scn.site / CU13)
+    cudart = os.path.realpath(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    assert [c["kind"] for c in out["children"]] == ["spawn", "forkserver", "pool"]
+    for c in out["children"]:
+        assert c["exitcode"] == 0, (c, stderr[-3000:])
+        assert c["verdict"] == "accepted", c
+        assert c["hooks"] == [hook], c
+        assert c["cudart"] == [cudart], c
+        assert c["cuda"] == "13.0"
+        assert c["pid"] == c["started_pid"], c  # the PID the launcher started: no exec in between
+        assert sum("torch_memory_saver" in e for e in c["preload"].split(":")) == 1, c
+
+
+@pytest.fixture(scope="module")
+def extra_preload(parts):
+    lib = parts.root / "deps" / "libunrelated.so"
+    if not lib.exists():
+        cc(lib, "int unrelated_preload(void) { return 0; }\n")
+    return lib
+
+
+SPELLINGS = ["plain", "symlinked", "non-normalised", "unrelated-entry"]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+@pytest.mark.parametrize("tms", TMS_VERSIONS)
+def test_sglang_pattern_flagged_launcher(real_torch, launcher, extra_preload, tmp_path, tms, spelling):
+    """A flagged launcher's configure_subprocess() children: hooked once, accepted by torch_memory_saver.
+
+    Child LD_PRELOAD before the hook rewrites it (0.0.10; 0.0.9.post1 always replaces it with one path):
+    plain ``X:X``; symlinked ``L:L`` with L the same file through a symlinked venv; non-normalised
+    ``X:dir/./X``; unrelated-entry ``X:X:libunrelated.so``.
+    """
+    scn = real_torch(("driver",), tms=tms)
+    env = {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"}
+    python = None
+    if spelling == "symlinked":
+        link = tmp_path / "venv-link"
+        link.symlink_to(scn.venv.path)
+        python = link / "bin" / "python"
+    if spelling == "unrelated-entry":
+        env["LD_PRELOAD"] = str(extra_preload)
+    out, err = launch(scn, launcher, "tms", spelling, env, python)
+    assert execs(err) == 1, err[-3000:]  # the launcher; no child re-execs
+    assert_children_hooked(scn, out, err)
+    if spelling == "unrelated-entry" and tms == "0.0.10":
+        assert all(c["preload"].endswith(f":{extra_preload}") for c in out["children"])
+    if spelling == "plain" and tms == "0.0.10":
+        rewritten = [line for line in err.splitlines() if "LD_PRELOAD rewritten as" in line]
+        assert len(rewritten) >= 3, err[-3000:]  # spawn child, forkserver, pool worker
+
+
+def test_sglang_36533_unflagged_dies_in_the_loader_and_ours_fixes_it(real_torch, launcher):
+    """sglang #36533: torch_memory_saver's own configure_subprocess() on a pip-only CUDA 13 host
+    gives children a hook whose libcudart.so.13 the loader cannot find (exit 127). The drop-in
+    tms_autopreload.configure_subprocess(), called as patches/sglang/ calls it in SGLang's adapter,
+    gives them the verified plan instead."""
+    scn = real_torch(("driver",), tms="0.0.10")
+    r = scn.host.run([str(scn.venv.python), str(launcher), "tms", "plain"], clean_env(), timeout=600)
+    assert "libcudart.so.13: cannot open shared object file" in r.stderr, r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-3000:]
+    children = json.loads(r.stdout.strip().splitlines()[-1])["children"]
+    assert children[0]["exitcode"] == 127, children  # spawn: the loader kills the child
+    assert "start failed" in children[1]["exitcode"], children  # the forkserver itself died (EOF or refused)
+    assert "broken pool" in children[2]["exitcode"], children
+
+    out, err = launch(scn, launcher, "ours")
+    assert execs(err) == 0 and "error while loading shared libraries" not in err, err[-3000:]
+    assert_children_hooked(scn, out, err)
+    assert out["preload_after"] is None  # restored in the launcher, which stays unhooked
+
+
+def test_configure_subprocess_contract(scenario, parts):
+    """Children only, restored on exit (also on error), nestable, serialised across threads."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    code = textwrap.dedent("""
+        import json, os, subprocess, sys, threading, time
+        import tms_autopreload
+        from tms_autopreload import configure_subprocess
+        names = ('LD_PRELOAD', 'LD_LIBRARY_PATH', 'TMS_AUTOPRELOAD_STATE')
+        snap = lambda: {k: os.environ.get(k) for k in names}
+        before = snap()
+        out = {'before': before}
+        with configure_subprocess() as plan:
+            inside = snap()
+            child = subprocess.run([sys.executable, '-c', 'import os; print(os.environ["LD_PRELOAD"]);'
+                                    'print(open("/proc/self/maps").read().count("torch_memory_saver") > 0)'],
+                                   capture_output=True, text=True)
+            with configure_subprocess():
+                out['nested'] = snap()
+            out['after_nested'] = snap()
+            out['self_maps'] = 'torch_memory_saver' in open('/proc/self/maps').read()
+        out.update(inside=inside, plan_build=plan.build, child=child.stdout.split(), after=snap())
+        try:
+            with configure_subprocess():
+                raise KeyError('boom')
+        except KeyError:
+            out['after_error'] = snap()
+        order = []
+        def worker(tag):
+            with configure_subprocess():
+                order.append(tag + '-in'); time.sleep(0.2); order.append(tag + '-out')
+        ts = [threading.Thread(target=worker, args=(t,)) for t in 'ab']
+        [t.start() for t in ts]; [t.join() for t in ts]
+        out['order'] = order
+        out['final'] = snap()
+        print(json.dumps(out))
+    """)
+    r = scn.run(["-c", code], {"LD_PRELOAD": "/opt/other.so"})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    hook = str(scn.site / CU13)
+    before = {"LD_PRELOAD": "/opt/other.so", "LD_LIBRARY_PATH": None, "TMS_AUTOPRELOAD_STATE": None}
+    assert out["before"] == before
+    assert out["inside"]["LD_PRELOAD"] == f"{hook}:/opt/other.so"
+    assert out["inside"]["LD_LIBRARY_PATH"] == str(scn.site / "nvidia" / "cu13" / "lib")
+    assert out["inside"]["TMS_AUTOPRELOAD_STATE"].endswith(f"::{out['plan_build']}")
+    assert out["child"] == [f"{hook}:/opt/other.so", "True"]  # the child is hooked ...
+    assert out["self_maps"] is False  # ... the caller is not
+    assert out["nested"] == out["inside"] and out["after_nested"] == out["inside"]
+    assert out["after"] == before and out["after_error"] == before and out["final"] == before
+    assert out["order"] in (["a-in", "a-out", "b-in", "b-out"], ["b-in", "b-out", "a-in", "a-out"])
+
+
+def test_configure_subprocess_without_a_plan_raises_what_which_prints(scenario):
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("cuda13",))  # no driver
+    which = scn.run(["-m", "tms_autopreload", "which"])
+    assert which.returncode == 1 and which.stderr.startswith("tms-autopreload: ")
+    code = textwrap.dedent("""
+        import os, subprocess, sys
+        from tms_autopreload import ResolveError, configure_subprocess
+        try:
+            with configure_subprocess():
+                subprocess.run([sys.executable, '-c', 'print("child started")'])
+        except ResolveError as exc:
+            print('ResolveError:', exc, file=sys.stderr)
+            print(os.environ.get('LD_PRELOAD'), os.environ.get('LD_LIBRARY_PATH'))
+    """)
+    r = scn.run(["-c", code])
+    assert r.returncode == 0 and r.stdout.split() == ["None", "None"], r.stdout + r.stderr
+    assert r.stderr == "ResolveError: " + which.stderr[len("tms-autopreload: "):]
+    assert "libcuda.so.1" in r.stderr
+
+
+# ---------------------------------------------------------------- torchrun
+
+RANK = r'''
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+
+
+def hooks(pid):
+    lines = open(f'/proc/{pid}/maps').read().splitlines()
+    return sorted({l.split(None, 5)[5] for l in lines if 'torch_memory_saver' in l})
+
+
+rank, attempt = int(os.environ['RANK']), int(os.environ['TORCHELASTIC_RESTART_COUNT'])
+maps = open('/proc/self/maps').read().splitlines()
+report = {'rank': rank, 'attempt': attempt, 'pid': os.getpid(), 'agent': os.getppid(), 'hooks': hooks('self'),
+          'agent_hooks': hooks(os.getppid()), 'sum': None,
+          'cudart': sorted({l.split(None, 5)[5] for l in maps if '/libcudart' in l})}
+if attempt == 0:
+    # The first attempt fails before any rendezvous of its own (rank 1 exits; the agent stops rank 0),
+    # so the restart is the only process group: no stale gloo addresses from a dead attempt.
+    with open(os.path.join(os.environ['RANK_REPORTS'], f'0-{rank}.json'), 'w') as f:
+        json.dump(report, f)
+    if rank == 1:
+        sys.exit(3)
+    time.sleep(300)
+dist.init_process_group('gloo')
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+report['sum'] = total.item()
+with open(os.path.join(os.environ['RANK_REPORTS'], f'{attempt}-{rank}.json'), 'w') as f:
+    json.dump(report, f)
+dist.destroy_process_group()
+'''
+
+
+def test_torchrun_agent_and_every_rank_hooked_also_after_a_restart(real_torch, tmp_path):
+    scn = real_torch(("driver",))
+    script, reports = tmp_path / "rank.py", tmp_path / "reports"
+    script.write_text(RANK)
+    reports.mkdir()
+    r = scn.host.run([str(scn.venv.path / "bin" / "torchrun"), "--standalone", "--nproc-per-node", "2",
+                      "--max-restarts", "1", str(script)],
+                     clean_env(TMS_AUTOPRELOAD="1", TMS_AUTOPRELOAD_VERBOSE="1", RANK_REPORTS=str(reports)),
+                     timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    got = sorted((json.loads(p.read_text()) for p in reports.glob("*.json")), key=lambda d: (d["attempt"], d["rank"]))
+    assert [(d["attempt"], d["rank"]) for d in got] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    hook = os.path.realpath(scn.site / CU13)
+    cudart = os.path.realpath(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    for d in got:
+        assert d["hooks"] == [hook] and d["agent_hooks"] == [hook], d
+        assert d["cudart"] == [cudart] and d["sum"] == (3.0 if d["attempt"] else None), d
+    assert len({d["agent"] for d in got}) == 1  # one agent, which restarted its ranks
+    assert len({d["pid"] for d in got}) == 4
+    assert execs(r.stderr) == 1, r.stderr[-3000:]  # the agent; no rank re-execs
+    assert sum("is mapped (resolved for this interpreter)" in line for line in r.stderr.splitlines()) >= 4
+
+
+# ---------------------------------------------------------------- Jupyter
+
+KERNEL_DRIVER = r'''
+import json, sys, time
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+
+PROBE = """
+import json, os
+maps = open('/proc/self/maps').read().splitlines()
+print(json.dumps({'pid': os.getpid(), 'hooks': sorted({l.split(None, 5)[5] for l in maps if 'torch_memory_saver' in l}),
+                  'preload': os.environ.get('LD_PRELOAD')}))
+"""
+km = KernelManager(kernel_name=sys.argv[2], kernel_spec_manager=KernelSpecManager(kernel_dirs=[sys.argv[1]]))
+km.start_kernel()
+kc = km.client()
+kc.start_channels()
+kc.wait_for_ready(timeout=120)
+
+
+def run(code):
+    out = []
+    reply = kc.execute_interactive(code, timeout=180, output_hook=out.append)
+    assert reply['content']['status'] == 'ok', reply['content']
+    return json.loads(''.join(m['content'].get('text', '') for m in out if m['msg_type'] == 'stream'))
+
+
+res = {'started_pid': km.provisioner.process.pid, 'first': run(PROBE)}
+res['torch'] = run("import json, os, torch; print(json.dumps([torch.version.cuda, sorted({l.split(None, 5)[5].strip() "
+                   "for l in open('/proc/self/maps') if '/libcudart' in l})]))")
+msg_id = kc.execute('import time; time.sleep(120)')
+time.sleep(2)
+km.interrupt_kernel()
+while True:
+    reply = kc.get_shell_msg(timeout=60)
+    if reply['parent_header'].get('msg_id') == msg_id:
+        break
+res['interrupted'] = [reply['content']['status'], reply['content'].get('ename')]
+res['after_interrupt'] = run(PROBE)
+km.restart_kernel(now=True)
+kc.wait_for_ready(timeout=120)
+res['restarted_pid'] = km.provisioner.process.pid
+res['after_restart'] = run(PROBE)
+kc.stop_channels()
+km.shutdown_kernel(now=True)
+print(json.dumps(res))
+'''
+
+
+def test_jupyter_kernel_starts_hooked_survives_interrupt_and_restart(real_torch, tmp_path):
+    scn = real_torch(("driver",))
+    cli = ["-m", "tms_autopreload", "kernel"]
+    r = scn.run([*cli, "install", "--prefix", str(tmp_path), "--name", "tms-test", "--env", "TMS_AUTOPRELOAD_VERBOSE=1"])
+    assert r.returncode == 0, r.stderr
+    kernels = tmp_path / "share" / "jupyter" / "kernels"
+    spec = json.loads((kernels / "tms-test" / "kernel.json").read_text())
+    assert spec["env"] == {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"}
+    assert spec["argv"][0] == str(scn.venv.python)
+    driver = tmp_path / "driver.py"
+    driver.write_text(KERNEL_DRIVER)
+    r = scn.host.run([str(scn.venv.python), str(driver), str(kernels), "tms-test"], clean_env(), timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    hook = os.path.realpath(scn.site / CU13)
+    for key in ("first", "after_interrupt", "after_restart"):
+        assert res[key]["hooks"] == [hook] and res[key]["preload"] == str(scn.site / CU13), res
+    assert res["first"]["pid"] == res["started_pid"]  # the exec kept the PID jupyter_client knows
+    assert res["after_restart"]["pid"] == res["restarted_pid"] != res["started_pid"]
+    assert res["interrupted"] == ["error", "KeyboardInterrupt"]
+    assert res["torch"] == ["13.0", [os.path.realpath(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")]]
+    assert execs(r.stderr) == 2, r.stderr[-3000:]  # the first start and the restart, once each
+
+    r = scn.run([*cli, "uninstall", "--prefix", str(tmp_path), "--name", "tms-test"])
+    assert r.returncode == 0 and not (kernels / "tms-test").exists(), r.stderr
+    r = scn.run([*cli, "uninstall", "--prefix", str(tmp_path), "--name", "tms-test"])
+    assert r.returncode == 1 and "no kernel named 'tms-test'" in r.stderr
+
+
+def test_kernel_uninstall_refuses_a_kernel_it_did_not_write(real_torch, tmp_path):
+    scn = real_torch(("driver",))
+    foreign = tmp_path / "share" / "jupyter" / "kernels" / "python3"
+    foreign.mkdir(parents=True)
+    (foreign / "kernel.json").write_text(json.dumps({"argv": ["python3"], "display_name": "x", "language": "python"}))
+    r = scn.run(["-m", "tms_autopreload", "kernel", "uninstall", "--prefix", str(tmp_path), "--name", "python3"])
+    assert r.returncode == 1 and "was not installed by tms-autopreload" in r.stderr and foreign.exists()
+
+
+def test_kernel_command_without_jupyter_says_what_to_install(scenario, tmp_path):
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    r = scn.run(["-m", "tms_autopreload", "kernel", "install", "--prefix", str(tmp_path)])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().endswith("pip install jupyter_client ipykernel"), r.stderr

@@ -1,0 +1,106 @@
+"""Issue 10: the patches users copy (patches/, and the diffs shown in README.md and docs/integrations.md).
+
+Each patch is applied with the real ``git apply`` to a pre-image rebuilt from its own context and
+removed lines, placed at the line numbers its hunk headers give: a hunk whose line counts or
+positions are wrong fails here as it would for a user ("corrupt patch"). Each names, in its header,
+the upstream commit it was checked against.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PATCHES = sorted((ROOT / "patches").rglob("*.patch"))
+HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+CHECKED = re.compile(r"Checked with `git apply --check` against (\S+/\S+) ([0-9a-f]{40})\b")
+
+
+def parse(text: str) -> tuple[str, list[tuple[int, list[str], list[str]]]]:
+    """(target path, hunks as (old start, old lines, new lines)) of a one-file git diff."""
+    target = re.search(r"^--- a/(\S+)$", text, re.M).group(1)
+    hunks, lines = [], text[text.index("\n@@") + 1:].splitlines()
+    for line in lines:
+        m = HUNK.match(line)
+        if m:
+            hunks.append((int(m.group(1)), [], []))
+        elif line[:1] in (" ", "-", "+") or line == "":
+            body = line[1:]
+            if line[:1] in (" ", "-", ""):
+                hunks[-1][1].append(body)
+            if line[:1] in (" ", "+", ""):
+                hunks[-1][2].append(body)
+    return target, hunks
+
+
+def pre_image(hunks) -> str:
+    """Filler lines, with each hunk's old lines placed at the line its header names."""
+    out: list[str] = []
+    for start, old, _ in hunks:
+        while len(out) < start - 1:
+            out.append(f"# filler line {len(out) + 1}")
+        out.extend(old)
+    out += [f"# filler line {len(out) + i + 1}" for i in range(3)]
+    return "\n".join(out) + "\n"
+
+
+def git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_there_are_patches_for_every_slime_shape():
+    names = {p.name for p in PATCHES if p.parent.name == "slime"}
+    assert names == {"v0.2.4.patch", "8f732538a-cu12-first.patch", "main-624b824a8.patch"}
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_patch_applies_to_its_own_pre_image(patch, tmp_path):
+    text = patch.read_text()
+    assert CHECKED.search(text), "the header must name the upstream commit the patch was checked against"
+    target, hunks = parse(text)
+    assert hunks
+    file = tmp_path / target
+    file.parent.mkdir(parents=True)
+    file.write_text(pre_image(hunks))
+    assert git(tmp_path, "init", "-q").returncode == 0
+    r = git(tmp_path, "apply", "--check", str(patch))
+    assert r.returncode == 0, r.stderr
+    assert git(tmp_path, "apply", str(patch)).returncode == 0
+    result = file.read_text().splitlines()
+    for _, _, new in hunks:
+        assert any(result[i:i + len(new)] == new for i in range(len(result))), "post-image not found"
+
+
+def _diff_blocks(doc: Path) -> list[str]:
+    return re.findall(r"```diff\n(.*?)```\n", doc.read_text(), re.S)
+
+
+def _body(patch: Path) -> str:
+    text = patch.read_text()
+    return text[text.index("diff --git"):]
+
+
+def test_readme_diff_is_the_slime_main_patch():
+    assert _diff_blocks(ROOT / "README.md") == [_body(ROOT / "patches" / "slime" / "main-624b824a8.patch")]
+
+
+def test_integration_docs_show_the_patches_verbatim():
+    blocks = _diff_blocks(ROOT / "docs" / "integrations.md")
+    assert blocks == [_body(ROOT / "patches" / "slime" / "main-624b824a8.patch"),
+                      _body(ROOT / "patches" / "sglang" / "torch_memory_saver_adapter.patch")]
+
+
+def test_a_malformed_patch_is_caught(tmp_path):
+    """The check itself can fail: the README's earlier diff had hunk counts of 27/10 for 27/8 lines."""
+    bad = tmp_path / "bad.patch"
+    bad.write_text(_body(ROOT / "patches" / "slime" / "main-624b824a8.patch").replace("+71,8 @@", "+71,10 @@"))
+    target, hunks = parse(bad.read_text())
+    (tmp_path / target).parent.mkdir(parents=True)
+    (tmp_path / target).write_text(pre_image(hunks))
+    git(tmp_path, "init", "-q")
+    r = git(tmp_path, "apply", "--check", str(bad))
+    assert r.returncode != 0 and "corrupt patch" in r.stderr, r.stderr

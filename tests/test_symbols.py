@@ -1,0 +1,107 @@
+"""Issue 11: the hook's interface, read from its dynamic symbol table, not assumed.
+
+``elf.read_symbols`` must agree with binutils' ``nm -D`` on real files (every released preload build,
+NVIDIA's runtime libraries, this machine's system libraries), and a build's interposed set is what it
+defines that the process's runtime library also defines.
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from support import runtime_wheel, tms_wheel  # noqa: E402
+from tms_autopreload import elf  # noqa: E402
+from tms_autopreload.bindings import interposed  # noqa: E402
+
+VERSIONS = ["0.0.8", "0.0.9", "0.0.9.post1", "0.0.10"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("symbols")
+    out: dict[str, Path] = {}
+    for version in VERSIONS:
+        with zipfile.ZipFile(tms_wheel(version)) as z:
+            for name in z.namelist():
+                if name.startswith(("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")):
+                    target = root / version / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(z.read(name))
+                    out[f"{version}/{name}"] = target
+    for major, member in ((12, "nvidia/cuda_runtime/lib/libcudart.so.12"), (13, "nvidia/cu13/lib/libcudart.so.13")):
+        with zipfile.ZipFile(runtime_wheel(major)) as z:
+            target = root / f"libcudart.so.{major}"
+            target.write_bytes(z.read(member))
+            out[f"libcudart.so.{major}"] = target
+    return out
+
+
+def nm(path: Path) -> tuple[set[str], set[str]]:
+    """(defined, undefined) dynamic symbols as binutils reports them."""
+    r = subprocess.run(["nm", "-D", str(path)], capture_output=True, text=True, check=True)
+    defined, undefined = set(), set()
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        name = parts[-1].split("@")[0]
+        if len(parts) == 2 and parts[0] in ("U", "w", "v"):
+            undefined.add(name)
+        elif len(parts) == 3:
+            defined.add(name)
+    return defined, undefined
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="binutils' nm is needed as the reference")
+def test_read_symbols_agrees_with_nm(files):
+    system = sorted(glob.glob("/usr/lib/x86_64-linux-gnu/lib*.so.*"))[:150] + ["/bin/true"]
+    checked = 0
+    for path in [*files.values(), *map(Path, system)]:
+        try:
+            got = elf.read_symbols(str(path))
+        except elf.ElfError:
+            continue  # linker scripts and other non-objects
+        assert (set(got.defined), set(got.undefined)) == nm(path), path
+        checked += 1
+    assert checked >= 100
+
+
+@pytest.mark.parametrize("version", ["0.0.9.post1", "0.0.10"])
+def test_preload_builds_interpose_cuda_malloc_and_free(files, version):
+    for major in (12, 13):
+        got = interposed(str(files[f"{version}/torch_memory_saver_hook_mode_preload_cu{major}.abi3.so"]),
+                         str(files[f"libcudart.so.{major}"]))
+        assert {"cudaMalloc", "cudaFree"} <= set(got), got
+
+
+def test_driver_only_build_interposes_what_the_runtime_defines(files):
+    """0.0.8 links only libcuda.so.1, yet defines the runtime's allocator entry points."""
+    build = files["0.0.8/torch_memory_saver_cpp.abi3.so"]
+    assert "libcudart.so.13" not in elf.read_dynamic(str(build)).needed
+    assert {"cudaMalloc", "cudaFree"} <= set(interposed(str(build), str(files["libcudart.so.13"])))
+
+
+def test_symbol_table_without_a_hash_section_is_a_clear_error(tmp_path):
+    """An object whose dynamic section gives no table length (its DT_HASH/DT_GNU_HASH turned into DT_DEBUG)."""
+    data = bytearray(Path("/bin/true").read_bytes())
+    phoff, phnum = struct.unpack_from("<Q", data, 32)[0], struct.unpack_from("<H", data, 56)[0]
+    dynamic = next(off for i in range(phnum)
+                   for p_type, _flags, off in [struct.unpack_from("<IIQ", data, phoff + 56 * i)]
+                   if p_type == elf.PT_DYNAMIC)
+    with open("/bin/true", "rb") as f:
+        tags = elf._layout(f).tags
+    for i, (tag, _) in enumerate(tags):
+        if tag in (elf.DT_HASH, elf.DT_GNU_HASH):
+            struct.pack_into("<q", data, dynamic + 16 * i, 21)  # DT_DEBUG
+    target = tmp_path / "nohash.so"
+    target.write_bytes(bytes(data))
+    with pytest.raises(elf.ElfError, match="no DT_HASH or DT_GNU_HASH"):
+        elf.read_symbols(str(target))

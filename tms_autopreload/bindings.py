@@ -1,0 +1,286 @@
+"""Where the real loader binds each library's references to the hook's symbols: evidence about a plan.
+
+A mapped hook and ``dlsym(RTLD_DEFAULT, "cudaMalloc")`` landing in it are indirect. What matters is
+which object the loader binds torch's *own* references to: ``libc10_cuda.so`` holds torch's CUDA
+caching allocator. glibc shows that without a GPU: with ``LD_BIND_NOW=1`` every reference is bound
+when its library loads, and ``LD_DEBUG=bindings`` writes one line per binding (ld.so(8)), e.g.::
+
+    12345:	binding file /x/torch/lib/libc10_cuda.so [0] to /x/hook.so [0]: normal symbol `cudaMalloc' [libcudart.so.13]
+
+:func:`check` runs one child under a given environment with those two variables, imports a module,
+and classifies every reference to an *interposed* symbol (one the hook defines and the runtime
+library also defines, read from both dynamic symbol tables). It decides nothing about which build to
+use: :func:`tms_autopreload.plan.survey` does. This proves binding, not that the hook's driver calls
+work on a GPU.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from .elf import ElfError, read_dynamic, read_symbols
+from .ldso import same_file
+from .runtime import runtime_of
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+__all__ = ["Binding", "Library", "Evidence", "parse_binding", "interposed", "check", "DEEP_VARS", "ALLOCATOR"]
+
+# What the child runs with, on top of the environment under test.
+DEEP_VARS = {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings"}
+# torch's CUDA caching allocator: the library whose bindings matter most.
+ALLOCATOR = "libc10_cuda.so"
+# glibc elf/dl-lookup.c, _dl_debug_bindings: "%5d:\tbinding file %s [%lu] to %s [%lu]: %s symbol `%s'"
+# followed by " [VERSION]" when the reference is versioned. Paths may hold spaces; greedy groups
+# take the last " [N] to " and " [N]: ", which the loader writes after the paths.
+_BINDING = re.compile(r"\s*(\d+):\s+binding file (.+) \[(\d+)\] to (.+) \[(\d+)\]: (normal|protected) symbol "
+                      r"`([^'`]+)'(?: \[([^\]]*)\])?\s*")
+_PROBE = """
+import importlib, json, os, sys
+importlib.import_module(sys.argv[1])
+seen = {}
+for line in open('/proc/self/maps'):
+    fields = line.split(None, 5)
+    if len(fields) == 6 and fields[5].startswith('/'):
+        path = fields[5].rstrip('\\n')
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        seen.setdefault((st.st_dev, st.st_ino), path)
+print('TMS-DEEP-MAPS ' + json.dumps(sorted(seen.values())))
+"""
+
+
+class Binding:
+    """One line of the loader's binding log."""
+
+    __slots__ = ("pid", "referrer", "target", "symbol", "version")
+
+    def __init__(self, pid: int, referrer: str, target: str, symbol: str, version: "str | None") -> None:
+        self.pid = pid
+        self.referrer = referrer  # the object whose reference was bound
+        self.target = target  # the object that provided the definition
+        self.symbol = symbol
+        self.version = version
+
+
+def parse_binding(line: str) -> "Binding | None":
+    """A binding line of ``LD_DEBUG=bindings`` output, or None for any other line."""
+    m = _BINDING.fullmatch(line)
+    if m is None:
+        return None
+    return Binding(int(m.group(1)), m.group(2), m.group(4), m.group(7), m.group(8))
+
+
+def interposed(hook: str, runtime_library: str) -> "tuple[str, ...]":
+    """What ``hook`` defines that ``runtime_library`` also defines: the calls it can intercept.
+
+    Raises ElfError or OSError when either file cannot be read.
+    """
+    return tuple(sorted(read_symbols(hook).defined & read_symbols(runtime_library).defined))
+
+
+class Library:
+    """One library's references to interposed symbols and where each was bound (None: unbound)."""
+
+    __slots__ = ("path", "bound", "status", "reason")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.bound: "dict[str, str | None]" = {}
+        self.status = ""  # "intercepted", "bypassed" or "unbound"
+        self.reason = ""
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    def label(self) -> str:
+        return f"torch's CUDA allocator ({self.name})" if self.name == ALLOCATOR else self.name
+
+
+class Evidence:
+    """What the deep check saw; ``ok`` only when every reference binds to the hook and one runtime is mapped."""
+
+    __slots__ = ("module", "hook", "runtime_library", "interposed", "libraries", "runtimes", "hook_mapped",
+                 "hook_runtime", "log_bytes", "seconds", "error")
+
+    def __init__(self, module: str, hook: str, runtime_library: str, symbols: "tuple[str, ...]") -> None:
+        self.module = module
+        self.hook = hook
+        self.runtime_library = runtime_library
+        self.interposed = symbols
+        self.libraries: "list[Library]" = []
+        self.runtimes: "list[str]" = []  # runtime libraries mapped in the child after the import
+        self.hook_mapped = False
+        self.hook_runtime: "list[str]" = []  # runtime libraries the hook's own references were bound to
+        self.log_bytes = 0
+        self.seconds = 0.0
+        self.error: "str | None" = None
+
+    @property
+    def ok(self) -> bool:
+        return (self.error is None and bool(self.libraries) and len(self.runtimes) == 1
+                and all(lib.status == "intercepted" for lib in self.libraries))
+
+    def verdict(self) -> str:
+        if self.error:
+            return f"NOT PROVEN: {self.error}"
+        if len(self.runtimes) != 1:
+            forwards = (f"the hook's own calls were bound to {', '.join(self.hook_runtime)}, "
+                        if self.hook_runtime else "")
+            return (f"NOT PROVEN: {len(self.runtimes)} runtime libraries are mapped after `import {self.module}` "
+                    f"({', '.join(self.runtimes) or 'none'}): {forwards}so allocations the hook forwards and "
+                    f"the rest of the module's CUDA calls can land in different runtimes; expected exactly one")
+        if not self.libraries:
+            return (f"NOT PROVEN: no library loaded by `import {self.module}` references "
+                    f"{', '.join(self.interposed)}")
+        bad = [lib for lib in self.libraries if lib.status != "intercepted"]
+        if bad:
+            return f"BYPASSED: {len(bad)} of {len(self.libraries)} libraries do not reach the hook"
+        count = sum(len(lib.bound) for lib in self.libraries)
+        return (f"INTERCEPTED: every reference ({len(self.libraries)} libraries, {count} bindings) binds to the "
+                f"hook; one runtime library mapped")
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok, "module": self.module, "hook": self.hook, "hook_mapped": self.hook_mapped,
+            "runtime_library": self.runtime_library, "interposed": list(self.interposed),
+            "runtime_libraries_mapped": self.runtimes, "hook_bound_to": self.hook_runtime,
+            "libraries": [{"path": lib.path, "name": lib.name, "status": lib.status, "reason": lib.reason,
+                           "bindings": lib.bound} for lib in self.libraries],
+            "log_bytes": self.log_bytes, "seconds": round(self.seconds, 3), "verdict": self.verdict(),
+            "error": self.error,
+        }
+
+
+def _read_log(directory: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[str, Library]":
+    """Stream every ``LD_DEBUG_OUTPUT`` file (one per PID), line by line.
+
+    Keeps the bindings of interposed symbols, and the runtime libraries the hook's own references
+    were bound to (where its calls forward).
+    """
+    libraries: "dict[str, Library]" = {}
+    is_hook: "dict[str, bool]" = {}
+    needles = [f"`{sym}'".encode() for sym in symbols]
+    hook_name = os.path.basename(ev.hook).encode("utf-8", "surrogateescape")
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        ev.log_bytes += os.path.getsize(path)
+        with open(path, "rb") as f:
+            for raw in f:
+                if b"binding file" not in raw or not (hook_name in raw or any(n in raw for n in needles)):
+                    continue
+                b = parse_binding(raw.decode("utf-8", "surrogateescape"))
+                if b is None:
+                    continue
+                if b.referrer not in is_hook:
+                    is_hook[b.referrer] = same_file(b.referrer, ev.hook)
+                if is_hook[b.referrer]:
+                    if runtime_of(os.path.basename(b.target)) and b.target not in ev.hook_runtime:
+                        ev.hook_runtime.append(b.target)
+                elif b.symbol in symbols:
+                    lib = libraries.setdefault(b.referrer, Library(b.referrer))
+                    lib.bound.setdefault(b.symbol, b.target)
+    return libraries
+
+
+def _unbound(mapped: "Iterable[str]", soname: str, symbols: "frozenset[str]",
+             libraries: "dict[str, Library]", ev: Evidence) -> None:
+    """Add references the log never bound: interposed symbols a runtime-linked library needs."""
+    for path in mapped:
+        if same_file(path, ev.hook) or any(same_file(path, p) for p in libraries):
+            continue
+        try:
+            if soname not in read_dynamic(path).needed:
+                continue
+            wanted = read_symbols(path).undefined & symbols
+        except (OSError, ElfError):
+            continue
+        if wanted:
+            lib = libraries.setdefault(path, Library(path))
+            for sym in sorted(wanted):
+                lib.bound.setdefault(sym, None)
+
+
+def _classify(lib: Library, ev: Evidence) -> None:
+    targets = set(lib.bound.values())
+    if None in targets:
+        lib.status = "unbound"
+        lib.reason = ("the loader bound no definition to it (a weak reference left unresolved), so the call "
+                      "goes nowhere")
+        return
+    others = [t for t in targets if not same_file(t, ev.hook)]
+    if not others:
+        lib.status, lib.reason = "intercepted", "every reference binds to the hook"
+        return
+    lib.status = "bypassed"
+    target = others[0]
+    if runtime_of(os.path.basename(target)):
+        if not ev.hook_mapped:
+            lib.reason = f"bound to {target}: the hook is not loaded in this process (no LD_PRELOAD of it)"
+        else:
+            lib.reason = (f"bound to {target}, which its lookup scope puts before the hook: the library was "
+                          f"opened with RTLD_DEEPBIND or linked with -Bsymbolic, or the hook is not in the "
+                          f"global scope (preloaded or dlopen'ed RTLD_GLOBAL)")
+    else:
+        lib.reason = (f"bound to {target}, which defines it itself (a statically linked CUDA runtime): "
+                      f"calls bound there never reach the hook")
+
+
+def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, module: str = "torch",
+          executable: "str | None" = None, timeout: float = 600) -> Evidence:
+    """Start ``executable`` under ``environ`` plus :data:`DEEP_VARS`, import ``module``, and read the log.
+
+    The log goes to a private temporary directory, is read line by line and deleted. The calling
+    process's environment is not touched.
+    """
+    try:
+        symbols = interposed(hook, runtime_library)
+    except (OSError, ElfError) as exc:
+        ev = Evidence(module, hook, runtime_library, ())
+        ev.error = f"cannot read the symbol tables of {hook} and {runtime_library}: {exc}"
+        return ev
+    ev = Evidence(module, hook, runtime_library, symbols)
+    if not symbols:
+        ev.error = f"{os.path.basename(hook)} defines nothing that {os.path.basename(runtime_library)} defines"
+        return ev
+    soname = read_dynamic(runtime_library).soname or os.path.basename(runtime_library)
+    directory = tempfile.mkdtemp(prefix="tms-autopreload-deep-")
+    start = time.perf_counter()
+    try:
+        env = {**environ, **DEEP_VARS, "LD_DEBUG_OUTPUT": os.path.join(directory, "bindings")}
+        try:
+            r = subprocess.run([executable or sys.executable, "-c", _PROBE, module], env=env,
+                               capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            ev.error = f"`import {module}` did not finish within {timeout:g} s"
+            return ev
+        maps_line = next((line for line in r.stdout.splitlines() if line.startswith("TMS-DEEP-MAPS ")), None)
+        if r.returncode != 0 or maps_line is None:
+            tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+            ev.error = f"the child failed to import {module} (exit {r.returncode}): {tail}"
+            return ev
+        mapped = json.loads(maps_line[len("TMS-DEEP-MAPS "):])
+        ev.hook_mapped = any(same_file(p, hook) for p in mapped)
+        ev.runtimes = [p for p in mapped if runtime_of(os.path.basename(p))]
+        libraries = _read_log(directory, frozenset(symbols), ev)
+        _unbound(mapped, soname, frozenset(symbols), libraries, ev)
+        for lib in libraries.values():
+            # allocation before release, then by name: "cudaMalloc, cudaFree"
+            lib.bound = dict(sorted(lib.bound.items(), key=lambda kv: ("alloc" not in kv[0].lower(), kv[0])))
+            _classify(lib, ev)
+        order = {ALLOCATOR: 0}
+        ev.libraries = sorted(libraries.values(), key=lambda lib: (order.get(lib.name, 1), lib.name))
+        return ev
+    finally:
+        ev.seconds = time.perf_counter() - start
+        shutil.rmtree(directory, ignore_errors=True)
