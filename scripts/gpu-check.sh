@@ -3,7 +3,8 @@
 #
 # Installs torch_memory_saver 0.0.9.post1 and tms_autopreload from wheels carried next to this
 # script (scripts/wheels/, made by `scripts/gpu-check.sh --fetch` on a machine with the package
-# index; the GPU machine may have no network) into a venv that sees the system torch. Then, in a
+# index; the GPU machine may have no network) into a venv that sees the system torch. Then runs
+# `tms-autopreload doctor --deep` (where the loader binds torch's cudaMalloc/cudaFree) and, in a
 # process started only with SLIME_OFFLOAD_TRAIN=1: allocate 8 GiB inside a torch_memory_saver
 # region with CPU backup, pause(), check that the GPU's free memory rose by >= 90% of that,
 # resume(), and check that the tensor's contents survived. Prints one table; exit 0 = all passed,
@@ -36,8 +37,12 @@ venv="$(mktemp -d)/venv"
 "$python" -m venv --system-site-packages "$venv"
 "$venv/bin/python" -m pip install -q --no-index --no-deps "$wheels"/torch_memory_saver-0.0.9.post1-*.whl "$wheels"/tms_autopreload-*.whl
 
-SLIME_OFFLOAD_TRAIN=1 TMS_AUTOPRELOAD_VERBOSE=1 "$venv/bin/python" - <<'PY'
-import os, sys, time
+# First the binding proof (no GPU needed): where the loader binds torch's allocator calls.
+deep_json="$(mktemp)"
+"$venv/bin/python" -m tms_autopreload doctor --deep --json > "$deep_json" || true
+
+SLIME_OFFLOAD_TRAIN=1 TMS_AUTOPRELOAD_VERBOSE=1 DEEP_JSON="$deep_json" "$venv/bin/python" - <<'PY'
+import json, os, sys, time
 import torch
 from torch_memory_saver import torch_memory_saver
 
@@ -47,6 +52,12 @@ def check(name, passed, detail):
     global ok
     ok &= bool(passed)
     rows.append((name, "PASS" if passed else "FAIL", detail))
+
+try:
+    deep = json.load(open(os.environ["DEEP_JSON"]))
+except (OSError, ValueError) as exc:
+    deep = {"ok": False, "verdict": f"doctor --deep gave no report ({exc})"}
+check("doctor --deep (binding proof)", deep.get("ok"), deep.get("verdict") or deep.get("error"))
 
 maps = [l.split()[-1] for l in open("/proc/self/maps") if "torch_memory_saver" in l]
 check("hook mapped", any(m.endswith("_cu13.abi3.so") for m in maps), sorted(set(maps))[0] if maps else "none")

@@ -3,13 +3,14 @@
 :func:`survey` is the one function that decides; :func:`resolve`, the start-up hook and every
 CLI command ask it. Steps:
 
-1. find the candidate builds (or the one ``TMS_AUTOPRELOAD_PATH`` names);
+1. find the candidate builds, or the one ``TMS_AUTOPRELOAD_PATH`` names (:func:`_candidates`);
 2. detect the runtime this process will use (:mod:`tms_autopreload.runtime`);
-3. keep the builds whose DT_NEEDED runtime matches it (driver-only builds match any CUDA);
+3. keep the builds whose DT_NEEDED runtime matches it, driver-only builds matching any CUDA,
+   best first (:func:`_screen`);
 4. bind the hook to the runtime library torch will use: when the loader would find another
    copy for the hook, put that library's directory first on LD_LIBRARY_PATH, so one copy maps;
 5. trace the planned start with the real loader, and accept the first build it loads cleanly
-   with the runtime bound where we meant.
+   with the runtime bound where we meant (:func:`_choose`, :func:`_attempt`).
 """
 
 import os
@@ -29,6 +30,8 @@ TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-u
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
+
+    from .elf import DynamicInfo
 
 __all__ = ["Plan", "Verdict", "Report", "survey", "resolve"]
 
@@ -210,6 +213,109 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     return plan, reason, True, None
 
 
+def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, want: "DynamicInfo",
+                warnings: list[str]) -> "tuple[list[Build], str | None, bool]":
+    """Step 1: (the builds to consider, or an error; whether TMS_AUTOPRELOAD_PATH named the one build)."""
+    forced = env.get(FORCE_VAR, "").strip()
+    if forced:
+        if not os.path.isabs(forced) or not os.path.isfile(forced):
+            return [], (f"{FORCE_VAR}={forced!r} is not an absolute path to an existing file; "
+                        f"fix the path or unset {FORCE_VAR}"), True
+        unsafe = writable_by_others(forced)
+        if unsafe:
+            warnings.append(f"{FORCE_VAR} names a file others can change ({unsafe}); preloading it anyway")
+        return [read_build(forced, want, explicit=True)], None, True
+    if package_dir is None:
+        return [], (f"torch_memory_saver is not installed for {exe}: pip install torch-memory-saver "
+                    f"(or set {FORCE_VAR}=/abs/path/to/build.so)"), False
+    builds = find_builds(package_dir, want)
+    if not builds:
+        return [], (f"torch_memory_saver at {package_dir} ships no preload build (looked for "
+                    f"torch_memory_saver_hook_mode_preload*.so and torch_memory_saver_cpp*.so there and "
+                    f"in {os.path.dirname(package_dir)}): reinstall torch-memory-saver"), False
+    return builds, None, False
+
+
+def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Verdict], list[int]]":
+    """Step 3: verdicts for builds that cannot fit, and the indexes of those that may, best first."""
+    verdicts: dict[int, Verdict] = {}
+    eligible: list[tuple[tuple[int, int, int], int]] = []
+    for i, b in enumerate(builds):
+        if b.problem:
+            verdicts[i] = Verdict(b, "rejected", b.problem)
+        elif runtime is None:
+            verdicts[i] = Verdict(b, "untried", "no runtime could be decided")
+        elif _fits(b, runtime):
+            eligible.append((_preference(b, runtime, i), i))
+        else:
+            verdicts[i] = Verdict(b, "rejected", f"built for {b.target()}, not for this process's {runtime.name}")
+    return verdicts, [i for _, i in sorted(eligible)]
+
+
+def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
+            exe: str, check_all: bool, verdicts: dict[int, Verdict]) -> "tuple[Plan | None, list[str]]":
+    """Steps 4-5: plan and trace the eligible builds in order; (the first that loads cleanly, fixes).
+
+    Raises OSError when the interpreter itself cannot be started for the trace.
+    """
+    plan: Plan | None = None
+    fixes: list[str] = []
+    for i in eligible:
+        b = builds[i]
+        if plan is not None and not check_all:
+            verdicts[i] = Verdict(b, "untried", "a preferred build was chosen first")
+            continue
+        attempt, reason, loads, fix = _attempt(b, runtime, env, loader, exe)
+        if attempt is None:
+            verdicts[i] = Verdict(b, "rejected", reason, loads)
+            if fix:
+                fixes.append(fix)
+        elif plan is None:
+            plan = attempt
+            verdicts[i] = Verdict(b, "chosen", reason, True)
+        else:
+            verdicts[i] = Verdict(b, "loads", f"{reason}; not chosen (less preferred)", True)
+    return plan, fixes
+
+
+def _trace_the_rest(verdicts: dict[int, Verdict], env: "Mapping[str, str]", plan: Plan | None, exe: str) -> None:
+    """For ``doctor``: the loader's answer for every readable candidate not traced yet, as the seed's repro did."""
+    probe_env = {**env, **(plan.changes() if plan else {})}
+    for i, v in list(verdicts.items()):
+        if v.loads is None and v.build.info is not None and v.build.problem is None:
+            probe_env["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), v.build.path)
+            try:
+                t = run_trace(exe, probe_env)
+            except OSError:
+                continue
+            verdicts[i] = Verdict(v.build, v.status, v.reason if t.ok else f"{v.reason}; loader: {t.reason()}", t.ok)
+
+
+def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: bool) -> Plan:
+    """The plan, warned when it keeps other LD_PRELOAD entries that torch_memory_saver's Python side refuses."""
+    kept = split_preload(plan.ld_preload)[1:]
+    if not kept or forced or not _tms_reads_one_path(package_dir):
+        return plan
+    return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, (
+        f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
+        f"reads LD_PRELOAD as a single path (0.0.9.post1 and older), so its Python side will refuse "
+        f"this process; drop those entries or pip install 'torch-memory-saver>=0.0.10'",))
+
+
+def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], any_eligible: bool, fixes: list[str]) -> str:
+    """The error when no build fits: every candidate with its reason, then the fix."""
+    lines = [f"no torch_memory_saver preload build fits {runtime.describe()}:"]
+    lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
+    if not any_eligible and runtime.kind == "cuda":
+        fixes.append(f"install a torch_memory_saver that ships a CUDA {runtime.major} build: "
+                     f"pip install 'torch-memory-saver>=0.0.9.post1' (it ships _cu12 and _cu13 builds)")
+    elif not any_eligible:
+        fixes.append("install a ROCm build of torch_memory_saver (built from source with ROCm)")
+    lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
+                 f"Fix: see the reasons above, or set {FORCE_VAR} to a build that loads")
+    return "\n".join(lines)
+
+
 def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None,
            check_all: bool = False) -> Report:
     """Look at this process and decide. Never raises for a bad environment: see ``Report.error``.
@@ -234,99 +340,33 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return fail(f"cannot read the interpreter {exe} ({why}); set LD_PRELOAD by hand with "
                     f"`tms-autopreload env` from a normal Python")
-    want = loader.executable.info
-    forced = env.get(FORCE_VAR, "").strip()
-    if forced:
-        if not os.path.isabs(forced) or not os.path.isfile(forced):
-            return fail(f"{FORCE_VAR}={forced!r} is not an absolute path to an existing file; "
-                        f"fix the path or unset {FORCE_VAR}")
-        builds = [read_build(forced, want, explicit=True)]
-        unsafe = writable_by_others(forced)
-        if unsafe:
-            warnings.append(f"{FORCE_VAR} names a file others can change ({unsafe}); preloading it anyway")
-    elif package_dir is None:
-        return fail(f"torch_memory_saver is not installed for {exe}: pip install torch-memory-saver "
-                    f"(or set {FORCE_VAR}=/abs/path/to/build.so)")
-    else:
-        builds = find_builds(package_dir, want)
-        if not builds:
-            return fail(f"torch_memory_saver at {package_dir} ships no preload build (looked for "
-                        f"torch_memory_saver_hook_mode_preload*.so and torch_memory_saver_cpp*.so there and "
-                        f"in {os.path.dirname(package_dir)}): reinstall torch-memory-saver")
-
+    builds, error, forced = _candidates(env, package_dir, exe, loader.executable.info, warnings)
+    if error:
+        return fail(error)
     try:
         runtime: Runtime | None = detect(env, loader, [b.major for b in builds if b.kind == "cuda" and b.major])
         runtime_error = None
     except ResolveError as exc:
         runtime, runtime_error = None, str(exc)
-
-    verdicts: dict[int, Verdict] = {}
-    fixes: list[str] = []
-    eligible: list[tuple[tuple[int, int, int], int]] = []
-    for i, b in enumerate(builds):
-        if b.problem:
-            verdicts[i] = Verdict(b, "rejected", b.problem)
-        elif runtime is None:
-            verdicts[i] = Verdict(b, "untried", "no runtime could be decided")
-        elif _fits(b, runtime):
-            eligible.append((_preference(b, runtime, i), i))
-        else:
-            verdicts[i] = Verdict(b, "rejected", f"built for {b.target()}, not for this process's {runtime.name}")
+    verdicts, eligible = _screen(builds, runtime)
     plan: Plan | None = None
-    for _, i in sorted(eligible):
-        b = builds[i]
-        if plan is not None and not check_all:
-            verdicts[i] = Verdict(b, "untried", "a preferred build was chosen first")
-            continue
+    fixes: list[str] = []
+    if runtime is not None:
         try:
-            attempt, reason, loads, fix = _attempt(b, runtime, env, loader, exe)
+            plan, fixes = _choose(builds, eligible, runtime, env, loader, exe, check_all, verdicts)
         except OSError as exc:
             return fail(f"cannot run the interpreter {exe} to verify the plan with the loader "
                         f"({exc.strerror or exc}); set LD_PRELOAD by hand with `tms-autopreload env` "
                         f"from a working Python", runtime)
-        if attempt is None:
-            verdicts[i] = Verdict(b, "rejected", reason, loads)
-            if fix:
-                fixes.append(fix)
-        elif plan is None:
-            plan = attempt
-            verdicts[i] = Verdict(b, "chosen", reason, True)
-        else:
-            verdicts[i] = Verdict(b, "loads", f"{reason}; not chosen (less preferred)", True)
-    if check_all:  # show the loader's answer for every readable candidate, as the seed's repro did
-        probe_env = {**env, **(plan.changes() if plan else {})}
-        for i, v in list(verdicts.items()):
-            if v.loads is None and v.build.info is not None and v.build.problem is None:
-                probe_env["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), v.build.path)
-                try:
-                    t = run_trace(exe, probe_env)
-                except OSError:
-                    continue
-                verdicts[i] = Verdict(v.build, v.status, v.reason if t.ok else f"{v.reason}; loader: {t.reason()}",
-                                      t.ok)
+    if check_all:
+        _trace_the_rest(verdicts, env, plan, exe)
     ordered = tuple(verdicts[i] for i in range(len(builds)))
-
     if plan is not None:
-        kept = split_preload(plan.ld_preload)[1:]
-        if kept and not forced and _tms_reads_one_path(package_dir):
-            plan = Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, (
-                f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
-                f"reads LD_PRELOAD as a single path (0.0.9.post1 and older), so its Python side will refuse "
-                f"this process; drop those entries or pip install 'torch-memory-saver>=0.0.10'",))
-        return Report(exe, package_dir, runtime, ordered, plan, None, tuple(warnings))
-
+        return Report(exe, package_dir, runtime, ordered, _with_single_path_warning(plan, package_dir, forced),
+                      None, tuple(warnings))
     if runtime is None:
         return fail(runtime_error or "no runtime", None, ordered)
-    lines = [f"no torch_memory_saver preload build fits {runtime.describe()}:"]
-    lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
-    if not eligible and runtime.kind == "cuda":
-        fixes.append(f"install a torch_memory_saver that ships a CUDA {runtime.major} build: "
-                     f"pip install 'torch-memory-saver>=0.0.9.post1' (it ships _cu12 and _cu13 builds)")
-    elif not eligible:
-        fixes.append("install a ROCm build of torch_memory_saver (built from source with ROCm)")
-    lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
-                 f"Fix: see the reasons above, or set {FORCE_VAR} to a build that loads")
-    return fail("\n".join(lines), runtime, ordered)
+    return fail(_no_fit(runtime, ordered, bool(eligible), fixes), runtime, ordered)
 
 
 def resolve(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None) -> Plan:

@@ -200,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         row("P4", "deciding the file: `resolve()` (real torch venv)",
             "torch_memory_saver `get_binary_path_from_package` (imports torch)", ">= 100x faster",
             ours_t, theirs_t, lambda r: r >= 100, ratio=mt / mo)
+        # P7: the binding proof, whole command, vs the `import torch` it wraps.
+        deep = [str(tv.python), "-m", "tms_autopreload", "doctor", "--deep"]
+        a, b = interleave(lambda: spawn(deep, s["base"]), lambda: spawn([str(tv.python), "-c", "import torch"], s["base"]), 5)
+        assert all(x[2] == 0 for x in a), "doctor --deep did not prove the binding"
+        log_mb = json.loads(output([*deep, "--json"], s["base"]))["log_bytes"] / 1e6
+        row("P7", f"`doctor --deep` (real torch; {log_mb:.0f} MB of binding log)", "`python -c 'import torch'`",
+            "report only", [x[0] for x in a], [x[0] for x in b], lambda r: True)
     # P5: 64 concurrent starts.
     a, b = interleave(lambda: burst([with_py, "-c", "pass"], flagged, 64),
                       lambda: burst([with_py, "-c", "pass"], s["preset"], 64), 5)
@@ -220,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"{_cpu()}; Python {platform.python_version()} ({python}); {time.strftime('%Y-%m-%d %H:%M %Z')}")
     print(f"driver: {'stub on LD_LIBRARY_PATH' if s['stub'] else 'real'}; runs per side: P1/P3 {args.n}, "
-          f"P2/P6 {max(args.n // 2, 10)}, P4 35 vs 7, P5 5 bursts")
+          f"P2/P6 {max(args.n // 2, 10)}, P4 35 vs 7, P5 5 bursts, P7 5")
     print()
     print("| id | what | compared with | target | ours (median ± IQR) | baseline | ratio | met |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
