@@ -267,16 +267,37 @@ def test_on_error_warn_continues_unhooked(scenario):
     assert "continuing without the hook" in err and "Traceback" not in err
 
 
-def test_not_a_python_executable_is_not_reexecuted(scenario):
-    """Run through ld.so itself: /proc/self/exe is the loader, so a re-exec would not repeat this start."""
+def test_not_a_python_executable_is_hooked_in_process(scenario):
+    """Run through ld.so itself: /proc/self/exe is the loader, so a re-exec would not repeat this start.
+    The hook is loaded in-process instead (dlopen mode), with no exec."""
     scn = seed_host(scenario)
     from support import clean_env
 
-    env = clean_env(SLIME_OFFLOAD_TRAIN="1")
+    env = clean_env(SLIME_OFFLOAD_TRAIN="1", TMS_AUTOPRELOAD_VERBOSE="1")
+    r = subprocess.run(scn.host.wrap(["/lib64/ld-linux-x86-64.so.2", str(scn.venv.python), "-c", REPORT], env),
+                       env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [os.path.basename(m) for m in rep["maps"]] == [CU13]
+    assert len(hook_lines(r.stderr, "in-process")) == 1 and not hook_lines(r.stderr, "re-executing"), r.stderr
+    assert rep["env"]["LD_PRELOAD"] == str(scn.site / CU13) and rep["env"]["TMS_INIT_ENABLE"] == "1"
+
+
+def test_not_a_python_executable_that_cannot_load_in_process_stops_clearly(scenario, parts):
+    """The same, with cudaMalloc already defined in the global scope (an earlier preload): neither an
+    exec nor an in-process load can hook it as LD_PRELOAD would, so it stops with the fix."""
+    scn = seed_host(scenario)
+    from support import cc, clean_env
+
+    toy = parts.root / "deps" / "libdefines_cudamalloc.so"
+    if not toy.exists():
+        cc(toy, "int cudaMalloc(void **p, unsigned long n) { return 2; }\n")
+    env = clean_env(SLIME_OFFLOAD_TRAIN="1", LD_PRELOAD=str(toy))
     r = subprocess.run(scn.host.wrap(["/lib64/ld-linux-x86-64.so.2", str(scn.venv.python), "-c", "print(1)"], env),
                        env=clean_env(), capture_output=True, text=True, timeout=60)
-    assert r.returncode == 78 and r.stdout == ""
-    assert "cannot be restarted with the hook" in r.stderr and "tms-autopreload env" in r.stderr
+    assert r.returncode == 78 and r.stdout == "", r.stderr
+    assert "embedded in another program" in r.stderr and "cudaMalloc is already defined" in r.stderr
+    assert "tms-autopreload env" in r.stderr
 
 
 def test_keeps_other_preloads_in_order_and_warns_for_old_tms(scenario, parts):

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from support import runtime_wheel, tms_wheel  # noqa: E402
 from tms_autopreload import elf  # noqa: E402
-from tms_autopreload.bindings import interposed  # noqa: E402
+from tms_autopreload.builds import interposed  # noqa: E402
 
 VERSIONS = ["0.0.8", "0.0.9", "0.0.9.post1", "0.0.10"]
 

@@ -25,6 +25,8 @@ VERBOSE_VAR = "TMS_AUTOPRELOAD_VERBOSE"
 # The two overrides the resolver reads (a resolution depends on them, so the state key does too).
 CUDA_MAJOR_VAR = "TMS_AUTOPRELOAD_CUDA_MAJOR"
 PATH_VAR = "TMS_AUTOPRELOAD_PATH"
+# How the start-up hook applies a plan: "exec" (re-exec once, the default) or "dlopen" (in-process).
+MODE_VAR = "TMS_AUTOPRELOAD_MODE"
 # Written by the hook: what this environment was resolved for, and the PID that re-exec'd.
 STATE_VAR = "TMS_AUTOPRELOAD_STATE"
 EXEC_VAR = "TMS_AUTOPRELOAD_EXEC_PID"
@@ -204,7 +206,7 @@ def process_startup() -> None:
 
 
 __version__ = "0.1.0"
-__all__ = ["process_startup", "resolve", "survey", "configure_subprocess", "Plan", "Report", "Verdict",
+__all__ = ["process_startup", "resolve", "survey", "configure_subprocess", "activate", "Plan", "Report", "Verdict",
            "ResolveError", "__version__"]
 
 
@@ -217,6 +219,10 @@ def __getattr__(name: str):  # noqa: ANN202 - PEP 562 module attribute hook
         from .children import configure_subprocess
 
         return configure_subprocess
+    if name == "activate":
+        from .inprocess import activate
+
+        return activate
     if name in ("resolve", "survey", "Plan", "Report", "Verdict"):
         from . import plan
 

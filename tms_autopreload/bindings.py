@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 
+from .builds import interposed
 from .elf import ElfError, read_dynamic, read_symbols
 from .ldso import same_file
 from .runtime import runtime_of
@@ -31,7 +32,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-__all__ = ["Binding", "Library", "Evidence", "parse_binding", "interposed", "check", "DEEP_VARS", "ALLOCATOR"]
+__all__ = ["Binding", "Library", "Evidence", "parse_binding", "check", "DEEP_VARS", "ALLOCATOR"]
 
 # What the child runs with, on top of the environment under test.
 DEEP_VARS = {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings"}
@@ -78,14 +79,6 @@ def parse_binding(line: str) -> "Binding | None":
     if m is None:
         return None
     return Binding(int(m.group(1)), m.group(2), m.group(4), m.group(7), m.group(8))
-
-
-def interposed(hook: str, runtime_library: str) -> "tuple[str, ...]":
-    """What ``hook`` defines that ``runtime_library`` also defines: the calls it can intercept.
-
-    Raises ElfError or OSError when either file cannot be read.
-    """
-    return tuple(sorted(read_symbols(hook).defined & read_symbols(runtime_library).defined))
 
 
 class Library:
@@ -237,11 +230,14 @@ def _classify(lib: Library, ev: Evidence) -> None:
 
 
 def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, module: str = "torch",
-          executable: "str | None" = None, timeout: float = 600) -> Evidence:
+          executable: "str | None" = None, in_process: bool = False, timeout: float = 600) -> Evidence:
     """Start ``executable`` under ``environ`` plus :data:`DEEP_VARS`, import ``module``, and read the log.
 
-    The log goes to a private temporary directory, is read line by line and deleted. The calling
-    process's environment is not touched.
+    ``in_process``: ``environ`` asks the child's start-up hook for dlopen mode (with
+    ``TMS_AUTOPRELOAD_VERBOSE``); the child must say it loaded the hook in-process, or the evidence
+    is about exec mode and the check fails with the hook's own words. The log goes to a private
+    temporary directory, is read line by line and deleted. The calling process's environment is
+    not touched.
     """
     try:
         symbols = interposed(hook, runtime_library)
@@ -268,6 +264,10 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
         if r.returncode != 0 or maps_line is None:
             tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
             ev.error = f"the child failed to import {module} (exit {r.returncode}): {tail}"
+            return ev
+        if in_process and "(no exec)" not in r.stderr:
+            said = [line for line in r.stderr.splitlines() if line.startswith("tms-autopreload:")]
+            ev.error = f"the child did not load the hook in-process: {' / '.join(said) or 'its start-up hook said nothing'}"
             return ev
         mapped = json.loads(maps_line[len("TMS-DEEP-MAPS "):])
         ev.hook_mapped = any(same_file(p, hook) for p in mapped)

@@ -16,10 +16,10 @@ import os
 import stat
 
 from . import PATH_VAR
-from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic
+from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbols
 from .runtime import runtime_of
 
-__all__ = ["Build", "read_build", "find_builds", "PRELOAD_PREFIXES"]
+__all__ = ["Build", "read_build", "find_builds", "interposed", "PRELOAD_PREFIXES"]
 
 PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")
 
@@ -130,3 +130,13 @@ def find_builds(package_dir: str, want: DynamicInfo) -> list[Build]:
                     seen.add(key)
                     builds.append(read_build(path, want))
     return builds
+
+
+def interposed(build: str, runtime_library: str) -> "tuple[str, ...]":
+    """What ``build`` defines that ``runtime_library`` also defines: the calls it can intercept.
+
+    Read from both dynamic symbol tables, not assumed: 0.0.9.post1 and 0.0.10 preload builds define
+    ``cudaMalloc`` and ``cudaFree``, and so does 0.0.8's driver-only build, which links no runtime.
+    Raises ElfError or OSError when either file cannot be read.
+    """
+    return tuple(sorted(read_symbols(build).defined & read_symbols(runtime_library).defined))

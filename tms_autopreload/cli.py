@@ -37,7 +37,7 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 def _interposes(report: Report) -> "dict[str, list[str] | None]":
     """Per candidate path: what it defines that the process's runtime library defines (None: unknown)."""
-    from .bindings import interposed
+    from .builds import interposed
     from .elf import ElfError
 
     library = report.runtime.library if report.runtime else None
@@ -98,7 +98,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 def _deep(args: argparse.Namespace) -> int:
     """``doctor --deep``: where the loader binds the module's references to the hook's symbols."""
-    from . import STATE_VAR, state_key
+    from . import EXEC_VAR, FLAG_VARS, MODE_VAR, STATE_VAR, VERBOSE_VAR, parse_flag, state_key
     from .bindings import check
     from .environ import split_preload, is_tms_entry
 
@@ -111,18 +111,27 @@ def _deep(args: argparse.Namespace) -> int:
             print(f"tms-autopreload: {error}", file=sys.stderr)
         return EXIT_NO_PLAN
     plan = report.plan
+    hook = plan.build
     if args.as_is:
         env = dict(os.environ)
         named = [e for e in split_preload(env.get("LD_PRELOAD", "")) if is_tms_entry(e)]
         hook = named[0] if named and os.path.isabs(named[0]) else plan.build
+    elif args.mode == "dlopen":
+        # The child starts as a flagged process in dlopen mode would: nothing of ours preloaded.
+        env = {k: v for k, v in os.environ.items() if k not in (STATE_VAR, EXEC_VAR)}
+        env["LD_PRELOAD"] = ":".join(e for e in split_preload(env.get("LD_PRELOAD", "")) if not is_tms_entry(e))
+        if not any(parse_flag(name, env.get(name))[0] for name in FLAG_VARS):
+            env[FLAG_VARS[1]] = "1"
+        env.update({MODE_VAR: "dlopen", VERBOSE_VAR: "1"})
     else:
         env = {**os.environ, **plan.changes(), STATE_VAR: state_key(plan.build)}
-        hook = plan.build
-    ev = check(env, hook, report.runtime.library, module=args.import_, executable=report.executable)
+    ev = check(env, hook, report.runtime.library, module=args.import_, executable=report.executable,
+               in_process=args.mode == "dlopen" and not args.as_is)
     if args.json:
         print(json.dumps(ev.to_dict(), indent=2))
         return EXIT_OK if ev.ok else EXIT_NO_PLAN
-    where = "this environment as it is" if args.as_is else "the plan"
+    where = ("this environment as it is" if args.as_is else
+             "the plan, loaded in-process by the start-up hook (dlopen mode)" if args.mode == "dlopen" else "the plan")
     print(f"deep:     `import {ev.module}` under {where} with LD_BIND_NOW=1 LD_DEBUG=bindings: "
           f"{ev.seconds:.1f} s, {ev.log_bytes / 1e6:.1f} MB of binding log (read line by line, deleted)")
     print(f"hook:     {ev.hook} ({'mapped' if ev.hook_mapped else 'NOT mapped'})")
@@ -231,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the module --deep imports (default: torch)")
     p.add_argument("--as-is", action="store_true",
                    help="with --deep: check this environment as it is (your own LD_PRELOAD), not the plan")
+    p.add_argument("--mode", choices=("exec", "dlopen"), default="exec",
+                   help="with --deep: the plan as LD_PRELOAD gives it (exec, default), or as "
+                        "TMS_AUTOPRELOAD_MODE=dlopen loads it into a running interpreter")
     p.set_defaults(func=_cmd_doctor)
     p = sub.add_parser("which", help="print the chosen build's path")
     p.set_defaults(func=_cmd_which)

@@ -283,16 +283,16 @@ def read_symbols(path: str) -> Symbols:
             raise ElfError(f"implausible symbol count {count}")
         table = _read_at(f, layout.offset(symtab, "DT_SYMTAB"), count * entsize, "dynamic symbol table")
         strings = layout.strings()
-    fmt = layout.end + ("IBBHQQ" if layout.is64 else "IIIBBH")
+    fmt = struct.Struct(layout.end + ("IBBHQQ" if layout.is64 else "IIIBBH"))
     defined: set[str] = set()
     undefined: set[str] = set()
-    for i in range(1, count):  # entry 0 is the reserved null symbol
-        fields = struct.unpack_from(fmt, table, i * entsize)
+    bindings = (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE)
+    for fields in fmt.iter_unpack(table[entsize:]):  # entry 0 is the reserved null symbol
         if layout.is64:
             name, info, other, shndx = fields[0], fields[1], fields[2], fields[3]
         else:
             name, info, other, shndx = fields[0], fields[3], fields[4], fields[5]
-        if not name or info >> 4 not in (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE):
+        if not name or info >> 4 not in bindings:
             continue
         if shndx == SHN_UNDEF:
             undefined.add(_cstr(strings, name))

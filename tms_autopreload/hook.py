@@ -7,7 +7,10 @@ the right hook). Here:
 2. resolve (:func:`tms_autopreload.plan.survey`); if its build is mapped already, and no other
    torch_memory_saver build is, only normalise ``os.environ`` (LD_PRELOAD as torch_memory_saver's
    Python side reads it);
-3. else ``execv`` the same interpreter with the same ``sys.orig_argv`` and the new environment.
+3. in ``dlopen`` mode (``TMS_AUTOPRELOAD_MODE=dlopen``), and always in an interpreter embedded in
+   another program, load the plan in-process (:mod:`tms_autopreload.inprocess`); where that cannot
+   bind as ``LD_PRELOAD`` would, say why (``TMS_AUTOPRELOAD_VERBOSE``) and go on to 4;
+4. else ``execv`` the same interpreter with the same ``sys.orig_argv`` and the new environment.
 
 Nothing leaves this module as a traceback: start-up would print ``Error processing line``
 or, for SystemExit, abort with ``Fatal Python error``. Failures print one message prefixed
@@ -18,7 +21,7 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from . import EXEC_VAR, STATE_VAR, VERBOSE_VAR, parse_flag, say, state_key
+from . import EXEC_VAR, MODE_VAR, STATE_VAR, VERBOSE_VAR, parse_flag, say, state_key
 
 __all__ = ["run", "EXIT_CONFIG", "EXIT_INTERRUPTED", "ON_ERROR_VAR"]
 
@@ -43,6 +46,15 @@ def _embedded() -> bool:
         return os.path.realpath(sys.executable) != os.path.realpath("/proc/self/exe")
     except OSError:
         return True
+
+
+def _mode(env: "os._Environ[str]") -> str:
+    """``exec`` (the default) or ``dlopen``, from TMS_AUTOPRELOAD_MODE; anything else warns and means exec."""
+    value = env.get(MODE_VAR, "").strip().lower()
+    if value in ("", "exec", "dlopen"):
+        return value or "exec"
+    say(f"warning: {MODE_VAR}={env.get(MODE_VAR)!r} is not 'exec' or 'dlopen'; using 'exec'")
+    return "exec"
 
 
 def _flush() -> None:
@@ -78,10 +90,27 @@ def _apply(mapped: "list[str]") -> None:
         if verbose:
             say(f"{plan.build} is already mapped; {plan.runtime.describe()}")
         return
-    if _embedded():
-        raise _Stop(f"this interpreter ({sys.executable or 'unknown'}) is embedded in another program, "
-                    f"so it cannot be restarted with the hook. Set it before the program starts: "
-                    f"eval \"$(tms-autopreload env)\" (would set LD_PRELOAD={plan.ld_preload}).")
+    embedded = _embedded()
+    if embedded or _mode(env) == "dlopen":
+        from .inprocess import InProcessError, load
+
+        try:
+            load(plan, env)
+        except InProcessError as exc:
+            if embedded:
+                raise _Stop(f"this interpreter ({sys.executable or 'unknown'}) is embedded in another program, "
+                            f"so it cannot be restarted with the hook, and loading the hook in-process would "
+                            f"not bind as LD_PRELOAD does: {exc}. Set it before the program starts: "
+                            f"eval \"$(tms-autopreload env)\" (would set LD_PRELOAD={plan.ld_preload}).") from None
+            if verbose:
+                say(f"dlopen mode: {exc}; falling back to exec")
+        else:
+            env.pop(EXEC_VAR, None)
+            if verbose:
+                say(f"loaded {plan.build} in-process for {plan.runtime.describe()} (no exec); children get "
+                    f"LD_PRELOAD={plan.ld_preload}"
+                    + (f" LD_LIBRARY_PATH={plan.ld_library_path}" if plan.ld_library_path is not None else ""))
+            return
     new_env = dict(env)
     new_env.update(plan.changes())
     new_env[STATE_VAR] = state_key(plan.build)

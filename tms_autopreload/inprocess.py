@@ -1,0 +1,154 @@
+"""Load a plan into the running interpreter, so that it needs no second start (``TMS_AUTOPRELOAD_MODE=dlopen``).
+
+``LD_PRELOAD`` puts the hook in the global scope before anything else the process loads. The same
+bindings come from two ``dlopen`` calls made before torch is loaded: the runtime library torch will
+bind, by absolute path and ``RTLD_LOCAL`` (the hook's ``DT_NEEDED`` is then met by SONAME, whatever
+this process's ``LD_LIBRARY_PATH`` was at start), then the hook with ``RTLD_GLOBAL``. Libraries loaded
+later look symbols up in the global scope first and find the hook; the hook's ``dlsym(RTLD_NEXT)``
+finds the runtime library among its own dependencies. The environment is set as the plan says, for
+children (they get the real ``LD_PRELOAD``) and for torch_memory_saver's own check.
+
+Where this cannot give exactly the bindings ``LD_PRELOAD`` would, :func:`obstacle` says why and the
+caller falls back to ``exec`` (or refuses, for :func:`tms_autopreload.activate`):
+
+* a runtime library, torch, or another torch_memory_saver build is already mapped: references
+  already bound do not move to a hook loaded later;
+* an interposed symbol is already defined in the global scope (an earlier ``LD_PRELOAD`` entry, the
+  executable, or an ``RTLD_GLOBAL`` library): it comes before the hook there, where ``LD_PRELOAD``
+  would have put the hook first;
+* the plan names no runtime library file to load first;
+* a ``dlopen`` fails (``dlerror``'s text is reported).
+
+``_ctypes`` (the C half of ctypes, about 1.5 ms to import) gives ``dlopen`` and ``dlsym``; ``ctypes``
+itself is not imported.
+"""
+
+import os
+import sys
+
+import _ctypes
+
+from . import STATE_VAR, is_tms_entry, mapped_hooks, state_key
+from .builds import interposed
+from .elf import ElfError
+from .runtime import runtime_of
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
+    from .plan import Plan
+
+__all__ = ["obstacle", "load", "activate", "InProcessError", "TORCH_LIBRARY_PREFIXES"]
+
+# Libraries of torch whose references to the runtime would already be bound if they are mapped.
+TORCH_LIBRARY_PREFIXES = ("libtorch", "libc10")
+
+
+class InProcessError(RuntimeError):
+    """The plan cannot be, or was not, loaded in this process; the message says why."""
+
+
+def _mapped_objects() -> "list[str]":
+    """Paths of the objects mapped into this process (``/proc/self/maps``), in order, once each."""
+    seen: "dict[str, None]" = {}
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            for line in f:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and fields[5].startswith(b"/"):
+                    seen.setdefault(fields[5].rstrip(b"\n").decode("utf-8", "surrogateescape"), None)
+    except OSError:
+        pass
+    return list(seen)
+
+
+def obstacle(plan: "Plan") -> "str | None":
+    """Why loading ``plan`` in this process would not bind as ``LD_PRELOAD`` does, or None."""
+    library = plan.runtime.library
+    if library is None:
+        return "the plan names no runtime library file to load before the hook"
+    if "torch" in sys.modules:
+        return "torch is already imported"
+    for path in _mapped_objects():
+        name = os.path.basename(path)
+        if runtime_of(name):
+            return f"a runtime library is already loaded ({path})"
+        if name.startswith(TORCH_LIBRARY_PREFIXES):
+            return f"a torch library is already loaded ({path})"
+        if is_tms_entry(path):
+            return f"a torch_memory_saver build is already loaded ({path})"
+    try:
+        symbols = interposed(plan.build, library)
+    except (OSError, ElfError) as exc:
+        return f"cannot read the symbols of {plan.build} and {library}: {exc}"
+    main = _ctypes.dlopen(None, os.RTLD_NOW)
+    for symbol in symbols:
+        try:
+            _ctypes.dlsym(main, symbol)
+        except OSError:
+            continue  # not defined yet: the hook will be the first definition in the global scope
+        return f"{symbol} is already defined in the global scope, where it would come before the hook"
+    return None
+
+
+def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
+    """Load ``plan`` into this process and set ``environ`` as the plan says; raise InProcessError if not possible.
+
+    The ``TMS_*`` variables the hook reads in its constructor must be in ``environ`` (which is
+    ``os.environ``, so the C environment too) before this is called.
+    """
+    reason = obstacle(plan)
+    if reason:
+        raise InProcessError(reason)
+    for path, mode in ((plan.runtime.library, os.RTLD_NOW | os.RTLD_LOCAL), (plan.build, os.RTLD_NOW | os.RTLD_GLOBAL)):
+        try:
+            _ctypes.dlopen(path, mode)
+        except OSError as exc:
+            raise InProcessError(f"dlopen failed: {exc}") from None
+    if plan.build not in mapped_hooks():
+        raise InProcessError(f"dlopen returned, but {plan.build} is not mapped")
+    environ.update(plan.changes())
+    environ[STATE_VAR] = state_key(plan.build)
+
+
+_activated: "Plan | None" = None
+
+
+def activate() -> "Plan":
+    """Bind the hook into this running interpreter; call it before ``import torch``. Returns the plan.
+
+    For notebooks and scripts that cannot set the environment before they start: the first cell of
+    a notebook, the first line of a script. It loads the plan as ``TMS_AUTOPRELOAD_MODE=dlopen``
+    does, and sets ``LD_PRELOAD``, ``LD_LIBRARY_PATH`` and the state in ``os.environ`` for children
+    and for torch_memory_saver's own check (with ``SLIME_OFFLOAD_TRAIN`` on, also its
+    ``TMS_INIT_*`` defaults, before the hook's constructor reads them). A second call, or a call in
+    a process started with the hook, returns the plan and changes nothing.
+
+    Raises :class:`tms_autopreload.ResolveError` when there is no plan, or when this process can
+    no longer be hooked as ``LD_PRELOAD`` would (torch or a runtime library already loaded): restart
+    the interpreter (the kernel, in a notebook) and call it first.
+    """
+    global _activated
+    if _activated is not None:
+        return _activated
+    from . import FLAG_VARS, SLIME_DEFAULTS, parse_flag
+    from .errors import ResolveError
+    from .plan import resolve
+
+    plan = resolve()
+    env = os.environ
+    if mapped_hooks() != [plan.build]:
+        if parse_flag(FLAG_VARS[0], env.get(FLAG_VARS[0]))[0]:
+            for name, value in SLIME_DEFAULTS.items():
+                env.setdefault(name, value)
+        try:
+            load(plan, env)
+        except InProcessError as exc:
+            raise ResolveError(f"cannot bind the hook in this running process: {exc}. Restart the interpreter "
+                               f"(in a notebook: restart the kernel) and call tms_autopreload.activate() first, "
+                               f"before anything imports torch") from None
+    env.update(plan.changes())
+    env[STATE_VAR] = state_key(plan.build)
+    _activated = plan
+    return plan
