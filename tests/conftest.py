@@ -106,6 +106,31 @@ class Scenario:
         return self.run(["-c", code], {flag: "1", **(env or {})}, **kw)
 
 
+MODES = ["exec", "dlopen"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request) -> str:
+    """Issue 13's parity: a behaviour test that takes this runs once per TMS_AUTOPRELOAD_MODE."""
+    return request.param
+
+
+def mode_env(mode: str) -> dict[str, str]:
+    """The variables that start a flagged process in ``mode`` (verbose, so that tests can count execs)."""
+    return {"TMS_AUTOPRELOAD_MODE": mode, "TMS_AUTOPRELOAD_VERBOSE": "1"}
+
+
+def assert_applied(mode: str, stderr: str) -> None:
+    """Exec mode re-executed exactly once; dlopen mode loaded in-process and never re-executed."""
+    lines = [line for line in stderr.splitlines() if line.startswith("tms-autopreload: ")]
+    execs = [line for line in lines if "re-executing" in line]
+    in_process = [line for line in lines if "in-process" in line and "(no exec)" in line]
+    if mode == "exec":
+        assert len(execs) == 1 and not in_process, stderr[-3000:]
+    else:
+        assert not execs and len(in_process) == 1, stderr[-3000:]
+
+
 @pytest.fixture(scope="session")
 def parts(tmp_path_factory) -> Parts:
     return need(Parts, tmp_path_factory.mktemp("parts"))

@@ -13,6 +13,7 @@ import subprocess
 import textwrap
 
 import pytest
+from conftest import assert_applied
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
@@ -76,12 +77,13 @@ def test_seed_side_by_side(scenario, python):
 
 # ---------------------------------------------------------------- argv, flags, PID, cwd, stdin
 
-MODES = ["-c", "-m", "script", "stdin-script", "-X", "-u", "-I", "-W"]
+HOW = ["-c", "-m", "script", "stdin-script", "-X", "-u", "-I", "-W"]
 
 
 @pytest.mark.parametrize("python", PYTHONS)
-@pytest.mark.parametrize("mode", MODES)
-def test_exec_preserves_the_process(scenario, tmp_path, python, mode):
+@pytest.mark.parametrize("how", HOW)
+def test_exec_preserves_the_process(scenario, tmp_path, python, how, mode):
+    """Parity (issue 13): the same process in both TMS_AUTOPRELOAD_MODEs, exec'd once or loaded in-process."""
     scn = seed_host(scenario, python)
     (tmp_path / "probe_mod.py").write_text(REPORT)
     (tmp_path / "probe.py").write_text(REPORT)
@@ -95,23 +97,24 @@ def test_exec_preserves_the_process(scenario, tmp_path, python, mode):
         "-u": ["-u", "-c", REPORT, "a1", "a 2"],
         "-I": ["-I", "-c", REPORT, "a1", "a 2"],
         "-W": ["-W", "error::DeprecationWarning", "-c", REPORT, "a1", "a 2"],
-    }[mode]
-    if mode == "stdin-script":
+    }[how]
+    if how == "stdin-script":
         stdin = REPORT  # the program itself comes on stdin, unread at .pth time
-    pid, rep, err, rc = start(scn, argv, stdin=stdin, cwd=tmp_path)
+    pid, rep, err, rc = start(scn, argv, env={"TMS_AUTOPRELOAD_MODE": mode}, stdin=stdin, cwd=tmp_path)
     assert rc == 0, err
-    assert len(hook_lines(err, "re-executing")) == 1 and len(hook_lines(err, "is mapped")) == 1, err
+    assert_applied(mode, err)
+    assert len(hook_lines(err, "is mapped")) == (1 if mode == "exec" else 0), err
     assert [os.path.basename(m) for m in rep["maps"]] == [CU13]
     assert rep["pid"] == pid
     assert rep["orig_argv"][1:] == argv
     assert rep["argv"][1:] == ["a1", "a 2"]
     assert rep["cwd"] == str(tmp_path)
-    if mode != "stdin-script":
+    if how != "stdin-script":
         assert rep["stdin"] == stdin
-    assert rep["utf8"] == (1 if mode == "-X" else 0)
-    assert rep["isolated"] == (1 if mode == "-I" else 0)
-    assert rep["write_through"] is (mode == "-u")
-    assert rep["warnoptions"] == (["error::DeprecationWarning"] if mode == "-W" else [])
+    assert rep["utf8"] == (1 if how == "-X" else 0)
+    assert rep["isolated"] == (1 if how == "-I" else 0)
+    assert rep["write_through"] is (how == "-u")
+    assert rep["warnoptions"] == (["error::DeprecationWarning"] if how == "-W" else [])
     assert rep["env"]["LD_PRELOAD"].endswith(CU13) and "TMS_AUTOPRELOAD_EXEC_PID" not in rep["env"]
 
 
@@ -182,7 +185,7 @@ def test_right_build_preset_is_not_reexecuted(scenario):
 
 
 @pytest.mark.parametrize("python", PYTHONS)
-def test_spawn_children_inherit_and_do_not_reexec(scenario, python):
+def test_spawn_children_inherit_and_do_not_reexec(scenario, python, mode):
     scn = seed_host(scenario, python)
     code = textwrap.dedent("""
         import json, multiprocessing as mp, os
@@ -200,13 +203,13 @@ def test_spawn_children_inherit_and_do_not_reexec(scenario, python):
     """)
     script = scn.venv.path / "spawner.py"
     script.write_text(code)
-    _, rep, err, rc = start(scn, [str(script)])
+    _, rep, err, rc = start(scn, [str(script)], env={"TMS_AUTOPRELOAD_MODE": mode})
     assert rc == 0, err
     assert rep["codes"] == [0, 0, 0]
     assert all([os.path.basename(m) for m in maps] == [CU13] for _, maps in rep["children"])
-    assert len(hook_lines(err, "re-executing")) == 1  # the parent only
-    # the parent after its exec, the 3 children, and multiprocessing's resource tracker
-    assert len(hook_lines(err, "resolved for this interpreter")) == 1 + 3 + 1
+    assert_applied(mode, err)  # the parent only
+    # the 3 children and multiprocessing's resource tracker (and in exec mode the parent after its exec)
+    assert len(hook_lines(err, "resolved for this interpreter")) == (1 if mode == "exec" else 0) + 3 + 1
 
 
 # ---------------------------------------------------------------- no flag: nothing at all

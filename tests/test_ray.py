@@ -36,7 +36,9 @@ class Probe:
                 'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart')}),
                 'tms_init': [os.environ.get('TMS_INIT_ENABLE'), os.environ.get('TMS_INIT_ENABLE_CPU_BACKUP')],
                 'child': child.returncode, 'child_err': child.stderr.strip(),
-                'exe': os.path.realpath('/proc/self/exe')}
+                'exe': os.path.realpath('/proc/self/exe'),
+                # the environment this process was exec'd with: LD_PRELOAD there means an exec applied the plan
+                'preload_at_exec': b'LD_PRELOAD=' in open('/proc/self/environ', 'rb').read()}
 
 def slime_today(site):
     # slime/ray/actor_group.py as it ships now (cu13 first), evaluated on the driver.
@@ -47,7 +49,7 @@ def slime_today(site):
             return os.path.join(site, name)
 
 ray.init(address=os.environ['RAY_ADDRESS_FOR_TEST'], log_to_driver=False)
-flag = {'env_vars': {'SLIME_OFFLOAD_TRAIN': '1'}}
+flag = {'env_vars': {'SLIME_OFFLOAD_TRAIN': '1', 'TMS_AUTOPRELOAD_MODE': os.environ['MODE_FOR_TEST']}}
 out = {}
 for node in ('cu13node', 'cu12node'):
     actor = Probe.options(runtime_env=flag, resources={node: 0.01}, num_cpus=0).remote()
@@ -98,11 +100,12 @@ def ray_cluster(parts, tmp_path_factory):
                        timeout=120)
 
 
-def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path):
+def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path, mode):
     a, b, address = ray_cluster
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent(ACTOR))
-    r = a.host.run([str(a.venv.python), str(script)], clean_env(RAY_ADDRESS_FOR_TEST=address), timeout=600)
+    r = a.host.run([str(a.venv.python), str(script)], clean_env(RAY_ADDRESS_FOR_TEST=address, MODE_FOR_TEST=mode),
+                   timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     for node, world, build, runtime in (("cu13node", a, CU13, "nvidia/cu13/lib/libcudart.so.13"),
@@ -115,6 +118,7 @@ def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path):
         assert got["child"] == 0, got["child_err"]
         assert got["pid"] == got["ray_pid"]
         assert got["exe"] == os.path.realpath(world.venv.python)
+        assert got["preload_at_exec"] is (mode == "exec")  # dlopen mode: loaded in-process, never exec'd
     # slime today: the path made on the driver (node A) names node A's cu13 build ...
     driver_path = out["driver_path"]
     assert driver_path == str(a.site / CU13)

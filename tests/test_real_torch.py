@@ -19,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from conftest import assert_applied, mode_env  # noqa: E402
 from tms_autopreload.bindings import parse_binding  # noqa: E402
 
 PROBE = r"""
@@ -64,11 +65,13 @@ def allocator_bindings(log_dir: Path) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.parametrize("host", HOSTS, ids=HOST_IDS)
-def test_real_torch_one_runtime_and_the_hook_wins(real_torch, host, tmp_path):
+def test_real_torch_one_runtime_and_the_hook_wins(real_torch, host, tmp_path, mode):
     scn = real_torch(host)
     # LD_BIND_NOW binds every reference as its library loads, so the log shows torch's own bindings.
-    r = scn.flagged(PROBE, {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": str(tmp_path / "bind")})
+    r = scn.flagged(PROBE, {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": str(tmp_path / "bind"),
+                            **mode_env(mode)})
     assert r.returncode == 0, r.stderr
+    assert_applied(mode, r.stderr)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     hook = str(scn.site / HOOK)
     assert out["torch"].startswith("2.14.1") and out["cuda"] == "13.0"
@@ -88,15 +91,15 @@ def deep(scn, env=None, *args):
 
 
 @pytest.mark.parametrize("host", HOSTS, ids=HOST_IDS)
-def test_doctor_deep_proves_torch_allocator_binds_to_the_hook(real_torch, host):
+def test_doctor_deep_proves_torch_allocator_binds_to_the_hook(real_torch, host, mode):
     scn = real_torch(host)
-    r = deep(scn)
+    r = deep(scn, None, "--mode", mode)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert "torch's CUDA allocator (libc10_cuda.so): cudaMalloc, cudaFree -> hook" in lines
     assert "libtorch_cuda.so: cudaMalloc, cudaFree -> hook" in lines
     assert any(line.startswith("verdict:  INTERCEPTED") for line in lines), r.stdout
-    doc = json.loads(deep(scn, None, "--json").stdout)
+    doc = json.loads(deep(scn, None, "--json", "--mode", mode).stdout)
     assert doc["ok"] and doc["hook_mapped"] and doc["interposed"] == ["cudaFree", "cudaMalloc"]
     assert doc["runtime_libraries_mapped"] == [str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")]
     assert {lib["name"]: lib["status"] for lib in doc["libraries"]}["libc10_cuda.so"] == "intercepted"

@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+from conftest import assert_applied, mode_env
 
 PROBE = """
 import ctypes, json, os, subprocess, sys
@@ -25,9 +26,12 @@ print(json.dumps({'pid': os.getpid(), 'maps': maps, 'child': child.returncode, '
 """
 
 
-def hooked(scn, env=None):
-    r = scn.flagged(PROBE, env)
+def hooked(scn, env=None, mode=None):
+    """Start a flagged probe; with ``mode``, in that TMS_AUTOPRELOAD_MODE, checking how the plan was applied."""
+    r = scn.flagged(PROBE, {**(mode_env(mode) if mode else {}), **(env or {})})
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    if mode:
+        assert_applied(mode, r.stderr)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["child"] == 0, out["child_err"]
     return out
@@ -51,33 +55,33 @@ CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 PLAIN = "torch_memory_saver_hook_mode_preload.abi3.so"
 
 
-def test_a_seed_cuda13_system_runtime(scenario, parts):
+def test_a_seed_cuda13_system_runtime(scenario, parts, mode):
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
     doc = scn.doctor()
     assert chosen(doc) == CU13
     assert doc["runtime"]["major"] == 13 and "torch.version.cuda='13.0'" in doc["runtime"]["source"]
     assert verdict(doc, CU12)["status"] == "rejected" and verdict(doc, CU12)["loads"] is False
     assert "libcudart.so.12 => not found" in verdict(doc, CU12)["reason"]
-    out = hooked(scn)
+    out = hooked(scn, mode=mode)
     assert [os.path.basename(m) for m in mapped(out, "torch_memory_saver")] == [CU13]
     assert mapped(out, "libcudart") == [str(parts.rt[13] / "libcudart.so.13")]
     assert out["env"]["TMS_INIT_ENABLE"] == "1" and out["env"]["TMS_INIT_ENABLE_CPU_BACKUP"] == "1"
 
 
-def test_b_cuda13_from_pip_only(scenario):
+def test_b_cuda13_from_pip_only(scenario, mode):
     scn = scenario(tms="0.0.9.post1", torch="cu13-pip", pip=(13,), host=("driver",))
     doc = scn.doctor()
     assert chosen(doc) == CU13
     pip_dir = str(scn.site / "nvidia" / "cu13" / "lib")
     assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == pip_dir
-    out = hooked(scn)
+    out = hooked(scn, mode=mode)
     assert mapped(out, "libcudart") == [os.path.join(pip_dir, "libcudart.so.13")]
 
 
-def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario):
+def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario, mode):
     scn = scenario(tms="0.0.10", torch="cu12-pip", pip=(12,), host=("driver",))
     assert chosen(scn.doctor()) == CU12
-    out = hooked(scn)
+    out = hooked(scn, mode=mode)
     assert [os.path.basename(m) for m in mapped(out, "torch_memory_saver")] == [CU12]
     assert mapped(out, "libcudart") == [str(scn.site / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12")]
     # slime today: the first existing name of (cu13, cu12, unsuffixed) -> cu13 -> exit 127.
@@ -108,10 +112,10 @@ def test_e_cu12_only_release_on_cuda13_is_a_clear_error(scenario):
 
 
 @pytest.mark.parametrize("major", [12, 13])
-def test_f_driver_only_build_on_either_runtime(scenario, major):
+def test_f_driver_only_build_on_either_runtime(scenario, major, mode):
     scn = scenario(tms="0.0.8", torch=f"cu{major}-sys", host=("driver", f"cuda{major}"))
     assert chosen(scn.doctor()) == "torch_memory_saver_cpp.abi3.so"
-    out = hooked(scn)
+    out = hooked(scn, mode=mode)
     assert [os.path.basename(m) for m in mapped(out, "torch_memory_saver")] == ["torch_memory_saver_cpp.abi3.so"]
 
 
@@ -136,24 +140,24 @@ def test_g_each_failure_has_its_clear_error(scenario, case, kw, words):
     assert r.stderr.startswith("tms-autopreload: ") and "Traceback" not in r.stderr
 
 
-def test_g_no_torch_only_cuda13_visible(scenario):
+def test_g_no_torch_only_cuda13_visible(scenario, mode):
     scn = scenario(torch=None, host=("driver", "cuda13"))
     doc = scn.doctor()
     assert chosen(doc) == CU13 and doc["runtime"]["source"].startswith("no torch; only libcudart.so.13")
-    hooked(scn)
+    hooked(scn, mode=mode)
 
 
-def test_g_no_torch_only_cuda13_from_pip(scenario):
+def test_g_no_torch_only_cuda13_from_pip(scenario, mode):
     scn = scenario(torch=None, pip=(13,), host=("driver",))
     doc = scn.doctor()
     assert chosen(doc) == CU13 and doc["runtime"]["library_rule"] == "NVIDIA pip wheel"
-    hooked(scn)
+    hooked(scn, mode=mode)
 
 
-def test_h_source_build_unsuffixed_cuda13(scenario):
+def test_h_source_build_unsuffixed_cuda13(scenario, mode):
     scn = scenario(tms="0.0.10", torch="cu13-sys", layout="source13", host=("driver", "cuda13"))
     assert chosen(scn.doctor()) == PLAIN
-    out = hooked(scn)
+    out = hooked(scn, mode=mode)
     assert [os.path.basename(m) for m in mapped(out, "torch_memory_saver")] == [PLAIN]
 
 
@@ -181,7 +185,7 @@ def test_forced_path_is_verified_and_major_checked(scenario):
     assert not doc["ok"] and "absolute path" in doc["error"]
 
 
-def test_path_with_space_works_through_library_path(scenario, tmp_path):
+def test_path_with_space_works_through_library_path(scenario, tmp_path, mode):
     scn = scenario(torch="cu13-sys", host=("driver", "cuda13"))
     spaced = tmp_path / "with space"
     spaced.mkdir()
@@ -192,7 +196,7 @@ def test_path_with_space_works_through_library_path(scenario, tmp_path):
     doc = scn.doctor(env)
     assert doc["plan"]["env"]["LD_PRELOAD"] == CU13
     assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == str(spaced)
-    out = hooked(scn, env)
+    out = hooked(scn, env, mode)
     assert mapped(out, "torch_memory_saver") == [str(target)]
     colon = tmp_path / "a:b"
     colon.mkdir()

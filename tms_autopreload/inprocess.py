@@ -101,7 +101,8 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
     reason = obstacle(plan)
     if reason:
         raise InProcessError(reason)
-    for path, mode in ((plan.runtime.library, os.RTLD_NOW | os.RTLD_LOCAL), (plan.build, os.RTLD_NOW | os.RTLD_GLOBAL)):
+    # RTLD_LAZY, as the loader binds a preloaded object (unless LD_BIND_NOW, which applies to both).
+    for path, mode in ((plan.runtime.library, os.RTLD_LAZY | os.RTLD_LOCAL), (plan.build, os.RTLD_LAZY | os.RTLD_GLOBAL)):
         try:
             _ctypes.dlopen(path, mode)
         except OSError as exc:
