@@ -63,3 +63,20 @@ def check_namespaces() -> None:
         raise SetupError(f"cannot run unshare: {exc}") from None
     if r.returncode != 0:
         raise SetupError(f"private mount namespaces do not work here (need root): {r.stderr.strip()}")
+
+
+def allocator_bindings(log_dir: Path) -> dict[str, dict[str, str]]:
+    """{library name: {symbol: file it was bound to}} for cudaMalloc/cudaFree, from the loader's own
+    ``LD_DEBUG=bindings`` log files in ``log_dir``, read with the package's own parser."""
+    import os
+
+    sys.path.insert(0, str(ROOT))
+    from tms_autopreload.bindings import parse_binding
+
+    out: dict[str, dict[str, str]] = {}
+    for path in log_dir.iterdir():
+        for line in path.read_text(errors="replace").splitlines():
+            b = parse_binding(line)
+            if b and b.symbol in ("cudaMalloc", "cudaFree"):
+                out.setdefault(os.path.basename(b.referrer), {})[b.symbol] = os.path.realpath(b.target)
+    return out

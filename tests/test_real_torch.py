@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from conftest import assert_applied, mode_env  # noqa: E402
-from tms_autopreload.bindings import parse_binding  # noqa: E402
+from conftest import assert_applied, mode_env
+from support import allocator_bindings
 
 PROBE = r"""
 import ctypes, json, os
@@ -51,17 +47,6 @@ print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'hook_
 HOSTS = [("driver",), ("driver", "cuda13")]
 HOST_IDS = ["pip-runtime-only", "plus-system-cuda13"]
 HOOK = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-
-
-def allocator_bindings(log_dir: Path) -> dict[str, dict[str, str]]:
-    """{library name: {symbol: file it was bound to}} for cudaMalloc/cudaFree, from the loader's own log."""
-    out: dict[str, dict[str, str]] = {}
-    for path in log_dir.iterdir():
-        for line in path.read_text(errors="replace").splitlines():
-            b = parse_binding(line)
-            if b and b.symbol in ("cudaMalloc", "cudaFree"):
-                out.setdefault(os.path.basename(b.referrer), {})[b.symbol] = os.path.realpath(b.target)
-    return out
 
 
 @pytest.mark.parametrize("host", HOSTS, ids=HOST_IDS)

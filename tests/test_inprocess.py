@@ -1,0 +1,389 @@
+"""Issue 13: dlopen mode and ``activate()``: the plan loaded into a running interpreter, its fallbacks,
+and every case where loading in-process and ``LD_PRELOAD`` could differ, each shown with both modes.
+
+A toy hook stands in for torch_memory_saver's where a test must see *which* definition a call
+reached: it defines ``cudaMalloc`` and ``cudaFree`` as 100 + the real function (found with
+``dlsym(RTLD_NEXT)``), links NVIDIA's real ``libcudart.so.13``, and records what ``TMS_INIT_ENABLE``
+its constructor saw. A toy consumer stands in for torch's ``libc10_cuda.so``: it links the same
+runtime and calls ``cudaMalloc``, loaded after start as torch's libraries are. Without a GPU the
+real ``cudaMalloc`` returns an error code (35 here); the hook's answer is that code + 100.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+
+import pytest
+from conftest import assert_applied, mode_env
+from support import allocator_bindings, cc, clean_env
+
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+TOY_HOOK = r"""
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+static char seen[64] = "(unset)";
+__attribute__((constructor)) static void toy_init(void) {
+    const char *v = getenv("TMS_INIT_ENABLE");
+    if (v) { strncpy(seen, v, sizeof seen - 1); }
+}
+const char *toy_constructor_saw(void) { return seen; }
+int cudaMalloc(void **p, size_t n) {
+    int (*real)(void **, size_t) = (int (*)(void **, size_t))dlsym(RTLD_NEXT, "cudaMalloc");
+    return real ? 100 + real(p, n) : -1000;
+}
+int cudaFree(void *p) {
+    int (*real)(void *) = (int (*)(void *))dlsym(RTLD_NEXT, "cudaFree");
+    return real ? 100 + real(p) : -1000;
+}
+"""
+CONSUMER = """
+#include <stddef.h>
+int cudaMalloc(void **p, size_t n);
+int consumer_alloc(void) { void *p = 0; return cudaMalloc(&p, 16); }
+"""
+# Static TLS: loads at start (LD_PRELOAD), where the loader sizes the static TLS block; dlopen fails.
+TLS_HOOK = TOY_HOOK + """
+__thread char toy_big_tls[1 << 16] __attribute__((tls_model("initial-exec")));
+int toy_touch_tls(void) { toy_big_tls[0] = 1; return toy_big_tls[0]; }
+"""
+
+PROBE = r"""
+import ctypes, json, os, subprocess, sys
+runtime, consumer = sys.argv[1], sys.argv[2]
+deepbind = len(sys.argv) > 3 and sys.argv[3] == 'deepbind'
+lib = ctypes.CDLL(consumer, (os.RTLD_LAZY | os.RTLD_DEEPBIND) if deepbind else os.RTLD_LAZY)
+real = ctypes.CDLL(runtime).cudaMalloc(ctypes.byref(ctypes.c_void_p()), 16)
+hooks = sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l})
+saw = ctypes.CDLL(hooks[0]).toy_constructor_saw if hooks and 'toy' in hooks[0] else None
+if saw:
+    saw.restype = ctypes.c_char_p
+child = subprocess.run([sys.executable, '-c', "print(sum('torch_memory_saver' in l for l in open('/proc/self/maps')) > 0)"],
+                       capture_output=True, text=True)
+print(json.dumps({'pid': os.getpid(), 'hooks': hooks, 'consumer': lib.consumer_alloc(), 'real': real,
+                  'saw': saw().decode() if saw else None, 'child_hooked': child.stdout.strip(),
+                  'preload': os.environ.get('LD_PRELOAD'), 'exec_env_preload': b'LD_PRELOAD=' in open('/proc/self/environ', 'rb').read()}))
+"""
+
+
+@pytest.fixture(scope="module")
+def toys(parts):
+    d = parts.root / "toys"
+    link = ["-Wl,--no-as-needed", f"-L{parts.rt[13]}", "-l:libcudart.so.13", "-ldl"]
+    out = {
+        "hook": d / "torch_memory_saver_hook_mode_preload_toy.so",
+        "tls": d / "torch_memory_saver_hook_mode_preload_toytls.so",
+        "consumer": d / "libtoy_consumer.so",
+        "defines": d / "libdefines_cudamalloc.so",
+        "extra": d / "libtoy_only_on_llp.so",
+    }
+    if not out["hook"].exists():
+        cc(out["hook"], TOY_HOOK, *link)
+        cc(out["tls"], TLS_HOOK, *link)
+        cc(out["consumer"], CONSUMER, *link)
+        cc(out["defines"], "int cudaMalloc(void **p, unsigned long n) { return 2; }\n")
+    return out
+
+
+def seed(scenario, tag=""):
+    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), tag=tag)
+
+
+def probe(scn, parts, toys, mode, env=None, deepbind=False, hook="hook"):
+    full = {"SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_PATH": str(toys[hook]), **mode_env(mode), **(env or {})}
+    args = ["-c", PROBE, str(parts.rt[13] / "libcudart.so.13"), str(toys["consumer"])] + (["deepbind"] if deepbind else [])
+    r = scn.run(args, full)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def fallback_line(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "falling back to exec" in line]
+
+
+# ---------------------------------------------------------------- the same bindings in both modes
+
+@pytest.mark.parametrize("bind_now", [False, True], ids=["lazy", "LD_BIND_NOW"])
+def test_hook_intercepts_forwards_and_sees_tms_variables_in_both_modes(scenario, parts, toys, mode, bind_now):
+    """A library loaded later binds cudaMalloc to the hook, the hook's dlsym(RTLD_NEXT) reaches the real
+    runtime, the hook's constructor sees TMS_INIT_ENABLE=1 (set before it is loaded), children get the
+    real LD_PRELOAD; with and without LD_BIND_NOW."""
+    scn = seed(scenario)
+    out, err = probe(scn, parts, toys, mode, {"LD_BIND_NOW": "1"} if bind_now else None)
+    assert_applied(mode, err)
+    assert out["hooks"] == [str(toys["hook"])]
+    assert out["real"] not in (None, -1000) and out["consumer"] == out["real"] + 100, out
+    assert out["saw"] == "1" and out["child_hooked"] == "True" and out["preload"] == str(toys["hook"])
+    assert out["exec_env_preload"] is (mode == "exec")
+
+
+def test_deepbind_bypasses_the_hook_in_both_modes_alike(scenario, parts, toys, mode):
+    """RTLD_DEEPBIND puts a library's own dependencies first: its calls reach libcudart, not the hook,
+    whether the hook was preloaded or loaded in-process. Not a difference between the modes."""
+    scn = seed(scenario)
+    out, err = probe(scn, parts, toys, mode, deepbind=True)
+    assert_applied(mode, err)
+    assert out["consumer"] == out["real"], out
+
+
+def test_the_plans_library_path_reaches_children_only_in_dlopen_mode(scenario, parts, toys, mode):
+    """The loader reads LD_LIBRARY_PATH once, at start. After an exec the process itself searches the
+    plan's directories; in dlopen mode only its children do (os.environ is set for them)."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    lib_dir = scn.site / "nvidia" / "cu13" / "lib"
+    extra = lib_dir / toys["extra"].name
+    if not extra.exists():
+        cc(extra, "int toy_only_on_llp(void) { return 7; }\n")
+    code = textwrap.dedent(f"""
+        import ctypes, subprocess, sys
+        def found():
+            try:
+                ctypes.CDLL({extra.name!r})
+                return True
+            except OSError:
+                return False
+        child = subprocess.run([sys.executable, '-c', 'import ctypes; ctypes.CDLL("{extra.name}")']).returncode
+        print(found(), child == 0)
+    """)
+    r = scn.run(["-c", code], {"TMS_AUTOPRELOAD": "1", **mode_env(mode)})
+    assert r.returncode == 0, r.stderr
+    assert_applied(mode, r.stderr)
+    assert r.stdout.split() == (["True", "True"] if mode == "exec" else ["False", "True"])
+
+
+# ---------------------------------------------------------------- dlopen mode falls back to exec
+
+def test_falls_back_when_a_runtime_library_is_already_loaded(scenario, parts, toys):
+    """Another .pth (sorted before ours) loaded libcudart: references bound before the hook existed
+    would not move, so dlopen mode re-execs instead, and the process ends hooked."""
+    scn = seed(scenario, tag="pth-loads-cudart")
+    pth = scn.site / "aa_loads_cudart.pth"
+    pth.write_text(f"import ctypes; ctypes.CDLL({str(parts.rt[13] / 'libcudart.so.13')!r})\n")
+    out, err = probe(scn, parts, toys, "dlopen")
+    assert "a runtime library is already loaded" in fallback_line(err)[0], err
+    assert out["exec_env_preload"] and out["consumer"] == out["real"] + 100
+
+
+def test_falls_back_when_an_interposed_symbol_is_already_global(scenario, parts, toys):
+    """An earlier LD_PRELOAD entry defines cudaMalloc: in the global scope it would come before a hook
+    loaded later, where LD_PRELOAD puts the hook first. dlopen mode re-execs with the hook first."""
+    scn = seed(scenario)
+    out, err = probe(scn, parts, toys, "dlopen", {"LD_PRELOAD": str(toys["defines"])})
+    assert "cudaMalloc is already defined in the global scope" in fallback_line(err)[0], err
+    assert out["exec_env_preload"] and out["preload"] == f"{toys['hook']}:{toys['defines']}"
+    assert out["consumer"] >= 100  # the hook first; its RTLD_NEXT finds the next definition
+
+
+def test_falls_back_when_the_plan_has_no_runtime_library_file(scenario):
+    """torch_memory_saver 0.0.8's driver-only build, on a host where torch's libcudart is not visible:
+    the plan loads, but names no runtime library to load before the hook."""
+    scn = scenario(tms="0.0.8", torch="cu13-sys", host=("driver",))
+    r = scn.run(["-c", "print(sum('torch_memory_saver_cpp' in l for l in open('/proc/self/maps')) > 0)"],
+                {"TMS_AUTOPRELOAD": "1", **mode_env("dlopen")})
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr
+    assert "the plan names no runtime library file" in fallback_line(r.stderr)[0], r.stderr
+    assert_applied("exec", r.stderr)
+
+
+def test_falls_back_when_dlopen_itself_fails(scenario, parts, toys):
+    """A hook with a large initial-exec TLS block loads at start (the loader sizes static TLS then) but
+    dlopen refuses it: dlerror's text is reported and the process is exec'd with LD_PRELOAD."""
+    scn = seed(scenario)
+    out, err = probe(scn, parts, toys, "dlopen", hook="tls")
+    line = fallback_line(err)[0]
+    assert "dlopen failed:" in line and "cannot allocate memory in static TLS block" in line, err
+    assert out["hooks"] == [str(toys["tls"])] and out["exec_env_preload"]
+
+
+def test_unknown_mode_warns_and_execs(scenario, parts, toys):
+    scn = seed(scenario)
+    out, err = probe(scn, parts, toys, "fork")
+    assert "TMS_AUTOPRELOAD_MODE='fork' is not 'exec' or 'dlopen'; using 'exec'" in err
+    assert_applied("exec", err)
+
+
+# ---------------------------------------------------------------- activate()
+
+ACTIVATE = r"""
+import ctypes, json, os, sys
+import tms_autopreload
+first = tms_autopreload.activate()
+second = tms_autopreload.activate()
+lib = ctypes.CDLL(sys.argv[2])
+real = ctypes.CDLL(sys.argv[1]).cudaMalloc(ctypes.byref(ctypes.c_void_p()), 16)
+print(json.dumps({'same': first is second, 'build': first.build, 'consumer': lib.consumer_alloc(), 'real': real,
+                  'hooks': sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l}),
+                  'preload': os.environ.get('LD_PRELOAD')}))
+"""
+
+
+def test_activate_binds_in_process_once(scenario, parts, toys):
+    scn = seed(scenario)
+    r = scn.run(["-c", ACTIVATE, str(parts.rt[13] / "libcudart.so.13"), str(toys["consumer"])],
+                {"TMS_AUTOPRELOAD_PATH": str(toys["hook"])})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["same"] and out["hooks"] == [str(toys["hook"])] == [out["build"]]
+    assert out["consumer"] == out["real"] + 100 and out["preload"] == str(toys["hook"])
+
+
+def test_activate_in_a_process_started_hooked_changes_nothing(scenario):
+    scn = seed(scenario)
+    code = ("import os, tms_autopreload; before = dict(os.environ); p = tms_autopreload.activate(); "
+            "print(p.build.endswith('_cu13.abi3.so'), dict(os.environ) == before)")
+    r = scn.run(["-c", code], {"TMS_AUTOPRELOAD": "1"})
+    assert r.returncode == 0 and r.stdout.split() == ["True", "True"], r.stderr
+
+
+def test_activate_after_the_runtime_is_loaded_says_restart(scenario, parts):
+    scn = seed(scenario)
+    code = textwrap.dedent(f"""
+        import ctypes, os
+        import tms_autopreload
+        ctypes.CDLL({str(parts.rt[13] / 'libcudart.so.13')!r})
+        try:
+            tms_autopreload.activate()
+        except tms_autopreload.ResolveError as exc:
+            print(exc)
+        print('LD_PRELOAD' in os.environ)
+    """)
+    r = scn.run(["-c", code])
+    assert r.returncode == 0, r.stderr
+    message, changed = r.stdout.strip().splitlines()
+    assert "a runtime library is already loaded" in message and "Restart the interpreter" in message
+    assert "call tms_autopreload.activate() first, before anything imports torch" in message
+    assert changed == "False"
+
+
+# ---------------------------------------------------------------- an interpreter embedded in a C program
+
+EMBED = r"""
+#include <Python.h>
+int main(int argc, char **argv) {
+    PyConfig config;
+    PyConfig_InitPythonConfig(&config);
+    /* The venv's python as program name: its pyvenv.cfg makes sys.prefix the venv, so site runs its .pth. */
+    PyConfig_SetBytesString(&config, &config.program_name, argv[1]);
+    PyStatus status = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(status)) { Py_ExitStatusException(status); }
+    int rc = PyRun_SimpleString(argv[2]);
+    Py_FinalizeEx();
+    return rc == 0 ? 0 : 1;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def embedder(parts, tmp_path_factory):
+    """A C program that embeds this CPython, built with its own compile and link settings."""
+    import shutil
+    import sys
+    import sysconfig
+
+    from support import SetupError
+
+    cfg = {k: sysconfig.get_config_var(k) for k in ("INCLUDEPY", "LIBDIR", "LDVERSION", "Py_ENABLE_SHARED")}
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None or not os.path.exists(os.path.join(cfg["INCLUDEPY"], "Python.h")):
+        pytest.skip(f"needs a C compiler and Python.h for {sys.executable}")
+    d = tmp_path_factory.mktemp("embed")
+    (d / "embed.c").write_text(EMBED)
+    r = subprocess.run([compiler, "-o", str(d / "embed"), str(d / "embed.c"), f"-I{cfg['INCLUDEPY']}",
+                        f"-L{cfg['LIBDIR']}", f"-lpython{cfg['LDVERSION']}", f"-Wl,-rpath,{cfg['LIBDIR']}",
+                        "-ldl", "-lm", "-lpthread"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SetupError(f"cannot build the embedding program: {r.stderr}")
+    return d / "embed"
+
+
+def test_embedded_interpreter_is_hooked_in_process(scenario, parts, toys, embedder):
+    """Where exec is impossible (the process is a C program), asking for the hook gets dlopen mode."""
+    scn = seed(scenario)
+    code = PROBE.replace("sys.argv[1], sys.argv[2]", f"{str(parts.rt[13] / 'libcudart.so.13')!r}, {str(toys['consumer'])!r}")
+    code = code.replace("deepbind = len(sys.argv) > 3 and sys.argv[3] == 'deepbind'", "deepbind = False")
+    env = clean_env(SLIME_OFFLOAD_TRAIN="1", TMS_AUTOPRELOAD_VERBOSE="1", TMS_AUTOPRELOAD_PATH=str(toys["hook"]))
+    r = scn.host.run([str(embedder), str(scn.venv.python), code], env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert_applied("dlopen", r.stderr)
+    assert out["hooks"] == [str(toys["hook"])] and not out["exec_env_preload"]
+    assert out["consumer"] == out["real"] + 100 and out["saw"] == "1" and out["child_hooked"] == "True"
+
+
+# ---------------------------------------------------------------- activate() with real torch and a real Jupyter kernel
+
+ACTIVATE_KERNEL = r'''
+import json, sys
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+
+km = KernelManager(kernel_name='plain', kernel_spec_manager=KernelSpecManager(kernel_dirs=[sys.argv[1]]))
+km.start_kernel()
+kc = km.client()
+kc.start_channels()
+kc.wait_for_ready(timeout=120)
+
+
+def run(code):
+    out = []
+    reply = kc.execute_interactive(code, timeout=300, output_hook=out.append)
+    assert reply['content']['status'] == 'ok', reply['content']
+    return ''.join(m['content'].get('text', '') for m in out if m['msg_type'] == 'stream').strip()
+
+
+res = {'first_cell': run('import tms_autopreload\nplan = tms_autopreload.activate()\nprint(plan.build)')}
+res['torch'] = json.loads(run(
+    "import ctypes, json, os, torch\n"
+    "from torch_memory_saver.hooks.mode_preload import HookUtilModePreload\n"
+    "accepted = HookUtilModePreload().get_path_binary()\n"
+    "ctypes.CDLL(accepted)\n"
+    "maps = open('/proc/self/maps').read().splitlines()\n"
+    "print(json.dumps({'accepted': accepted, 'cuda': torch.version.cuda, 'pid': os.getpid(),\n"
+    "    'cudart': sorted({l.split(None, 5)[5] for l in maps if '/libcudart' in l})}))"))
+res['again'] = run('print(tms_autopreload.activate() is plan)')
+res['kernel_pid'] = km.provisioner.process.pid
+kc.stop_channels()
+km.shutdown_kernel(now=True)
+print(json.dumps(res))
+'''
+
+
+def test_activate_in_a_jupyter_kernel_binds_torch_to_the_hook(real_torch, tmp_path):
+    """First cell activate(), then torch imports with its allocator bound to the hook (binding log),
+    and torch_memory_saver's own check accepts the kernel. The kernel is started without any flag."""
+    scn = real_torch(("driver",))
+    kernels, log = tmp_path / "kernels", tmp_path / "bind"
+    log.mkdir()
+    (kernels / "plain").mkdir(parents=True)
+    (kernels / "plain" / "kernel.json").write_text(json.dumps({
+        "argv": [str(scn.venv.python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "plain", "language": "python",
+        "env": {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": str(log / "kernel")}}))
+    driver = tmp_path / "driver.py"
+    driver.write_text(ACTIVATE_KERNEL)
+    r = scn.host.run([str(scn.venv.python), str(driver), str(kernels)], clean_env(), timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    hook = str(scn.site / CU13)
+    assert res["first_cell"] == hook and res["again"] == "True"
+    assert res["torch"]["accepted"] == hook and res["torch"]["cuda"] == "13.0"
+    assert res["torch"]["cudart"] == [str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")]
+    for f in log.iterdir():  # keep only the kernel's own log
+        if not f.name.endswith(f".{res['kernel_pid']}"):
+            f.unlink()
+    bound = allocator_bindings(log)
+    for lib in ("libc10_cuda.so", "libtorch_cuda.so"):
+        assert bound[lib] == {"cudaMalloc": hook, "cudaFree": hook}, bound
+
+
+def test_activate_after_import_torch_says_restart(real_torch):
+    scn = real_torch(("driver",))
+    code = ("import torch, tms_autopreload\ntry:\n    tms_autopreload.activate()\n"
+            "except tms_autopreload.ResolveError as exc:\n    print(exc)")
+    r = scn.run(["-c", code])
+    assert r.returncode == 0, r.stderr
+    assert "torch is already imported" in r.stdout and "restart the kernel" in r.stdout
