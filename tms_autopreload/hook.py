@@ -77,6 +77,13 @@ def _apply(mapped: "list[str]") -> None:
 
     from .plan import survey
 
+    embedded = _embedded()
+    in_process = embedded or _mode(env) == "dlopen"
+    why_not = None
+    if in_process:
+        why_not = _load_in_process(env, verbose)
+        if why_not is None:
+            return
     report = survey()
     if report.plan is None:
         raise _Stop(report.error or "no plan")
@@ -90,27 +97,13 @@ def _apply(mapped: "list[str]") -> None:
         if verbose:
             say(f"{plan.build} is already mapped; {plan.runtime.describe()}")
         return
-    embedded = _embedded()
-    if embedded or _mode(env) == "dlopen":
-        from .inprocess import InProcessError, load
-
-        try:
-            load(plan, env)
-        except InProcessError as exc:
-            if embedded:
-                raise _Stop(f"this interpreter ({sys.executable or 'unknown'}) is embedded in another program, "
-                            f"so it cannot be restarted with the hook, and loading the hook in-process would "
-                            f"not bind as LD_PRELOAD does: {exc}. Set it before the program starts: "
-                            f"eval \"$(tms-autopreload env)\" (would set LD_PRELOAD={plan.ld_preload}).") from None
-            if verbose:
-                say(f"dlopen mode: {exc}; falling back to exec")
-        else:
-            env.pop(EXEC_VAR, None)
-            if verbose:
-                say(f"loaded {plan.build} in-process for {plan.runtime.describe()} (no exec); children get "
-                    f"LD_PRELOAD={plan.ld_preload}"
-                    + (f" LD_LIBRARY_PATH={plan.ld_library_path}" if plan.ld_library_path is not None else ""))
-            return
+    if embedded:
+        raise _Stop(f"this interpreter ({sys.executable or 'unknown'}) is embedded in another program, "
+                    f"so it cannot be restarted with the hook, and loading the hook in-process would "
+                    f"not bind as LD_PRELOAD does: {why_not}. Set it before the program starts: "
+                    f"eval \"$(tms-autopreload env)\" (would set LD_PRELOAD={plan.ld_preload}).")
+    if in_process and verbose:
+        say(f"dlopen mode: {why_not}; falling back to exec")
     new_env = dict(env)
     new_env.update(plan.changes())
     new_env[STATE_VAR] = state_key(plan.build)
@@ -125,6 +118,34 @@ def _apply(mapped: "list[str]") -> None:
     except OSError as exc:
         raise _Stop(f"cannot re-execute {sys.executable} ({exc.strerror or exc}); set the environment "
                     f"before start instead: eval \"$(tms-autopreload env)\"") from None
+
+
+def _load_in_process(env: "os._Environ[str]", verbose: bool) -> "str | None":
+    """Load the plan into this interpreter (dlopen mode); None when done, else why not.
+
+    The plan is made without a loader trace: the ``dlopen`` is the real loader's answer, and a
+    failure leaves nothing of the plan loaded. After any failure the caller surveys again, with
+    the trace, and reports or execs exactly as exec mode does.
+    """
+    from .inprocess import InProcessError, load
+    from .plan import survey
+
+    report = survey(trace=False)
+    if report.plan is None:
+        return report.error or "no plan"
+    plan = report.plan
+    try:
+        load(plan, env)
+    except InProcessError as exc:
+        return str(exc)
+    for warning in (*report.warnings, *plan.warnings):
+        say("warning: " + warning)
+    env.pop(EXEC_VAR, None)
+    if verbose:
+        say(f"loaded {plan.build} in-process for {plan.runtime.describe()} (no exec); children get "
+            f"LD_PRELOAD={plan.ld_preload}"
+            + (f" LD_LIBRARY_PATH={plan.ld_library_path}" if plan.ld_library_path is not None else ""))
+    return None
 
 
 def run(mapped: "list[str]") -> None:

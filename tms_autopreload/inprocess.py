@@ -102,11 +102,15 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
     if reason:
         raise InProcessError(reason)
     # RTLD_LAZY, as the loader binds a preloaded object (unless LD_BIND_NOW, which applies to both).
-    for path, mode in ((plan.runtime.library, os.RTLD_LAZY | os.RTLD_LOCAL), (plan.build, os.RTLD_LAZY | os.RTLD_GLOBAL)):
-        try:
-            _ctypes.dlopen(path, mode)
-        except OSError as exc:
-            raise InProcessError(f"dlopen failed: {exc}") from None
+    try:
+        runtime = _ctypes.dlopen(plan.runtime.library, os.RTLD_LAZY | os.RTLD_LOCAL)
+    except OSError as exc:
+        raise InProcessError(f"dlopen failed: {exc}") from None
+    try:
+        _ctypes.dlopen(plan.build, os.RTLD_LAZY | os.RTLD_GLOBAL)
+    except OSError as exc:
+        _ctypes.dlclose(runtime)  # a failure leaves nothing of the plan loaded
+        raise InProcessError(f"dlopen failed: {exc}") from None
     if plan.build not in mapped_hooks():
         raise InProcessError(f"dlopen returned, but {plan.build} is not mapped")
     environ.update(plan.changes())

@@ -159,8 +159,12 @@ def _tms_reads_one_path(package_dir: str | None) -> bool:
 
 
 def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
-             executable: str) -> tuple[Plan | None, str, bool | None, str | None]:
-    """Plan and trace one build: (plan or None, reason, loads, fix)."""
+             executable: str, trace_it: bool = True) -> tuple[Plan | None, str, bool | None, str | None]:
+    """Plan and trace one build: (plan or None, reason, loads, fix).
+
+    ``trace_it=False`` plans without the trace, for a caller whose own ``dlopen`` of the plan is
+    the real loader's answer (:mod:`tms_autopreload.inprocess`); ``loads`` is then None.
+    """
     try:
         entry, entry_dir = _preload_entry(build.path)
     except ValueError as exc:
@@ -181,6 +185,9 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     planned["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), entry)
     if llp != current_llp:
         planned["LD_LIBRARY_PATH"] = llp
+    if not trace_it:
+        return (Plan(os.path.realpath(build.path), planned["LD_PRELOAD"], llp if llp != current_llp else None, runtime),
+                "chosen without a loader trace: to be loaded in-process", None, None)
     trace = run_trace(executable, planned)
     kept = [e for e in split_preload(env.get("LD_PRELOAD", "")) if not is_tms_entry(e)]
     # Complaints about the user's own other preload entries are theirs, not this build's.
@@ -253,7 +260,7 @@ def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Ve
 
 
 def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
-            exe: str, check_all: bool, verdicts: dict[int, Verdict]) -> "tuple[Plan | None, list[str]]":
+            exe: str, check_all: bool, verdicts: dict[int, Verdict], trace: bool) -> "tuple[Plan | None, list[str]]":
     """Steps 4-5: plan and trace the eligible builds in order; (the first that loads cleanly, fixes).
 
     Raises OSError when the interpreter itself cannot be started for the trace.
@@ -265,14 +272,14 @@ def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Ma
         if plan is not None and not check_all:
             verdicts[i] = Verdict(b, "untried", "a preferred build was chosen first")
             continue
-        attempt, reason, loads, fix = _attempt(b, runtime, env, loader, exe)
+        attempt, reason, loads, fix = _attempt(b, runtime, env, loader, exe, trace)
         if attempt is None:
             verdicts[i] = Verdict(b, "rejected", reason, loads)
             if fix:
                 fixes.append(fix)
         elif plan is None:
             plan = attempt
-            verdicts[i] = Verdict(b, "chosen", reason, True)
+            verdicts[i] = Verdict(b, "chosen", reason, loads)
         else:
             verdicts[i] = Verdict(b, "loads", f"{reason}; not chosen (less preferred)", True)
     return plan, fixes
@@ -317,11 +324,13 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], any_eligible: bool, 
 
 
 def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None,
-           check_all: bool = False) -> Report:
+           check_all: bool = False, trace: bool = True) -> Report:
     """Look at this process and decide. Never raises for a bad environment: see ``Report.error``.
 
     ``check_all`` traces every candidate (for ``doctor``); otherwise tracing stops at the
-    first build that loads.
+    first build that loads. ``trace=False`` takes the preferred fitting build without tracing it:
+    only for loading the plan in-process, where the ``dlopen`` is the loader's answer and any
+    failure is followed by a traced survey.
     """
     env = dict(os.environ if environ is None else environ)
     exe = executable or sys.executable
@@ -353,7 +362,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     fixes: list[str] = []
     if runtime is not None:
         try:
-            plan, fixes = _choose(builds, eligible, runtime, env, loader, exe, check_all, verdicts)
+            plan, fixes = _choose(builds, eligible, runtime, env, loader, exe, check_all, verdicts, trace)
         except OSError as exc:
             return fail(f"cannot run the interpreter {exe} to verify the plan with the loader "
                         f"({exc.strerror or exc}); set LD_PRELOAD by hand with `tms-autopreload env` "

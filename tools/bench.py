@@ -44,6 +44,21 @@ print(t1 - t0, t2 - t1, sum(calls), len(calls))
 """
 
 
+DLOPEN_BREAKDOWN = """
+import os, time
+from tms_autopreload.plan import resolve
+plan = resolve()
+t0 = time.perf_counter()
+from tms_autopreload import inprocess
+t1 = time.perf_counter()
+assert inprocess.obstacle(plan) is None
+t2 = time.perf_counter()
+inprocess.load(plan, dict(os.environ))
+t3 = time.perf_counter()
+print(t1 - t0, t2 - t1, t3 - t2 - (t2 - t1))
+"""
+
+
 def spawn(argv: list[str], env: dict[str, str]) -> tuple[float, int, int, float]:
     """(wall seconds, peak RSS in KiB, exit status, CPU seconds) of one process, output discarded."""
     t0 = time.perf_counter()
@@ -139,9 +154,11 @@ def setup(work: Path, python: str) -> dict:
         stub = driver_stub(work / "driver").parent
         base["LD_LIBRARY_PATH"] = str(stub)
     plan = json.loads(output([str(venvs["with"].python), "-m", "tms_autopreload", "env", "--json"], base))
-    hooked = json.loads(output([str(venvs["with"].python), "-c", "import os, json; print(json.dumps(dict(os.environ)))"],
-                               {**base, "SLIME_OFFLOAD_TRAIN": "1"}))
-    return {"venvs": venvs, "base": base, "preset": {**base, **plan}, "inherited": hooked, "stub": stub, "own": own}
+    dump = [str(venvs["with"].python), "-c", "import os, json; print(json.dumps(dict(os.environ)))"]
+    hooked = json.loads(output(dump, {**base, "SLIME_OFFLOAD_TRAIN": "1"}))
+    hooked_dl = json.loads(output(dump, {**base, "SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_MODE": "dlopen"}))
+    return {"venvs": venvs, "base": base, "preset": {**base, **plan}, "inherited": hooked,
+            "inherited_dlopen": hooked_dl, "stub": stub, "own": own}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,12 +199,25 @@ def main(argv: list[str] | None = None) -> int:
         [x[0] for x in a], [x[0] for x in b], lambda r: r <= 2.2)
     cpu_ratios["P2"] = paired_ratio([x[3] for x in a], [x[3] for x in b])
     p6 = [x[1] for x in a]
+    # P2': the same first start in dlopen mode (no second start).
+    a, b = interleave(lambda: spawn([with_py, "-c", "pass"], {**flagged, "TMS_AUTOPRELOAD_MODE": "dlopen"}),
+                      lambda: spawn([with_py, "-c", "pass"], s["preset"]), max(args.n // 2, 10))
+    assert all(x[2] == 0 for x in a), "flagged dlopen-mode start failed"
+    row("P2'", "first start, SLIME_OFFLOAD_TRAIN=1, TMS_AUTOPRELOAD_MODE=dlopen", "LD_PRELOAD preset to the plan",
+        "<= 1.3", [x[0] for x in a], [x[0] for x in b], lambda r: r <= 1.3)
+    cpu_ratios["P2'"] = paired_ratio([x[3] for x in a], [x[3] for x in b])
     # P3: a child that inherits the hook and the flag vs LD_PRELOAD preset and no flag.
     a, b = interleave(lambda: spawn([with_py, "-c", "pass"], s["inherited"]),
                       lambda: spawn([with_py, "-c", "pass"], s["preset"]), args.n)
     row("P3", "child start: flag set, hook inherited", "LD_PRELOAD preset, no flag", "<= 1.03",
         [x[0] for x in a], [x[0] for x in b], lambda r: r <= 1.03)
     cpu_ratios["P3"] = paired_ratio([x[3] for x in a], [x[3] for x in b])
+    # P3': a child of a dlopen-mode process (it inherits the real LD_PRELOAD).
+    a, b = interleave(lambda: spawn([with_py, "-c", "pass"], s["inherited_dlopen"]),
+                      lambda: spawn([with_py, "-c", "pass"], s["preset"]), args.n)
+    row("P3'", "child start of a dlopen-mode parent", "LD_PRELOAD preset, no flag", "<= 1.03",
+        [x[0] for x in a], [x[0] for x in b], lambda r: r <= 1.03)
+    cpu_ratios["P3'"] = paired_ratio([x[3] for x in a], [x[3] for x in b])
     # P4: deciding the file, timed inside a fresh process.
     if not args.skip_torch:
         tv = torch_venv(python)
@@ -222,12 +252,14 @@ def main(argv: list[str] | None = None) -> int:
 
     floor = pth_floor(args.dir, s["venvs"]["without"], s["base"], args.n)
     br = [list(map(float, output([with_py, "-c", BREAKDOWN], s["base"]).split())) for _ in range(20)]
+    dl = [list(map(float, output([with_py, "-c", DLOPEN_BREAKDOWN], s["base"]).split())) for _ in range(20)]
+    dl_imp, dl_obs, dl_load = (statistics.median(c[i] for c in dl) * 1000 for i in range(3))
     imp, surv, tr = (statistics.median(c[i] for c in br) * 1000 for i in range(3))
 
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"{_cpu()}; Python {platform.python_version()} ({python}); {time.strftime('%Y-%m-%d %H:%M %Z')}")
     print(f"driver: {'stub on LD_LIBRARY_PATH' if s['stub'] else 'real'}; runs per side: P1/P3 {args.n}, "
-          f"P2/P6 {max(args.n // 2, 10)}, P4 35 vs 7, P5 5 bursts, P7 5")
+          f"P2/P2'/P6 {max(args.n // 2, 10)}, P3' {args.n}, P4 35 vs 7, P5 5 bursts, P7 5")
     print()
     print("| id | what | compared with | target | ours (median ± IQR) | baseline | ratio | met |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -242,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"P1 floor: {label}: wall ratio {wall:.3f}, CPU ratio {cpu:.3f} ({args.n} pairs)")
     print(f"flagged path, in-process (median of 20): imports {imp:.2f} ms, survey {surv:.2f} ms "
           f"of which the loader trace {tr:.2f} ms")
+    print(f"dlopen mode, after the survey (median of 20): imports {dl_imp:.2f} ms (with _ctypes), "
+          f"obstacle checks {dl_obs:.2f} ms (maps, interposed symbols, dlsym), the two dlopens {dl_load:.2f} ms")
     return 0
 
 
