@@ -83,23 +83,60 @@ def compose_preload(current: str, hook: str) -> str:
     return ":".join([hook, *kept])
 
 
-def mapped_hooks() -> "list[str]":
-    """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps.
+# st_mode file types (sys/stat.h), named without importing ``stat`` on the start-up path.
+_S_IFMT, _S_IFREG = 0o170000, 0o100000
+_NOT_REGULAR = {0o040000: "a directory", 0o010000: "a FIFO", 0o140000: "a socket", 0o020000: "a character device",
+                0o060000: "a block device"}
+_EINVAL = 22
+MAPS_LIMIT = 64 << 20  # far above any real /proc/self/maps (a process with torch loaded: under 1 MiB)
+
+
+def open_regular(path: str) -> int:
+    """A read-only file descriptor for ``path`` when it is a regular file; raises OSError otherwise.
+
+    Every file this package reads is named by something outside it (a build in site-packages,
+    torch's version.py, the loader's cache), and ``open()`` of a FIFO waits for a writer, forever
+    if none comes. So files are opened ``O_NONBLOCK`` (which regular files ignore) and refused
+    unless ``fstat`` says regular; the error's ``strerror`` says what the path is instead.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        kind = os.fstat(fd).st_mode & _S_IFMT
+    except OSError:
+        os.close(fd)
+        raise
+    if kind != _S_IFREG:
+        os.close(fd)
+        raise OSError(_EINVAL, f"not a regular file ({_NOT_REGULAR.get(kind, 'of an unknown type')})", path)
+    return fd
+
+
+def read_maps() -> bytes:
+    """This process's /proc/self/maps, or b"" when it cannot be read (or is implausibly large).
 
     Read with ``os.read`` in binary: this runs in every child of a hooked process, and a text
     file object costs more than the read itself.
     """
     chunks = []
+    size = 0
     try:
-        fd = os.open("/proc/self/maps", os.O_RDONLY)
+        fd = open_regular("/proc/self/maps")
         try:
             while chunk := os.read(fd, 65536):
+                size += len(chunk)
+                if size > MAPS_LIMIT:
+                    return b""
                 chunks.append(chunk)
         finally:
             os.close(fd)
     except OSError:
-        return []
-    data = b"".join(chunks)
+        return b""
+    return b"".join(chunks)
+
+
+def mapped_hooks() -> "list[str]":
+    """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps."""
+    data = read_maps()
     if b"torch_memory_saver" not in data:
         return []
     found: "list[str]" = []

@@ -17,6 +17,8 @@ chain of DT_GNU_HASH.
 import os
 import struct
 
+from . import open_regular
+
 __all__ = ["ElfError", "DynamicInfo", "Symbols", "read_dynamic", "read_symbols", "read_kind", "MACHINE_NAMES"]
 
 PT_LOAD = 1
@@ -107,7 +109,7 @@ def _cstr(table: bytes, offset: int) -> str:
 
 def read_kind(path: str) -> "tuple[int, int]":
     """(ELF class 32/64, e_machine) from the first 20 bytes: what the loader checks before mapping."""
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         head = f.read(20)
     if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
         raise ElfError("not an ELF file")
@@ -209,9 +211,10 @@ def read_dynamic(path: str) -> DynamicInfo:
     """Return the dynamic-section facts of ``path``.
 
     Raises :class:`ElfError` for anything that is not a well-formed ELF object with a
-    dynamic section, and :class:`OSError` when the file cannot be opened or read.
+    dynamic section, and :class:`OSError` when the file cannot be opened or read, or is not a
+    regular file (a FIFO named like a build is refused without blocking).
     """
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         layout = _layout(f)
         entries = [(t, v) for t, v in layout.tags if t in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)]
         if not entries:
@@ -270,7 +273,7 @@ def read_symbols(path: str) -> Symbols:
 
     Raises :class:`ElfError` for a malformed object and :class:`OSError` when it cannot be read.
     """
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         layout = _layout(f)
         symtab = layout.value(DT_SYMTAB)
         if symtab is None:

@@ -28,7 +28,7 @@ import sys
 
 import _ctypes
 
-from . import STATE_VAR, is_tms_entry, mapped_hooks, state_key
+from . import STATE_VAR, is_tms_entry, mapped_hooks, read_maps, state_key
 from .builds import interposed
 from .elf import ElfError
 from .runtime import runtime_of
@@ -52,14 +52,10 @@ class InProcessError(RuntimeError):
 def _mapped_objects() -> "list[str]":
     """Paths of the objects mapped into this process (``/proc/self/maps``), in order, once each."""
     seen: "dict[str, None]" = {}
-    try:
-        with open("/proc/self/maps", "rb") as f:
-            for line in f:
-                fields = line.split(None, 5)
-                if len(fields) == 6 and fields[5].startswith(b"/"):
-                    seen.setdefault(fields[5].rstrip(b"\n").decode("utf-8", "surrogateescape"), None)
-    except OSError:
-        pass
+    for line in read_maps().splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith(b"/"):
+            seen.setdefault(fields[5].decode("utf-8", "surrogateescape"), None)
     return list(seen)
 
 

@@ -7,7 +7,10 @@ sysdeps/generic/dl-cache.h), alone or behind the old ``ld.so-1.7.0`` table, and 
 entries the running interpreter's loader would accept (libc6 type, this machine's arch flag).
 """
 
+import os
 import struct
+
+from . import open_regular
 
 __all__ = ["CACHE_PATH", "LdCache", "load"]
 
@@ -70,9 +73,9 @@ class LdCache:
 
 
 def load(machine: "int | None", path: str = CACHE_PATH) -> LdCache:
-    """Read the cache at ``path``; a missing or unreadable cache is an empty one, as for ld.so."""
+    """Read the cache at ``path``; a missing, unreadable or non-regular cache is an empty one, as for ld.so."""
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             data = f.read(64 << 20)
     except OSError:
         return LdCache()

@@ -17,7 +17,7 @@ import os
 import sys
 
 from . import PATH_VAR as FORCE_VAR
-from . import locate
+from . import locate, open_regular
 from .builds import Build, find_builds, read_build, writable_by_others
 from .elf import ElfError
 from .environ import LD_UNSAFE_CHARS, compose_preload, is_tms_entry, prepend_search_path, split_preload
@@ -36,6 +36,13 @@ if TYPE_CHECKING:
 __all__ = ["Plan", "Verdict", "Report", "survey", "resolve"]
 
 DRIVER_SONAME = "libcuda.so.1"
+# Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32 pages):
+# execve fails with E2BIG beyond it.
+MAX_ARG_STRLEN = 32 * 4096
+
+
+def _env_string_size(name: str, value: str) -> int:
+    return len(os.fsencode(f"{name}={value}")) + 1
 
 
 class Verdict:
@@ -152,8 +159,8 @@ def _tms_reads_one_path(package_dir: str | None) -> bool:
     if package_dir is None:
         return False
     try:
-        with open(os.path.join(package_dir, "hooks", "mode_preload.py"), encoding="utf-8") as f:
-            return '.split(":")' not in f.read()
+        with os.fdopen(open_regular(os.path.join(package_dir, "hooks", "mode_preload.py")), "rb") as f:
+            return b'.split(":")' not in f.read(1 << 20)
     except OSError:
         return True
 
@@ -185,6 +192,13 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     planned["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), entry)
     if llp != current_llp:
         planned["LD_LIBRARY_PATH"] = llp
+    for name in ("LD_PRELOAD", "LD_LIBRARY_PATH"):
+        if planned.get(name) != env.get(name) and _env_string_size(name, planned[name]) > MAX_ARG_STRLEN:
+            raise ResolveError(
+                f"{name} would be {_env_string_size(name, planned[name])} bytes with the hook's entries "
+                f"({len(env.get(name, ''))} now), over the kernel's limit of {MAX_ARG_STRLEN} bytes for one "
+                f"environment string (MAX_ARG_STRLEN): no program could be started with it. Fix: shorten "
+                f"{name} (drop entries this process does not need) and start again")
     if not trace_it:
         return (Plan(os.path.realpath(build.path), planned["LD_PRELOAD"], llp if llp != current_llp else None, runtime),
                 "chosen without a loader trace: to be loaded in-process", None, None)
@@ -221,26 +235,33 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
 
 
 def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, want: "DynamicInfo",
-                warnings: list[str]) -> "tuple[list[Build], str | None, bool]":
-    """Step 1: (the builds to consider, or an error; whether TMS_AUTOPRELOAD_PATH named the one build)."""
-    forced = env.get(FORCE_VAR, "").strip()
+                warnings: list[str]) -> "tuple[list[Build], str | None, str | None]":
+    """Step 1: (the builds to consider, or an error; the path TMS_AUTOPRELOAD_PATH forces, if any)."""
+    forced = env.get(FORCE_VAR, "").strip() or None
     if forced:
-        if not os.path.isabs(forced) or not os.path.isfile(forced):
-            return [], (f"{FORCE_VAR}={forced!r} is not an absolute path to an existing file; "
-                        f"fix the path or unset {FORCE_VAR}"), True
+        what = ("is not an absolute path" if not os.path.isabs(forced) else
+                "does not exist" if not os.path.exists(forced) else
+                "is not a regular file" if not os.path.isfile(forced) else None)
+        if what:
+            return [], f"{FORCE_VAR}={forced!r} {what}; point it at a preload build or unset it", forced
+        build = read_build(forced, want, explicit=True)
+        if build.problem:
+            return [], (f"{FORCE_VAR}={forced!r} does not name a torch_memory_saver preload build for this "
+                        f"interpreter: {build.problem}. Fix: point {FORCE_VAR} at one (`tms-autopreload doctor` "
+                        f"lists the installed builds) or unset it"), forced
         unsafe = writable_by_others(forced)
         if unsafe:
             warnings.append(f"{FORCE_VAR} names a file others can change ({unsafe}); preloading it anyway")
-        return [read_build(forced, want, explicit=True)], None, True
+        return [build], None, forced
     if package_dir is None:
         return [], (f"torch_memory_saver is not installed for {exe}: pip install torch-memory-saver "
-                    f"(or set {FORCE_VAR}=/abs/path/to/build.so)"), False
+                    f"(or set {FORCE_VAR}=/abs/path/to/build.so)"), None
     builds = find_builds(package_dir, want)
     if not builds:
         return [], (f"torch_memory_saver at {package_dir} ships no preload build (looked for "
                     f"torch_memory_saver_hook_mode_preload*.so and torch_memory_saver_cpp*.so there and "
-                    f"in {os.path.dirname(package_dir)}): reinstall torch-memory-saver"), False
-    return builds, None, False
+                    f"in {os.path.dirname(package_dir)}): reinstall torch-memory-saver"), None
+    return builds, None, None
 
 
 def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Verdict], list[int]]":
@@ -263,7 +284,8 @@ def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Ma
             exe: str, check_all: bool, verdicts: dict[int, Verdict], trace: bool) -> "tuple[Plan | None, list[str]]":
     """Steps 4-5: plan and trace the eligible builds in order; (the first that loads cleanly, fixes).
 
-    Raises OSError when the interpreter itself cannot be started for the trace.
+    Raises OSError when the interpreter itself cannot be started for the trace, and ResolveError when
+    a planned LD_PRELOAD or LD_LIBRARY_PATH would be too long for any exec.
     """
     plan: Plan | None = None
     fixes: list[str] = []
@@ -298,7 +320,7 @@ def _trace_the_rest(verdicts: dict[int, Verdict], env: "Mapping[str, str]", plan
             verdicts[i] = Verdict(v.build, v.status, v.reason if t.ok else f"{v.reason}; loader: {t.reason()}", t.ok)
 
 
-def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: bool) -> Plan:
+def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str | None) -> Plan:
     """The plan, warned when it keeps other LD_PRELOAD entries that torch_memory_saver's Python side refuses."""
     kept = split_preload(plan.ld_preload)[1:]
     if not kept or forced or not _tms_reads_one_path(package_dir):
@@ -309,8 +331,15 @@ def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: bool)
         f"this process; drop those entries or pip install 'torch-memory-saver>=0.0.10'",))
 
 
-def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], any_eligible: bool, fixes: list[str]) -> str:
+def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], any_eligible: bool, fixes: list[str],
+            forced: str | None) -> str:
     """The error when no build fits: every candidate with its reason, then the fix."""
+    if forced:
+        lines = [f"{FORCE_VAR}={forced!r} names a build that does not fit {runtime.describe()}:"]
+        lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
+        lines.append(f"Fix: point {FORCE_VAR} at a build for {runtime.name}, or unset it to choose among the "
+                     f"installed builds")
+        return "\n".join(lines)
     lines = [f"no torch_memory_saver preload build fits {runtime.describe()}:"]
     lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
     if not any_eligible and runtime.kind == "cuda":
@@ -363,6 +392,8 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     if runtime is not None:
         try:
             plan, fixes = _choose(builds, eligible, runtime, env, loader, exe, check_all, verdicts, trace)
+        except ResolveError as exc:  # a planned value no exec could carry
+            return fail(str(exc), runtime)
         except OSError as exc:
             return fail(f"cannot run the interpreter {exe} to verify the plan with the loader "
                         f"({exc.strerror or exc}); set LD_PRELOAD by hand with `tms-autopreload env` "
@@ -375,7 +406,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
                       None, tuple(warnings))
     if runtime is None:
         return fail(runtime_error or "no runtime", None, ordered)
-    return fail(_no_fit(runtime, ordered, bool(eligible), fixes), runtime, ordered)
+    return fail(_no_fit(runtime, ordered, bool(eligible), fixes, forced), runtime, ordered)
 
 
 def resolve(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None) -> Plan:

@@ -11,7 +11,7 @@ NVIDIA's pip runtime wheels decide, and only when exactly one major is visible.
 import os
 
 from . import CUDA_MAJOR_VAR as OVERRIDE_VAR
-from . import locate
+from . import locate, open_regular
 from .elf import ElfError, read_dynamic
 from .errors import ResolveError
 from .ldso import Found, Loader, Object
@@ -33,12 +33,17 @@ def runtime_soname(kind: str, major: int) -> str:
     return f"{_SONAME_PREFIX[kind]}{major}"
 
 
+def _number(text: str) -> "int | None":
+    """A major version written in 1 to 3 ASCII digits, else None (``str.isdigit`` also accepts '²')."""
+    return int(text) if 0 < len(text) <= 3 and text.isascii() and text.isdigit() else None
+
+
 def runtime_of(needed: str) -> "tuple[str, int] | None":
     """(kind, major) when a DT_NEEDED name is a runtime library, else None; the one place this is decided."""
     for kind, prefix in _SONAME_PREFIX.items():
-        head = needed[len(prefix):].split(".", 1)[0] if needed.startswith(prefix) else ""
-        if head.isdigit():
-            return kind, int(head)
+        major = _number(needed[len(prefix):].split(".", 1)[0]) if needed.startswith(prefix) else None
+        if major is not None:
+            return kind, major
     return None
 
 
@@ -120,8 +125,8 @@ def read_torch(torch_dir: str) -> TorchBuild:
     """Read torch's build facts from its files; raise ResolveError when they are unreadable."""
     version_py = os.path.join(torch_dir, "version.py")
     try:
-        with open(version_py, encoding="utf-8", errors="replace") as f:
-            values = _parse_version_py(f.read(1 << 16))
+        with os.fdopen(open_regular(version_py), "rb") as f:
+            values = _parse_version_py(f.read(1 << 16).decode("utf-8", "replace"))
     except OSError as exc:
         raise ResolveError(
             f"torch at {torch_dir} has no readable torch/version.py ({exc.strerror}): the install is "
@@ -145,11 +150,12 @@ def read_torch(torch_dir: str) -> TorchBuild:
 
 
 def _major(text: str, what: str) -> int:
-    head = text.strip().split(".", 1)[0]
-    if not head.isdigit() or not 0 < int(head) < 100:
-        raise ResolveError(f"{what}={text!r} is not a version with a numeric major; "
+    major = _number(text.strip().split(".", 1)[0])
+    if major is None or not 0 < major < 100:
+        shown = repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"
+        raise ResolveError(f"{what}={shown} is not a version with a numeric major; "
                            f"set {OVERRIDE_VAR}=N (for example 12 or 13) or unset it.")
-    return int(head)
+    return major
 
 
 def _visible(loader: Loader, kind: str, major: int, needed_by: Object | None) -> Found | None:
