@@ -140,7 +140,7 @@ def mapped_hooks() -> "list[str]":
     if b"torch_memory_saver" not in data:
         return []
     found: "list[str]" = []
-    for line in data.decode("utf-8", "surrogateescape").splitlines():
+    for line in data.decode("utf-8", "surrogateescape").split("\n"):  # not splitlines: a path may hold \r
         if "torch_memory_saver" in line:
             fields = line.split(None, 5)
             path = fields[5].strip() if len(fields) == 6 else ""

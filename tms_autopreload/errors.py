@@ -4,7 +4,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import on the start-up path
 if TYPE_CHECKING:
     from .plan import Report
 
-__all__ = ["ResolveError"]
+__all__ = ["ResolveError", "shown"]
 
 
 class ResolveError(RuntimeError):
@@ -18,3 +18,8 @@ class ResolveError(RuntimeError):
     def __init__(self, message: str, report: "Report | None" = None) -> None:
         super().__init__(message)
         self.report = report
+
+
+def shown(value: str, limit: int = 60) -> str:
+    """``value`` as a message quotes it: repr, and cut with its length when longer than ``limit``."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} characters)"

@@ -38,14 +38,17 @@ class _Stop(Exception):
         self.code = code
 
 
-def _embedded() -> bool:
-    """True for an interpreter we must not re-exec: no argv to repeat, or not a python binary."""
+def _cannot_exec() -> "str | None":
+    """Why this interpreter must not be re-exec'd, or None: no argv to repeat, or not a python binary."""
     if not getattr(sys, "orig_argv", None) or not sys.executable:
-        return True
+        return f"this interpreter ({sys.executable or 'unknown'}) is embedded in another program"
     try:
-        return os.path.realpath(sys.executable) != os.path.realpath("/proc/self/exe")
-    except OSError:
-        return True
+        exe = os.readlink("/proc/self/exe")
+    except OSError as exc:
+        return f"/proc/self/exe cannot be read ({exc.strerror}: is /proc mounted?), so a re-exec cannot be checked"
+    if os.path.realpath(sys.executable) != os.path.realpath(exe):
+        return f"this interpreter ({sys.executable}) is embedded in another program ({exe})"
+    return None
 
 
 def _mode(env: "os._Environ[str]") -> str:
@@ -70,15 +73,16 @@ def _apply(mapped: "list[str]") -> None:
     env = os.environ
     verbose = parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]
     if env.get(EXEC_VAR) == str(os.getpid()):
-        raise _Stop(f"re-executed once with LD_PRELOAD={env.get('LD_PRELOAD', '')!r}, but the hook is "
-                    f"still not mapped (mapped: {mapped or 'none'}); not trying again. Something between "
-                    f"the exec and this interpreter drops LD_PRELOAD (a setuid wrapper, or a launcher "
-                    f"that cleans the environment): run `tms-autopreload doctor`.")
+        raise _Stop(f"{EXEC_VAR}={env.get(EXEC_VAR)} says this process re-executed once with "
+                    f"LD_PRELOAD={env.get('LD_PRELOAD', '')!r}, but the hook is still not mapped (mapped: "
+                    f"{mapped or 'none'}); not trying again. Something between the exec and this interpreter "
+                    f"drops LD_PRELOAD (a setuid wrapper, or a launcher that cleans the environment): run "
+                    f"`tms-autopreload doctor`.")
 
     from .plan import survey
 
-    embedded = _embedded()
-    in_process = embedded or _mode(env) == "dlopen"
+    embedded = _cannot_exec()
+    in_process = embedded is not None or _mode(env) == "dlopen"
     why_not = None
     if in_process:
         why_not = _load_in_process(env, verbose)
@@ -98,9 +102,8 @@ def _apply(mapped: "list[str]") -> None:
             say(f"{plan.build} is already mapped; {plan.runtime.describe()}")
         return
     if embedded:
-        raise _Stop(f"this interpreter ({sys.executable or 'unknown'}) is embedded in another program, "
-                    f"so it cannot be restarted with the hook, and loading the hook in-process would "
-                    f"not bind as LD_PRELOAD does: {why_not}. Set it before the program starts: "
+        raise _Stop(f"{embedded}, so it cannot be restarted with the hook, and loading the hook in-process "
+                    f"would not bind as LD_PRELOAD does: {why_not}. Set it before the program starts: "
                     f"eval \"$(tms-autopreload env)\" (would set LD_PRELOAD={plan.ld_preload}).")
     if in_process and verbose:
         say(f"dlopen mode: {why_not}; falling back to exec")

@@ -52,7 +52,7 @@ class InProcessError(RuntimeError):
 def _mapped_objects() -> "list[str]":
     """Paths of the objects mapped into this process (``/proc/self/maps``), in order, once each."""
     seen: "dict[str, None]" = {}
-    for line in read_maps().splitlines():
+    for line in read_maps().split(b"\n"):  # not splitlines: a path may hold \r
         fields = line.split(None, 5)
         if len(fields) == 6 and fields[5].startswith(b"/"):
             seen.setdefault(fields[5].decode("utf-8", "surrogateescape"), None)
@@ -108,6 +108,9 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
         _ctypes.dlclose(runtime)  # a failure leaves nothing of the plan loaded
         raise InProcessError(f"dlopen failed: {exc}") from None
     if plan.build not in mapped_hooks():
+        if not read_maps():
+            raise InProcessError("dlopen returned, but /proc/self/maps cannot be read (is /proc mounted?), so "
+                                 "that the hook is mapped cannot be confirmed")
         raise InProcessError(f"dlopen returned, but {plan.build} is not mapped")
     environ.update(plan.changes())
     environ[STATE_VAR] = state_key(plan.build)

@@ -21,7 +21,7 @@ from . import locate, open_regular
 from .builds import Build, find_builds, read_build, writable_by_others
 from .elf import ElfError
 from .environ import LD_UNSAFE_CHARS, compose_preload, is_tms_entry, prepend_search_path, split_preload
-from .errors import ResolveError
+from .errors import ResolveError, shown
 from .ldso import Loader, Object, same_file
 from .runtime import Runtime, detect, install_hint
 from .trace import run_trace
@@ -36,13 +36,26 @@ if TYPE_CHECKING:
 __all__ = ["Plan", "Verdict", "Report", "survey", "resolve"]
 
 DRIVER_SONAME = "libcuda.so.1"
+_NO_DRIVER = f"the NVIDIA driver library {DRIVER_SONAME} is not on this node"
 # Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32 pages):
 # execve fails with E2BIG beyond it.
 MAX_ARG_STRLEN = 32 * 4096
 
 
+_E2BIG = 7
+
+
 def _env_string_size(name: str, value: str) -> int:
     return len(os.fsencode(f"{name}={value}")) + 1
+
+
+def _too_big(env: "Mapping[str, str]") -> str:
+    """The error when the kernel refuses to exec the planned environment (E2BIG), naming its largest variables."""
+    largest = sorted(env, key=lambda name: -_env_string_size(name, env[name]))[:3]
+    sizes = ", ".join(f"{name} ({_env_string_size(name, env[name])} bytes)" for name in largest)
+    return (f"{sizes}: the environment is too large for the kernel to start any program with it (E2BIG: one "
+            f"variable over {MAX_ARG_STRLEN} bytes, or all together over the exec limit). Fix: shorten or unset "
+            f"those variables")
 
 
 class Verdict:
@@ -203,9 +216,11 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
         return (Plan(os.path.realpath(build.path), planned["LD_PRELOAD"], llp if llp != current_llp else None, runtime),
                 "chosen without a loader trace: to be loaded in-process", None, None)
     trace = run_trace(executable, planned)
-    kept = [e for e in split_preload(env.get("LD_PRELOAD", "")) if not is_tms_entry(e)]
-    # Complaints about the user's own other preload entries are theirs, not this build's.
-    errors = [e for e in trace.errors if not any(k in e for k in kept)]
+    # The loader skips a preload entry it cannot load ("ERROR: ld.so: object '...' from LD_PRELOAD cannot
+    # be preloaded (...): ignored.") and goes on: about the user's other entries, that is theirs, not this
+    # build's. A name with a newline in it splits that message over lines; each piece says which it is.
+    errors = [e for e in trace.errors if build.name in e or not (
+        e.startswith("ERROR: ld.so: object '") or "' from LD_PRELOAD cannot be preloaded" in e)]
     # A bare-name preload entry shows as "name => path", a path entry as "path".
     preloaded = any(same_file(p, build.path) for p in (*trace.loaded, *trace.resolved.values())
                     if os.path.basename(p) == build.name)
@@ -213,8 +228,8 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
         reason = "; ".join([f"{n} => not found" for n in trace.missing] + errors) or trace.reason()
         fix = None
         if DRIVER_SONAME in trace.missing:
-            reason = (f"the NVIDIA driver library {DRIVER_SONAME} is not on this node (no driver "
-                      f"installed, or not mounted into this container); loader: {reason}")
+            reason = (f"{_NO_DRIVER} (no driver installed, not mounted into this container, or hidden by "
+                      f"LD_LIBRARY_PATH); loader: {reason}")
             fix = "install the NVIDIA driver (or expose it to the container), or do not set the flag on nodes without a GPU"
         elif runtime.soname in trace.missing:
             fix = install_hint(runtime.kind, runtime.major)
@@ -243,10 +258,10 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, wan
                 "does not exist" if not os.path.exists(forced) else
                 "is not a regular file" if not os.path.isfile(forced) else None)
         if what:
-            return [], f"{FORCE_VAR}={forced!r} {what}; point it at a preload build or unset it", forced
+            return [], f"{FORCE_VAR}={shown(forced)} {what}; point it at a preload build or unset it", forced
         build = read_build(forced, want, explicit=True)
         if build.problem:
-            return [], (f"{FORCE_VAR}={forced!r} does not name a torch_memory_saver preload build for this "
+            return [], (f"{FORCE_VAR}={shown(forced)} does not name a torch_memory_saver preload build for this "
                         f"interpreter: {build.problem}. Fix: point {FORCE_VAR} at one (`tms-autopreload doctor` "
                         f"lists the installed builds) or unset it"), forced
         unsafe = writable_by_others(forced)
@@ -332,10 +347,20 @@ def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str |
 
 
 def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], any_eligible: bool, fixes: list[str],
-            forced: str | None) -> str:
-    """The error when no build fits: every candidate with its reason, then the fix."""
+            forced: str | None, ld_library_path: str) -> str:
+    """The error when no build fits: the cause first (what the user set, or the driver every build
+    misses), then every candidate with its reason, then the fix."""
+    tried = [v for v in ordered if v.loads is False]
+    if tried and all(v.reason.startswith(_NO_DRIVER) for v in tried):
+        where = (f"LD_LIBRARY_PATH={shown(ld_library_path)}, /etc/ld.so.cache and the default directories"
+                 if ld_library_path else "/etc/ld.so.cache and the default directories")
+        lines = [f"the NVIDIA driver library {DRIVER_SONAME} is not found by the loader (it searched {where}), "
+                 f"so no torch_memory_saver preload build can load for {runtime.describe()}:"]
+        lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
+        lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)))
+        return "\n".join(lines)
     if forced:
-        lines = [f"{FORCE_VAR}={forced!r} names a build that does not fit {runtime.describe()}:"]
+        lines = [f"{FORCE_VAR}={shown(forced)} names a build that does not fit {runtime.describe()}:"]
         lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
         lines.append(f"Fix: point {FORCE_VAR} at a build for {runtime.name}, or unset it to choose among the "
                      f"installed builds")
@@ -395,6 +420,8 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         except ResolveError as exc:  # a planned value no exec could carry
             return fail(str(exc), runtime)
         except OSError as exc:
+            if exc.errno == _E2BIG:
+                return fail(_too_big(env), runtime)
             return fail(f"cannot run the interpreter {exe} to verify the plan with the loader "
                         f"({exc.strerror or exc}); set LD_PRELOAD by hand with `tms-autopreload env` "
                         f"from a working Python", runtime)
@@ -406,7 +433,8 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
                       None, tuple(warnings))
     if runtime is None:
         return fail(runtime_error or "no runtime", None, ordered)
-    return fail(_no_fit(runtime, ordered, bool(eligible), fixes, forced), runtime, ordered)
+    return fail(_no_fit(runtime, ordered, bool(eligible), fixes, forced, env.get("LD_LIBRARY_PATH", "")),
+                runtime, ordered)
 
 
 def resolve(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None) -> Plan:

@@ -13,7 +13,7 @@ import os
 from . import CUDA_MAJOR_VAR as OVERRIDE_VAR
 from . import locate, open_regular
 from .elf import ElfError, read_dynamic
-from .errors import ResolveError
+from .errors import ResolveError, shown
 from .ldso import Found, Loader, Object
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
@@ -152,8 +152,7 @@ def read_torch(torch_dir: str) -> TorchBuild:
 def _major(text: str, what: str) -> int:
     major = _number(text.strip().split(".", 1)[0])
     if major is None or not 0 < major < 100:
-        shown = repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"
-        raise ResolveError(f"{what}={shown} is not a version with a numeric major; "
+        raise ResolveError(f"{what}={shown(text)} is not a version with a numeric major; "
                            f"set {OVERRIDE_VAR}=N (for example 12 or 13) or unset it.")
     return major
 

@@ -45,7 +45,8 @@ def _parse(output: str, status: int) -> Trace:
     loaded: list[str] = []
     missing: list[str] = []
     errors: list[str] = []
-    for raw in output.splitlines():
+    # Lines end with "\n" only: str.splitlines would also split a file name at "\r" or "\x1e".
+    for raw in output.split("\n"):
         line = raw.strip()
         if not line:
             continue

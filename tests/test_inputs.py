@@ -1,0 +1,368 @@
+"""Issue 14: every input a user can set gets a clear answer, never a hang.
+
+1. Property tests, in this process: every variable the package reads, given generated values (empty,
+   whitespace, huge, non-ASCII and undecodable bytes, separators, relative and dangling paths,
+   directories, FIFOs, files others can write, numbers out of range) alone and in combinations, on top
+   of an environment that has a plan. ``plan.survey(environ=...)`` and the start-up hook's decision
+   never raise anything but their documented outcomes, never say "internal error", and an error's
+   first line names a variable that was changed.
+2. End to end: a sample of those environments started flagged in real interpreters on a built host.
+3. Files: every path the start-up path opens, replaced by a FIFO, a directory, a dangling symlink, an
+   unreadable file and a huge file: a clear answer within a bounded time.
+
+``TMS_FUZZ_EXAMPLES`` sets the number of examples of (1) (``make fuzz``: 100,000), ``TMS_FUZZ_E2E``
+those of (2) (``make fuzz``: 200).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import clean_env
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import tms_autopreload  # noqa: E402
+from tms_autopreload import hook, plan  # noqa: E402
+
+EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "200"))
+E2E_EXAMPLES = int(os.environ.get("TMS_FUZZ_E2E", "30"))
+CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+# Read by the resolver (a plan depends on them) and by the start-up hook only.
+RESOLVER_VARS = ("TMS_AUTOPRELOAD_CUDA_MAJOR", "TMS_AUTOPRELOAD_PATH", "LD_PRELOAD", "LD_LIBRARY_PATH")
+HOOK_VARS = ("SLIME_OFFLOAD_TRAIN", "TMS_AUTOPRELOAD", "TMS_AUTOPRELOAD_DISABLE", "TMS_AUTOPRELOAD_VERBOSE",
+             "TMS_AUTOPRELOAD_ON_ERROR", "TMS_AUTOPRELOAD_MODE", "TMS_AUTOPRELOAD_STATE", "TMS_AUTOPRELOAD_EXEC_PID")
+VARS = RESOLVER_VARS + HOOK_VARS
+MAX_ARG_STRLEN = 32 * 4096
+
+
+class Executed(Exception):
+    """Raised by the patched ``os.execve``: the hook decided to re-exec with a plan."""
+
+
+@pytest.fixture(scope="module")
+def world(scenario, parts, tmp_path_factory):
+    """A venv whose plan exists (pip-only CUDA 13, torch_memory_saver 0.0.10), and paths of every kind."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    d = tmp_path_factory.mktemp("inputs")
+    fifo = d / "torch_memory_saver_hook_mode_preload_fifo.so"
+    os.mkfifo(fifo)
+    (d / "a-directory.so").mkdir()
+    (d / "dangling.so").symlink_to(d / "nowhere")
+    shared = d / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    writable = shared / CU13
+    writable.write_bytes((scn.site / CU13).read_bytes())
+    writable.chmod(0o666)
+    huge = d / "huge.so"
+    with open(huge, "wb") as f:
+        f.truncate(4 << 30)  # sparse: 4 GiB of zeros, no disk
+    paths = [str(p) for p in (fifo, d / "a-directory.so", d / "dangling.so", writable, huge, scn.site / CU13,
+                              scn.site / CU12, parts.rt[12] / "libcudart.so.12")]
+    paths += ["/etc/passwd", "/lib/x86_64-linux-gnu/libm.so.6", "relative.so", "./" + CU13, "/", "/dev/null",
+              "/dev/zero", str(d)]
+    base = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": str(parts.stub)}
+    return {"scn": scn, "paths": paths, "base": base, "stub": str(parts.stub)}
+
+
+def _real_env_value(raw: bytes) -> str:
+    """What os.environ would hold for these bytes (no NUL can be in an environment)."""
+    return raw.replace(b"\0", b"").decode("utf-8", "surrogateescape")
+
+
+def values(paths):
+    words = ["", " ", "\t", "\n", "0", "1", "12", "13", "14", "-1", "99", "100", "1e3", "0x0d", "13.0", " 13 ",
+             "١٣", "²", "true", "YES", "off", "maybe", "exec", "dlopen", "DLOPEN", "fork", "warn", "exit",
+             ":", "::", ";", " : ", str(os.getpid()), "x::13::/nope::/nope.so"]
+    entry = st.one_of(st.sampled_from(paths), st.sampled_from(words))
+    return st.one_of(
+        st.sampled_from(words),
+        st.sampled_from(paths),
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40),
+        st.binary(max_size=40).map(_real_env_value),
+        st.integers(1, 6000).map(lambda n: "9" * n),
+        st.lists(entry, max_size=6).map(":".join),
+        st.lists(entry, max_size=6).map(" ".join),
+        st.integers(MAX_ARG_STRLEN - 200, MAX_ARG_STRLEN + 200).map(lambda n: "/x" * (n // 2)),
+    )
+
+
+def environments(world, names=VARS, paths=None):
+    """(changed variables, environment): the baseline with 1-4 variables given generated values.
+
+    LD_LIBRARY_PATH keeps the driver's directory at its end, as a node's would: dropping the driver
+    is a scenario of its own (test_resolver.py), not a variable's value.
+    """
+    def build(changes):
+        env = dict(world["base"])
+        for name, value in changes.items():
+            env[name] = f"{value}:{world['stub']}" if name == "LD_LIBRARY_PATH" else value
+        return set(changes), env
+
+    return st.dictionaries(st.sampled_from(names), values(paths or world["paths"]), min_size=1, max_size=4).map(build)
+
+
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+
+
+@contextmanager
+def installed(world):
+    """This process sees the world's site-packages first, as its interpreter would."""
+    site = str(world["scn"].site)
+    sys.path.insert(0, site)
+    try:
+        yield
+    finally:
+        sys.path.remove(site)
+        sys.path_importer_cache.pop(site, None)
+
+
+def first_line(message: str) -> str:
+    return message.splitlines()[0] if message else ""
+
+
+def test_baseline_has_a_plan(world):
+    with installed(world):
+        report = plan.survey(world["base"], executable=str(world["scn"].venv.python))
+    assert report.plan is not None, report.error
+
+
+def test_survey_answers_every_environment(world):
+    exe = str(world["scn"].venv.python)
+
+    @FUZZ
+    @given(environments(world, RESOLVER_VARS))
+    def check(case):
+        changed, env = case
+        report = plan.survey(env, executable=exe)  # never raises
+        assert (report.plan is None) == (report.error is not None)
+        if report.error:
+            assert "internal error" not in report.error
+            line = first_line(report.error)
+            assert any(name in line for name in changed), (changed, report.error)
+
+    with installed(world):
+        check()
+
+
+@contextmanager
+def environment(env):
+    with mock.patch.dict(os.environ, env, clear=True):
+        yield
+
+
+def test_start_up_decision_answers_every_environment(world):
+    """The hook's own reading of its variables and its resolve, in this process: exec (patched out) or
+    one message naming a changed variable; never anything that would surface as an internal error."""
+    said: list[str] = []
+
+    @FUZZ
+    @given(environments(world))
+    def check(case):
+        changed, env = case
+        said.clear()
+        with environment(env):
+            on, _slime = tms_autopreload._flags()  # warnings for values it cannot read, never an exception
+            hook._mode(os.environ)
+            tms_autopreload._inherited([])
+            tms_autopreload._inherited([str(world["scn"].site / CU13)])
+            try:
+                hook._apply([])
+            except Executed:
+                pass
+            except hook._Stop as stop:
+                assert "internal error" not in str(stop)
+                assert any(name in first_line(str(stop)) for name in changed), (changed, str(stop))
+        for message in said:
+            if message.startswith("warning:") and "is not" in message:
+                assert any(name in message for name in changed), (changed, message)
+
+    def no_exec(*args):
+        raise Executed()
+
+    with installed(world), mock.patch.object(os, "execve", no_exec), \
+            mock.patch.object(hook, "_load_in_process", lambda env, verbose: "not loaded in the test process"), \
+            mock.patch.object(tms_autopreload, "say", said.append), mock.patch.object(hook, "say", said.append):
+        check()
+
+
+def test_the_three_reported_inputs(world):
+    """The three answers the issue found wrong: each now names the variable the user set."""
+    exe = str(world["scn"].venv.python)
+    with installed(world):
+        for path in ("/etc/passwd", "/lib/x86_64-linux-gnu/libm.so.6"):
+            error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": path}, executable=exe).error
+            assert first_line(error).startswith(f"TMS_AUTOPRELOAD_PATH={path!r} does not name a torch_memory_saver "
+                                                f"preload build"), error
+            assert "point TMS_AUTOPRELOAD_PATH at one" in error and "pip install" not in error
+        error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_CUDA_MAJOR": "9" * 5000}, executable=exe).error
+        assert error.startswith("TMS_AUTOPRELOAD_CUDA_MAJOR='9999") and "(5000 characters)" in error
+        assert "internal error" not in error and len(error) < 400
+    fifo = next(p for p in world["paths"] if p.endswith("_fifo.so"))
+    scn = world["scn"]
+    link = scn.site / "torch_memory_saver_hook_mode_preload_cu14.abi3.so"
+    os.symlink(fifo, link)
+    try:
+        t0 = time.monotonic()
+        r = scn.run(["-m", "tms_autopreload", "which"], {"LD_LIBRARY_PATH": world["stub"]}, timeout=60)
+        assert time.monotonic() - t0 < 30 and r.returncode == 0, r.stderr
+        doc = scn.doctor({"LD_LIBRARY_PATH": world["stub"]})
+        reason = next(c["reason"] for c in doc["candidates"] if c["path"].endswith("_cu14.abi3.so"))
+        assert reason == "cannot read it: not a regular file (a FIFO)"
+    finally:
+        link.unlink()
+
+
+# ---------------------------------------------------------------- 2. end to end, real interpreters
+
+E2E_PROBE = r"""
+import json, os, sys
+maps = sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l})
+print(json.dumps({'argv': sys.argv[1:], 'stdin': sys.stdin.read(), 'hooks': maps,
+                  'bytes': os.environb.get(b'TMS_TEST_BYTES', b'').hex()}))
+"""
+
+
+def test_flagged_starts_answer_every_environment(world):
+    scn = world["scn"]
+    argv = ["a1", "a 2", "\u00e9"]
+    stdin = "data for the program\n"
+
+    # The loader opens every LD_PRELOAD entry at start, before any of this package runs: it blocks on a
+    # FIFO there, and a preload whose dependency is missing (a CUDA build without its libcudart on this
+    # host: the seed's crash) kills the process with 127. Those outcomes are glibc's, with inputs this
+    # package never sees, so such entries stay out of the started environments' LD_PRELOAD.
+    fatal_at_start = [p for p in world["paths"] if p.endswith(("_fifo.so", "_cu12.abi3.so", "_cu13.abi3.so"))]
+    paths = [p for p in world["paths"] if not p.endswith("_fifo.so")]
+
+    @settings(max_examples=E2E_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(environments(world, paths=paths))
+    def check(case):
+        changed, env = case
+        if "LD_PRELOAD" in env:
+            env["LD_PRELOAD"] = ":".join(e for e in env["LD_PRELOAD"].replace(" ", ":").split(":")
+                                         if e not in fatal_at_start)
+        env = {**env, "TMS_AUTOPRELOAD": env.get("TMS_AUTOPRELOAD", "1"), "TMS_AUTOPRELOAD_VERBOSE": "1"}
+        benv = {k.encode(): v.encode("utf-8", "surrogateescape") for k, v in env.items()}
+        benv = {k: v for k, v in benv.items() if len(k) + len(v) + 2 <= MAX_ARG_STRLEN}  # what exec can carry
+        benv[b"TMS_TEST_BYTES"] = b"\xff\xfe undecodable \x80"
+        cmd = [*scn.host.wrap([], {}), *(k + b"=" + v for k, v in benv.items()), str(scn.venv.python), "-c",
+               E2E_PROBE, *argv]
+        r = subprocess.run(cmd, input=stdin.encode(), capture_output=True, timeout=120, env=clean_env())
+        err = r.stderr.decode("utf-8", "replace")
+        assert r.returncode in (0, 78), (changed, r.returncode, err[-2000:])
+        assert "Traceback" not in err and "error while loading shared libraries" not in err, err[-2000:]
+        execs = [line for line in err.splitlines() if "re-executing" in line]
+        assert len(execs) <= 1, err
+        if r.returncode == 78:
+            messages = [line for line in err.splitlines()
+                        if line.startswith("tms-autopreload: ") and not line.startswith("tms-autopreload: warning:")]
+            assert len(messages) == 1 and r.stdout == b"", err
+            return
+        out = json.loads(r.stdout.decode().strip().splitlines()[-1])
+        assert out["argv"] == argv and out["stdin"] == stdin
+        assert bytes.fromhex(out["bytes"]) == b"\xff\xfe undecodable \x80"
+
+    check()
+
+
+# ---------------------------------------------------------------- 3. files on the start-up path
+
+NO_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+KINDS = ["fifo", "directory", "dangling-symlink", "unreadable", "huge"]
+MAKE = {  # shell that puts each kind at "$p" (sparse: the huge file costs no disk)
+    "fifo": 'rm -rf "$p" && mkfifo "$p"',
+    "directory": 'rm -rf "$p" && mkdir "$p"',
+    "dangling-symlink": 'rm -rf "$p" && ln -s /nowhere/at/all "$p"',
+    "unreadable": 'chmod 000 "$p"',
+    "huge": 'rm -rf "$p" && truncate -s 4G "$p"',
+}
+SITE_FILES = {  # where, relative to site-packages, and what a start must then answer
+    "candidate": (f"{CU13[:-len('_cu13.abi3.so')]}_cu14.abi3.so", "hooked"),
+    "torch/version.py": ("torch/version.py", "stopped"),
+    "libtorch_global_deps.so": ("torch/lib/libtorch_global_deps.so", "hooked"),
+    "hooks/mode_preload.py": ("torch_memory_saver/hooks/mode_preload.py", "hooked"),
+}
+PROBE_MAPS = "print(sum('torch_memory_saver' in l for l in open('/proc/self/maps')) > 0)"
+
+
+@pytest.fixture(scope="module")
+def files_scn(scenario):
+    return scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",), tag="start-up-files")
+
+
+def _assert_clear(r, elapsed, expect):
+    assert elapsed < 30, elapsed  # a bounded time: nothing waits on a FIFO or reads 4 GiB
+    assert "Traceback" not in r.stderr and "error while loading shared libraries" not in r.stderr, r.stderr
+    if expect == "hooked":
+        assert r.returncode == 0 and r.stdout.strip() == "True", r.stdout + r.stderr
+    else:
+        messages = [line for line in r.stderr.splitlines()
+                    if line.startswith("tms-autopreload: ") and not line.startswith("tms-autopreload: warning:")]
+        assert r.returncode == 78 and len(messages) == 1 and r.stdout == "", r.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("place", list(SITE_FILES))
+def test_site_files_of_every_kind_get_a_clear_answer(files_scn, place, kind):
+    relative, expect = SITE_FILES[place]
+    target = files_scn.site / relative
+    saved = target.with_name(target.name + ".saved")
+    if target.exists():
+        os.replace(target, saved)
+        if kind == "unreadable":
+            target.write_bytes(saved.read_bytes())
+    elif kind == "unreadable":
+        target.write_bytes((files_scn.site / CU13).read_bytes())
+    try:
+        subprocess.run(["sh", "-c", MAKE[kind]], env={"p": str(target), "PATH": os.environ["PATH"]}, check=True)
+        t0 = time.monotonic()
+        r = files_scn.host.run([*(NO_DAC if kind == "unreadable" else []), str(files_scn.venv.python), "-c",
+                                PROBE_MAPS], clean_env(TMS_AUTOPRELOAD="1"), timeout=60)
+        _assert_clear(r, time.monotonic() - t0, expect)
+        if place == "torch/version.py":
+            assert "torch/version.py" in r.stderr
+    finally:
+        subprocess.run(["rm", "-rf", str(target)], check=True)
+        if saved.exists():
+            os.replace(saved, target)
+
+
+SYSTEM_LIBS = "/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_loader_cache_of_every_kind_gets_a_clear_answer(files_scn, parts, kind):
+    """/etc/ld.so.cache replaced (a tmpfs over /etc). LD_LIBRARY_PATH names the system libraries, so that
+    the loader itself never needs the cache (glibc's own open of a FIFO there would block every program)."""
+    setup = ('mount -t tmpfs none /etc && p=/etc/ld.so.cache && cp "$0" "$p" && ' + MAKE[kind] +
+             f" && export LD_LIBRARY_PATH={SYSTEM_LIBS}")
+    env = clean_env(TMS_AUTOPRELOAD="1", LD_LIBRARY_PATH=f"{SYSTEM_LIBS}:{parts.stub}")
+    t0 = time.monotonic()
+    r = files_scn.host.run([*(NO_DAC if kind == "unreadable" else []), str(files_scn.venv.python), "-c", PROBE_MAPS],
+                           env, setup=setup, timeout=60)
+    _assert_clear(r, time.monotonic() - t0, "hooked")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_proc_self_maps_of_every_kind_gets_a_clear_answer(files_scn, kind):
+    """/proc replaced by a tmpfs whose self/maps is the kind under test: the hook cannot see what is
+    mapped, so it cannot confirm any plan, and says so once (exit 78) instead of looping or hanging."""
+    setup = 'mount -t tmpfs none /proc && mkdir /proc/self && p=/proc/self/maps && touch "$p" && ' + MAKE[kind]
+    t0 = time.monotonic()
+    r = files_scn.host.run([*(NO_DAC if kind == "unreadable" else []), str(files_scn.venv.python), "-c", "print(1)"],
+                           clean_env(TMS_AUTOPRELOAD="1"), setup=setup, timeout=60)
+    _assert_clear(r, time.monotonic() - t0, "stopped")
+    assert "is /proc mounted?" in r.stderr, r.stderr
