@@ -23,6 +23,16 @@ STRICT = os.environ.get("TMS_TEST_STRICT") == "1"
 DEFAULT_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def neutral_cwd(tmp_path_factory):
+    """Every process a test starts runs outside the source tree: with the tree as the current directory,
+    ``python -m tms_autopreload`` and ``-c`` probes would import the source, not the installed wheel."""
+    here = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(here)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import textwrap
+import time
 
 import pytest
 from conftest import Scenario, need
@@ -157,3 +158,98 @@ def test_local_actor_pid_and_no_stray_process(ray_cluster, tmp_path):
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["strays"] == []
     assert "raylet" in out["ppid_cmd"], out
+
+
+# ---------------------------------------------------------------- issue 12: the preflight, `doctor --ray`
+
+HANG = "TMS_TEST_HANG_WORKER"
+
+
+def preflight(world, address, *args, timeout=300):
+    return world.host.run([str(world.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address", address,
+                           *args], clean_env(RAY_USAGE_STATS_ENABLED="0"), timeout=timeout)
+
+
+def rows_by_build(doc):
+    out = {}
+    for row in doc["nodes"]:
+        plan = row["answer"]["survey"]["plan"] if row["answer"] else None
+        out[os.path.basename(plan["build"]) if plan else None] = row
+    return out
+
+
+def test_preflight_every_node_answers_with_its_own_build(ray_cluster):
+    a, b, address = ray_cluster
+    r = preflight(a, address)
+    assert r.returncode == 0, r.stdout + r.stderr
+    print(r.stdout)  # the table, for the record
+    assert r.stdout.strip().splitlines()[-1].startswith("2 nodes: 2 ok, 0 failing")
+    doc = json.loads(preflight(a, address, "--json").stdout)
+    assert doc["ok"] and len(doc["nodes"]) == 2
+    got = rows_by_build(doc)
+    for build, world, major in ((CU13, a, 13), (CU12, b, 12)):
+        row = got[build]
+        assert row["ok"] and row["error"] is None, row
+        answer = row["answer"]
+        assert answer["prefix"] == str(world.venv.path)
+        assert answer["started"]["hooked"] and answer["started"]["execs"] == 1
+        assert answer["survey"]["runtime"]["major"] == major
+        assert [os.path.basename(p) for p in answer["started"]["libcudart"]] == [f"libcudart.so.{major}"]
+
+
+@pytest.fixture(scope="module")
+def driverless_node(ray_cluster, parts, tmp_path_factory):
+    """A third node whose driver is not mounted (its loader sees no libcuda.so.1). Its venv also hangs a
+    worker's start when HANG is set, standing in for a node whose workers cannot start."""
+    a, _, address = ray_cluster
+    from support import find_python
+
+    venv = need(ray_venv, find_python("3.11"), "nodriver")
+    need(venv.install, parts.own_wheel, tms_wheel("0.0.9.post1"), runtime_wheel(13))
+    write_torch_standin(venv.site, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
+    (venv.site / "aa_tms_test_hang.pth").write_text(
+        f"import os, time; os.environ.get({HANG!r}) and time.sleep(100000)\n")
+    c = Scenario(venv, need(Host, tmp_path_factory.mktemp("ray-nodriver"), []), parts)
+    r = c.host.run([str(venv.path / "bin" / "ray"), "start", f"--address={address}", "--num-cpus=1",
+                    "--disable-usage-stats", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1",
+                    '--resources={"nodrivernode": 1}'], clean_env(RAY_USAGE_STATS_ENABLED="0"), timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return c
+
+
+def test_preflight_shows_the_driverless_node_failing(ray_cluster, driverless_node):
+    a, _, address = ray_cluster
+    r = preflight(a, address)
+    assert r.returncode == 1, r.stdout + r.stderr
+    print(r.stdout)  # the table, for the record
+    assert r.stdout.strip().splitlines()[-1].startswith("3 nodes: 2 ok, 1 failing")
+    doc = json.loads(preflight(a, address, "--json").stdout)
+    assert not doc["ok"]
+    got = rows_by_build(doc)
+    assert got[CU13]["ok"] and got[CU12]["ok"]
+    bad = got[None]
+    assert not bad["ok"] and bad["answer"]["prefix"] == str(driverless_node.venv.path)
+    assert bad["error"].startswith("the NVIDIA driver library libcuda.so.1 is not found by the loader"), bad["error"]
+    assert not bad["answer"]["started"]["hooked"]  # it lived, unhooked, to say so (ON_ERROR=warn)
+    line = next(l for l in r.stdout.splitlines() if "NO" in l.split())
+    assert "the NVIDIA driver library libcuda.so.1 is not found" in line
+
+
+def test_preflight_ends_within_its_timeout_when_a_worker_cannot_start(ray_cluster, driverless_node):
+    a, _, address = ray_cluster
+    t0 = time.monotonic()
+    r = preflight(a, address, "--timeout", "20", "--json", "--runtime-env", json.dumps({"env_vars": {HANG: "1"}}))
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert elapsed < 20 + 25, elapsed  # the timeout, plus connecting to the cluster and leaving it
+    doc = json.loads(r.stdout)
+    silent = [row for row in doc["nodes"] if row["answer"] is None]
+    assert len(silent) == 1 and silent[0]["error"].startswith("no answer within 20 s"), doc
+    assert sum(row["ok"] for row in doc["nodes"]) == 2
+
+
+def test_preflight_without_ray_says_what_to_install(scenario):
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    r = scn.run(["-m", "tms_autopreload", "doctor", "--ray"])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().endswith("pip install ray"), r.stderr

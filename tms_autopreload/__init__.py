@@ -134,17 +134,35 @@ def read_maps() -> bytes:
     return b"".join(chunks)
 
 
+def _maps_path(line: bytes) -> "str | None":
+    """The file of one /proc/self/maps line, or None (anonymous mappings, [heap], [vdso])."""
+    fields = line.split(None, 5)
+    return fields[5].decode("utf-8", "surrogateescape") if len(fields) == 6 and fields[5][:1] == b"/" else None
+
+
+def mapped_objects() -> "list[str]":
+    """Paths of the files mapped into this process, in order, once each (/proc/self/maps)."""
+    seen: "dict[str, None]" = {}
+    for line in read_maps().split(b"\n"):  # not splitlines: a path may hold \r
+        path = _maps_path(line)
+        if path is not None:
+            seen.setdefault(path, None)
+    return list(seen)
+
+
 def mapped_hooks() -> "list[str]":
-    """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps."""
+    """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps.
+
+    Only lines naming torch_memory_saver are parsed: this runs in every child of a hooked process.
+    """
     data = read_maps()
     if b"torch_memory_saver" not in data:
         return []
     found: "list[str]" = []
-    for line in data.decode("utf-8", "surrogateescape").split("\n"):  # not splitlines: a path may hold \r
-        if "torch_memory_saver" in line:
-            fields = line.split(None, 5)
-            path = fields[5].strip() if len(fields) == 6 else ""
-            if path.startswith("/") and is_tms_entry(path) and path not in found:
+    for line in data.split(b"\n"):
+        if b"torch_memory_saver" in line:
+            path = _maps_path(line)
+            if path is not None and is_tms_entry(path) and path not in found:
                 found.append(path)
     return found
 

@@ -46,16 +46,14 @@ _BINDING = re.compile(r"\s*(\d+):\s+binding file (.+) \[(\d+)\] to (.+) \[(\d+)\
 _PROBE = """
 import importlib, json, os, sys
 importlib.import_module(sys.argv[1])
+from tms_autopreload import mapped_objects
 seen = {}
-for line in open('/proc/self/maps'):
-    fields = line.split(None, 5)
-    if len(fields) == 6 and fields[5].startswith('/'):
-        path = fields[5].rstrip('\\n')
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        seen.setdefault((st.st_dev, st.st_ino), path)
+for path in mapped_objects():
+    try:
+        st = os.stat(path)
+    except OSError:
+        continue
+    seen.setdefault((st.st_dev, st.st_ino), path)
 print('TMS-DEEP-MAPS ' + json.dumps(sorted(seen.values())))
 """
 

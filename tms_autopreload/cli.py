@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import sys
+import time
 
 from .plan import Report, survey
 
@@ -81,19 +82,79 @@ def _plan_or_fail(report: Report) -> bool:
     return True
 
 
+def doctor_document(report: Report) -> dict:
+    """The ``doctor --json`` document: the survey, with what each candidate interposes."""
+    interposes = _interposes(report)
+    doc = report.to_dict()
+    for candidate in doc["candidates"]:
+        candidate["interposes"] = interposes.get(candidate["path"])
+    return doc
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     if args.deep:
         return _deep(args)
+    if args.ray:
+        return _ray(args)
     report = survey(check_all=True)
-    interposes = _interposes(report)
     if args.json:
-        doc = report.to_dict()
-        for candidate in doc["candidates"]:
-            candidate["interposes"] = interposes.get(candidate["path"])
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(doctor_document(report), indent=2))
     else:
-        print(_doctor_text(report, interposes))
+        print(_doctor_text(report, _interposes(report)))
     return EXIT_OK if report.plan else EXIT_NO_PLAN
+
+
+def _ray(args: argparse.Namespace) -> int:
+    """``doctor --ray``: one row per node of a Ray cluster, from a real worker on each."""
+    from .preflight import NoRay, run
+
+    try:
+        job_env = json.loads(args.runtime_env) if args.runtime_env else None
+        if job_env is not None and not isinstance(job_env, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        print(f"tms-autopreload doctor --ray: --runtime-env is not a JSON object ({exc})", file=sys.stderr)
+        return EXIT_USAGE
+    tty = sys.stderr.isatty()
+
+    def progress(answered: int, total: int) -> None:
+        if tty:
+            print(f"\r{answered}/{total} nodes answered", end="", file=sys.stderr, flush=True)
+
+    start = time.monotonic()
+    try:
+        rows = run(args.address, job_env, args.timeout, progress)
+    except NoRay as exc:
+        print(f"tms-autopreload doctor --ray: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - Ray's own errors (no cluster at ADDRESS), said in one line
+        print(f"tms-autopreload doctor --ray: cannot reach the Ray cluster at {args.address}: {exc}", file=sys.stderr)
+        return EXIT_NO_PLAN
+    if tty:
+        print(file=sys.stderr)
+    failing = sum(not row["ok"] for row in rows)
+    summary = f"{len(rows)} nodes: {len(rows) - failing} ok, {failing} failing ({time.monotonic() - start:.1f} s)"
+    if args.json:
+        print(json.dumps({"ok": not failing and bool(rows), "nodes": rows, "summary": summary}, indent=2))
+    else:
+        print(_ray_table(rows))
+        print(summary)
+    return EXIT_OK if rows and not failing else EXIT_NO_PLAN
+
+
+def _ray_table(rows: "list[dict]") -> str:
+    table = [("node", "ip", "python", "torch (runtime)", "build or error", "hooked")]
+    for row in rows:
+        answer = row["answer"] or {}
+        rt = (answer.get("survey") or {}).get("runtime") or {}
+        torch = (f"{rt.get('torch_version') or 'no torch'} ({'CUDA' if rt.get('kind') == 'cuda' else 'ROCm/HIP'} "
+                 f"{rt.get('major')})" if rt else "-")
+        plan = (answer.get("survey") or {}).get("plan")
+        what = os.path.basename(plan["build"]) if plan and row["ok"] else (row["error"] or "-").splitlines()[0]
+        table.append((f"{row['name'] or '?'} {row['node_id'][:8]}", row["ip"] or "?", answer.get("python", "-"),
+                      torch, what, "yes" if row["ok"] else "NO"))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in table)
 
 
 def _deep(args: argparse.Namespace) -> int:
@@ -240,6 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the module --deep imports (default: torch)")
     p.add_argument("--as-is", action="store_true",
                    help="with --deep: check this environment as it is (your own LD_PRELOAD), not the plan")
+    p.add_argument("--ray", action="store_true",
+                   help="ask every node of a Ray cluster, in a real worker started with the flag, and show one row each")
+    p.add_argument("--address", default="auto", help="with --ray: the cluster's address (default: auto, as ray's CLI)")
+    p.add_argument("--runtime-env", metavar="JSON", help="with --ray: the job's runtime_env, merged into the workers'")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="with --ray: seconds to wait for every node (default 60); silent nodes are failing rows")
     p.add_argument("--mode", choices=("exec", "dlopen"), default="exec",
                    help="with --deep: the plan as LD_PRELOAD gives it (exec, default), or as "
                         "TMS_AUTOPRELOAD_MODE=dlopen loads it into a running interpreter")

@@ -28,7 +28,7 @@ import sys
 
 import _ctypes
 
-from . import STATE_VAR, is_tms_entry, mapped_hooks, read_maps, state_key
+from . import STATE_VAR, is_tms_entry, mapped_hooks, mapped_objects, read_maps, state_key
 from .builds import interposed
 from .elf import ElfError
 from .runtime import runtime_of
@@ -49,16 +49,6 @@ class InProcessError(RuntimeError):
     """The plan cannot be, or was not, loaded in this process; the message says why."""
 
 
-def _mapped_objects() -> "list[str]":
-    """Paths of the objects mapped into this process (``/proc/self/maps``), in order, once each."""
-    seen: "dict[str, None]" = {}
-    for line in read_maps().split(b"\n"):  # not splitlines: a path may hold \r
-        fields = line.split(None, 5)
-        if len(fields) == 6 and fields[5].startswith(b"/"):
-            seen.setdefault(fields[5].decode("utf-8", "surrogateescape"), None)
-    return list(seen)
-
-
 def obstacle(plan: "Plan") -> "str | None":
     """Why loading ``plan`` in this process would not bind as ``LD_PRELOAD`` does, or None."""
     library = plan.runtime.library
@@ -66,7 +56,7 @@ def obstacle(plan: "Plan") -> "str | None":
         return "the plan names no runtime library file to load before the hook"
     if "torch" in sys.modules:
         return "torch is already imported"
-    for path in _mapped_objects():
+    for path in mapped_objects():
         name = os.path.basename(path)
         if runtime_of(name):
             return f"a runtime library is already loaded ({path})"

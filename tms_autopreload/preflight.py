@@ -1,0 +1,122 @@
+"""``tms-autopreload doctor --ray``: ask every node of a Ray cluster, in a real worker, before a job starts.
+
+Each node decides for itself at start (that is the point), so a node without a plan is found only when
+a job's worker dies there, minutes in. The preflight runs one task pinned to each alive node
+(``NodeAffinitySchedulingStrategy(soft=False)``) in a worker started the way the job's workers start:
+with the flag and the job's ``runtime_env``. ``TMS_AUTOPRELOAD_ON_ERROR=warn`` keeps a worker with no
+plan alive, so that it can report the error the job would have died with. Each task returns its
+worker's survey (the ``doctor --json`` document) and what really happened at its start.
+
+Ray is imported only here; it is not a dependency of the package.
+"""
+
+import os
+import sys
+import time
+
+from . import FLAG_VARS, MODE_VAR, mapped_hooks, mapped_objects
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["probe", "run", "worker_runtime_env", "NoRay", "ON_ERROR_VAR"]
+
+ON_ERROR_VAR = "TMS_AUTOPRELOAD_ON_ERROR"
+
+
+class NoRay(RuntimeError):
+    """Ray is not installed for this interpreter; the message says what to install."""
+
+
+def worker_runtime_env(job_runtime_env: "dict[str, Any] | None") -> "dict[str, Any]":
+    """The job's runtime_env, with the flag (unless it sets one) and ON_ERROR=warn in its env_vars."""
+    env = dict(job_runtime_env or {})
+    env_vars = {str(k): str(v) for k, v in (env.get("env_vars") or {}).items()}
+    if not any(env_vars.get(name) for name in FLAG_VARS):
+        env_vars[FLAG_VARS[1]] = "1"
+    env_vars[ON_ERROR_VAR] = "warn"
+    env["env_vars"] = env_vars
+    return env
+
+
+def probe() -> "dict[str, Any]":
+    """Runs in the worker: its survey, and what its start-up hook did (hooked, build, runtimes, execs)."""
+    import socket
+
+    from .cli import doctor_document
+    from .plan import survey
+    from .runtime import runtime_of
+
+    hooks = mapped_hooks()
+    runtimes = [path for path in mapped_objects() if runtime_of(os.path.basename(path))]
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            initial = f.read().split(b"\0")
+    except OSError:
+        initial = []
+    execs = int(f"TMS_AUTOPRELOAD_EXEC_PID={os.getpid()}".encode() in initial)
+    report = survey(check_all=True)
+    planned = report.plan.build if report.plan else None
+    return {
+        "hostname": socket.gethostname(), "pid": os.getpid(), "python": sys.version.split()[0],
+        "executable": sys.executable, "prefix": sys.prefix, "mode": os.environ.get(MODE_VAR) or "exec",
+        "started": {"hooked": bool(hooks) and hooks == [planned], "mapped": hooks, "libcudart": runtimes,
+                    "execs": execs},
+        "survey": doctor_document(report),
+    }
+
+
+def _row(node: "dict[str, Any]", answer: "dict[str, Any] | None", error: "str | None") -> "dict[str, Any]":
+    row = {"node_id": node["NodeID"], "ip": node.get("NodeManagerAddress"), "name": node.get("NodeName")
+           or node.get("NodeManagerHostname"), "ok": False, "answer": answer, "error": error}
+    if answer is not None:
+        started, doc = answer["started"], answer["survey"]
+        row["ok"] = started["hooked"] and len(started["libcudart"]) <= 1
+        if doc["error"] and not row["error"]:
+            row["error"] = doc["error"]
+        elif not row["ok"] and not row["error"]:
+            row["error"] = (f"the worker started unhooked (mapped: {started['mapped'] or 'none'}, "
+                            f"{len(started['libcudart'])} libcudart)")
+    return row
+
+
+def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
+        progress: "Any" = None) -> "list[dict[str, Any]]":
+    """One row per alive node: its answer, or why there is none. ``progress(answered, total)`` while waiting."""
+    try:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    except ImportError:
+        raise NoRay(f"Ray is not installed for {sys.executable}: pip install ray") from None
+
+    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    try:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        task = ray.remote(probe).options(num_cpus=0, max_retries=0, runtime_env=worker_runtime_env(job_runtime_env))
+        pending = {task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
+                   .remote(): n for n in nodes}
+        answers: "dict[str, tuple[dict | None, str | None]]" = {}
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            for ref in done:
+                node = pending.pop(ref)
+                try:
+                    answers[node["NodeID"]] = (ray.get(ref), None)
+                except Exception as exc:  # noqa: BLE001 - the task's own failure is that node's answer
+                    answers[node["NodeID"]] = (None, f"the task failed on that node: {_first_line(exc)}")
+            if progress is not None:
+                progress(len(answers), len(nodes))
+        for ref, node in pending.items():
+            answers[node["NodeID"]] = (None, f"no answer within {timeout:g} s: its worker did not start (or is "
+                                             f"still starting) with this runtime_env")
+            ray.cancel(ref, force=True)
+        return [_row(n, *answers[n["NodeID"]]) for n in nodes]
+    finally:
+        ray.shutdown()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(exc).__name__
