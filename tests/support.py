@@ -80,3 +80,26 @@ def allocator_bindings(log_dir: Path) -> dict[str, dict[str, str]]:
             if b and b.symbol in ("cudaMalloc", "cudaFree"):
                 out.setdefault(os.path.basename(b.referrer), {})[b.symbol] = os.path.realpath(b.target)
     return out
+
+
+# The start of a script that drives a real Jupyter kernel with jupyter_client, as notebook front ends do:
+# argv[1] is a kernels directory, argv[2] the kernel's name; run(code) executes one cell and returns
+# what it printed.
+KERNEL_CLIENT = r"""
+import json, sys, time
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+
+km = KernelManager(kernel_name=sys.argv[2], kernel_spec_manager=KernelSpecManager(kernel_dirs=[sys.argv[1]]))
+km.start_kernel()
+kc = km.client()
+kc.start_channels()
+kc.wait_for_ready(timeout=120)
+
+
+def run(code):
+    out = []
+    reply = kc.execute_interactive(code, timeout=300, output_hook=out.append)
+    assert reply['content']['status'] == 'ok', reply['content']
+    return ''.join(m['content'].get('text', '') for m in out if m['msg_type'] == 'stream').strip()
+"""

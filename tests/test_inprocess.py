@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 from conftest import assert_applied, mode_env
-from support import allocator_bindings, cc, clean_env
+from support import KERNEL_CLIENT, allocator_bindings, cc, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TOY_HOOK = r"""
@@ -316,25 +316,7 @@ def test_embedded_interpreter_is_hooked_in_process(scenario, parts, toys, embedd
 
 # ---------------------------------------------------------------- activate() with real torch and a real Jupyter kernel
 
-ACTIVATE_KERNEL = r'''
-import json, sys
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import KernelManager
-
-km = KernelManager(kernel_name='plain', kernel_spec_manager=KernelSpecManager(kernel_dirs=[sys.argv[1]]))
-km.start_kernel()
-kc = km.client()
-kc.start_channels()
-kc.wait_for_ready(timeout=120)
-
-
-def run(code):
-    out = []
-    reply = kc.execute_interactive(code, timeout=300, output_hook=out.append)
-    assert reply['content']['status'] == 'ok', reply['content']
-    return ''.join(m['content'].get('text', '') for m in out if m['msg_type'] == 'stream').strip()
-
-
+ACTIVATE_KERNEL = KERNEL_CLIENT + r'''
 res = {'first_cell': run('import tms_autopreload\nplan = tms_autopreload.activate()\nprint(plan.build)')}
 res['torch'] = json.loads(run(
     "import ctypes, json, os, torch\n"
@@ -365,7 +347,7 @@ def test_activate_in_a_jupyter_kernel_binds_torch_to_the_hook(real_torch, tmp_pa
         "env": {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": str(log / "kernel")}}))
     driver = tmp_path / "driver.py"
     driver.write_text(ACTIVATE_KERNEL)
-    r = scn.host.run([str(scn.venv.python), str(driver), str(kernels)], clean_env(), timeout=600)
+    r = scn.host.run([str(scn.venv.python), str(driver), str(kernels), "plain"], clean_env(), timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     hook = str(scn.site / CU13)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_applied, mode_env
-from support import cc, clean_env
+from support import KERNEL_CLIENT, cc, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TMS_VERSIONS = ["0.0.9.post1", "0.0.10"]  # 0.0.9.post1 replaces LD_PRELOAD, 0.0.10 prepends its pick
@@ -333,34 +333,16 @@ def test_torchrun_agent_and_every_rank_hooked_also_after_a_restart(real_torch, t
 
 # ---------------------------------------------------------------- Jupyter
 
-KERNEL_DRIVER = r'''
-import json, sys, time
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import KernelManager
-
+KERNEL_DRIVER = KERNEL_CLIENT + r'''
 PROBE = """
 import json, os
 maps = open('/proc/self/maps').read().splitlines()
 print(json.dumps({'pid': os.getpid(), 'hooks': sorted({l.split(None, 5)[5] for l in maps if 'torch_memory_saver' in l}),
                   'preload': os.environ.get('LD_PRELOAD')}))
 """
-km = KernelManager(kernel_name=sys.argv[2], kernel_spec_manager=KernelSpecManager(kernel_dirs=[sys.argv[1]]))
-km.start_kernel()
-kc = km.client()
-kc.start_channels()
-kc.wait_for_ready(timeout=120)
-
-
-def run(code):
-    out = []
-    reply = kc.execute_interactive(code, timeout=180, output_hook=out.append)
-    assert reply['content']['status'] == 'ok', reply['content']
-    return json.loads(''.join(m['content'].get('text', '') for m in out if m['msg_type'] == 'stream'))
-
-
-res = {'started_pid': km.provisioner.process.pid, 'first': run(PROBE)}
-res['torch'] = run("import json, os, torch; print(json.dumps([torch.version.cuda, sorted({l.split(None, 5)[5].strip() "
-                   "for l in open('/proc/self/maps') if '/libcudart' in l})]))")
+res = {'started_pid': km.provisioner.process.pid, 'first': json.loads(run(PROBE))}
+res['torch'] = json.loads(run("import json, os, torch; print(json.dumps([torch.version.cuda, sorted({l.split(None, 5)[5].strip() "
+                   "for l in open('/proc/self/maps') if '/libcudart' in l})]))"))
 msg_id = kc.execute('import time; time.sleep(120)')
 time.sleep(2)
 km.interrupt_kernel()
@@ -369,11 +351,11 @@ while True:
     if reply['parent_header'].get('msg_id') == msg_id:
         break
 res['interrupted'] = [reply['content']['status'], reply['content'].get('ename')]
-res['after_interrupt'] = run(PROBE)
+res['after_interrupt'] = json.loads(run(PROBE))
 km.restart_kernel(now=True)
 kc.wait_for_ready(timeout=120)
 res['restarted_pid'] = km.provisioner.process.pid
-res['after_restart'] = run(PROBE)
+res['after_restart'] = json.loads(run(PROBE))
 kc.stop_channels()
 km.shutdown_kernel(now=True)
 print(json.dumps(res))

@@ -79,22 +79,29 @@ def _ray_world(parts, tmp_path_factory, world: str, major: int) -> Scenario:
     return Scenario(venv, need(Host, tmp_path_factory.mktemp(f"ray-{world}"), parts.host_dirs(("driver",))), parts)
 
 
+RAY_NODE = ["--num-cpus=1", "--disable-usage-stats", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1"]
+
+
+def join(world: Scenario, address: str, resource: str) -> None:
+    """Start a Ray worker node from ``world``'s venv, in its own namespace, joined to the cluster at ``address``."""
+    r = world.host.run([str(world.venv.path / "bin" / "ray"), "start", f"--address={address}",
+                        f'--resources={{"{resource}": 1}}', *RAY_NODE], clean_env(RAY_USAGE_STATS_ENABLED="0"),
+                       timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(parts, tmp_path_factory):
     a = _ray_world(parts, tmp_path_factory, "cu13", 13)
     b = _ray_world(parts, tmp_path_factory, "cu12", 12)
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    common = ["--num-cpus=1", "--disable-usage-stats", "--object-store-memory=100000000",
-              "--node-ip-address=127.0.0.1"]
     env = clean_env(RAY_USAGE_STATS_ENABLED="0")
     try:
         r = a.host.run([str(a.venv.path / "bin" / "ray"), "start", "--head", f"--port={port}",
-                        "--include-dashboard=false", '--resources={"cu13node": 1}', *common], env, timeout=180)
+                        "--include-dashboard=false", '--resources={"cu13node": 1}', *RAY_NODE], env, timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
-        r = b.host.run([str(b.venv.path / "bin" / "ray"), "start", f"--address={address}",
-                        '--resources={"cu12node": 1}', *common], env, timeout=180)
-        assert r.returncode == 0, r.stdout + r.stderr
+        join(b, address, "cu12node")
         yield a, b, address
     finally:
         subprocess.run([str(a.venv.path / "bin" / "ray"), "stop", "--force"], env=env, capture_output=True,
@@ -210,10 +217,7 @@ def driverless_node(ray_cluster, parts, tmp_path_factory):
     (venv.site / "aa_tms_test_hang.pth").write_text(
         f"import os, time; os.environ.get({HANG!r}) and time.sleep(100000)\n")
     c = Scenario(venv, need(Host, tmp_path_factory.mktemp("ray-nodriver"), []), parts)
-    r = c.host.run([str(venv.path / "bin" / "ray"), "start", f"--address={address}", "--num-cpus=1",
-                    "--disable-usage-stats", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1",
-                    '--resources={"nodrivernode": 1}'], clean_env(RAY_USAGE_STATS_ENABLED="0"), timeout=180)
-    assert r.returncode == 0, r.stdout + r.stderr
+    join(c, address, "nodrivernode")
     return c
 
 

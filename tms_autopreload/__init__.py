@@ -194,13 +194,21 @@ def _names(entry: str, path: str) -> bool:
     while /proc/self/maps names the file the kernel opened. Compared as the loader compares
     objects it has already loaded: by device and inode.
     """
-    if entry == path or entry == os.path.basename(path):
-        return True
+    return entry == path or entry == os.path.basename(path) or same_file(entry, path)
+
+
+def same_file(a: "str | None", b: "str | None") -> bool:
+    """True when two paths name one file, as the loader decides "already loaded" (device, inode).
+
+    One ``stat`` each instead of ``realpath``, which costs an ``lstat`` per path component.
+    """
+    if not a or not b:
+        return False
     try:
-        a, b = os.stat(entry), os.stat(path)
+        sa, sb = os.stat(a), os.stat(b)
     except OSError:
         return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def _inherited(mapped: "list[str]") -> "tuple[str, str] | None":

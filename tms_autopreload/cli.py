@@ -106,7 +106,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 def _ray(args: argparse.Namespace) -> int:
     """``doctor --ray``: one row per node of a Ray cluster, from a real worker on each."""
-    from .preflight import NoRay, run
+    from .preflight import NoRay, Unreachable, run
 
     try:
         job_env = json.loads(args.runtime_env) if args.runtime_env else None
@@ -127,8 +127,8 @@ def _ray(args: argparse.Namespace) -> int:
     except NoRay as exc:
         print(f"tms-autopreload doctor --ray: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as exc:  # noqa: BLE001 - Ray's own errors (no cluster at ADDRESS), said in one line
-        print(f"tms-autopreload doctor --ray: cannot reach the Ray cluster at {args.address}: {exc}", file=sys.stderr)
+    except Unreachable as exc:
+        print(f"tms-autopreload doctor --ray: {exc}", file=sys.stderr)
         return EXIT_NO_PLAN
     if tty:
         print(file=sys.stderr)
@@ -143,7 +143,7 @@ def _ray(args: argparse.Namespace) -> int:
 
 
 def _ray_table(rows: "list[dict]") -> str:
-    table = [("node", "ip", "python", "torch (runtime)", "build or error", "hooked")]
+    table = [("node", "ip", "python", "torch (runtime)", "hooked", "build, or the first line of the error")]
     for row in rows:
         answer = row["answer"] or {}
         rt = (answer.get("survey") or {}).get("runtime") or {}
@@ -151,8 +151,9 @@ def _ray_table(rows: "list[dict]") -> str:
                  f"{rt.get('major')})" if rt else "-")
         plan = (answer.get("survey") or {}).get("plan")
         what = os.path.basename(plan["build"]) if plan and row["ok"] else (row["error"] or "-").splitlines()[0]
-        table.append((f"{row['name'] or '?'} {row['node_id'][:8]}", row["ip"] or "?", answer.get("python", "-"),
-                      torch, what, "yes" if row["ok"] else "NO"))
+        name = row["name"] if row["name"] and row["name"] != row["ip"] else ""
+        table.append((f"{name} {row['node_id'][:8]}".strip(), row["ip"] or "?", answer.get("python", "-"), torch,
+                      "yes" if row["ok"] else "NO", what if len(what) <= 160 else what[:157] + "..."))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in table)
 

@@ -16,7 +16,7 @@ trusts only a plan the real loader agrees with.
 
 import os
 
-from . import ldcache
+from . import ldcache, same_file
 from .elf import DynamicInfo, ElfError, read_dynamic, read_kind
 
 __all__ = ["Found", "Object", "Loader", "split_search_path", "same_file", "DEFAULT_DIRS"]
@@ -53,20 +53,6 @@ def split_search_path(value: str) -> list[str]:
     if not value:
         return []
     return [p or "." for p in value.replace(";", ":").split(":")]
-
-
-def same_file(a: "str | None", b: "str | None") -> bool:
-    """True when two paths name one file, as the loader decides "already loaded" (device, inode).
-
-    One ``stat`` each instead of ``realpath``, which costs an ``lstat`` per path component.
-    """
-    if not a or not b:
-        return False
-    try:
-        sa, sb = os.stat(a), os.stat(b)
-    except OSError:
-        return False
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def _expand(entries: tuple[str, ...], origin: str) -> list[str]:

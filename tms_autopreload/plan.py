@@ -346,12 +346,12 @@ def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str |
         f"this process; drop those entries or pip install 'torch-memory-saver>=0.0.10'",))
 
 
-def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], any_eligible: bool, fixes: list[str],
+def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int], fixes: list[str],
             forced: str | None, ld_library_path: str) -> str:
     """The error when no build fits: the cause first (what the user set, or the driver every build
-    misses), then every candidate with its reason, then the fix."""
-    tried = [v for v in ordered if v.loads is False]
-    if tried and all(v.reason.startswith(_NO_DRIVER) for v in tried):
+    that fits the runtime misses), then every candidate with its reason, then the fix."""
+    any_eligible = bool(eligible)
+    if eligible and all(ordered[i].reason.startswith(_NO_DRIVER) for i in eligible):
         where = (f"LD_LIBRARY_PATH={shown(ld_library_path)}, /etc/ld.so.cache and the default directories"
                  if ld_library_path else "/etc/ld.so.cache and the default directories")
         lines = [f"the NVIDIA driver library {DRIVER_SONAME} is not found by the loader (it searched {where}), "
@@ -433,7 +433,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
                       None, tuple(warnings))
     if runtime is None:
         return fail(runtime_error or "no runtime", None, ordered)
-    return fail(_no_fit(runtime, ordered, bool(eligible), fixes, forced, env.get("LD_LIBRARY_PATH", "")),
+    return fail(_no_fit(runtime, ordered, eligible, fixes, forced, env.get("LD_LIBRARY_PATH", "")),
                 runtime, ordered)
 
 

@@ -20,13 +20,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["probe", "run", "worker_runtime_env", "NoRay", "ON_ERROR_VAR"]
+__all__ = ["probe", "run", "worker_runtime_env", "NoRay", "Unreachable", "ON_ERROR_VAR"]
 
 ON_ERROR_VAR = "TMS_AUTOPRELOAD_ON_ERROR"
 
 
 class NoRay(RuntimeError):
     """Ray is not installed for this interpreter; the message says what to install."""
+
+
+class Unreachable(RuntimeError):
+    """No Ray cluster answers at the address; the message says where and Ray's own reason."""
 
 
 def worker_runtime_env(job_runtime_env: "dict[str, Any] | None") -> "dict[str, Any]":
@@ -90,11 +94,16 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
     except ImportError:
         raise NoRay(f"Ray is not installed for {sys.executable}: pip install ray") from None
 
-    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    except Exception as exc:  # noqa: BLE001 - Ray raises several kinds for "no cluster there"
+        raise Unreachable(f"cannot reach the Ray cluster at {address}: {_first_line(exc)}") from None
     try:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        task = ray.remote(probe).options(num_cpus=0, max_retries=0, runtime_env=worker_runtime_env(job_runtime_env))
-        pending = {task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
+        task = ray.remote(probe)
+        runtime_env = worker_runtime_env(job_runtime_env)
+        pending = {task.options(num_cpus=0, max_retries=0, runtime_env=runtime_env,
+                                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
                    .remote(): n for n in nodes}
         answers: "dict[str, tuple[dict | None, str | None]]" = {}
         deadline = time.monotonic() + timeout
