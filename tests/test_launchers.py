@@ -287,8 +287,9 @@ def hooks(pid):
 
 rank, attempt = int(os.environ['RANK']), int(os.environ['TORCHELASTIC_RESTART_COUNT'])
 maps = open('/proc/self/maps').read().splitlines()
+from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
 report = {'rank': rank, 'attempt': attempt, 'pid': os.getpid(), 'agent': os.getppid(), 'hooks': hooks('self'),
-          'agent_hooks': hooks(os.getppid()), 'sum': None,
+          'agent_hooks': hooks(os.getppid()), 'sum': None, 'tms_accepts': HookUtilModePreload().get_path_binary(),
           'cudart': sorted({l.split(None, 5)[5] for l in maps if '/libcudart' in l})}
 if attempt == 0:
     # The first attempt fails before any rendezvous of its own (rank 1 exits; the agent stops rank 0),
@@ -325,6 +326,7 @@ def test_torchrun_agent_and_every_rank_hooked_also_after_a_restart(real_torch, t
     for d in got:
         assert d["hooks"] == [hook] and d["agent_hooks"] == [hook], d
         assert d["cudart"] == [cudart] and d["sum"] == (3.0 if d["attempt"] else None), d
+        assert d["tms_accepts"] == str(scn.site / CU13)  # torch_memory_saver's own preload-mode check
     assert len({d["agent"] for d in got}) == 1  # one agent, which restarted its ranks
     assert len({d["pid"] for d in got}) == 4
     assert execs(r.stderr) == 1, r.stderr[-3000:]  # the agent; no rank re-execs
@@ -341,8 +343,11 @@ print(json.dumps({'pid': os.getpid(), 'hooks': sorted({l.split(None, 5)[5] for l
                   'preload': os.environ.get('LD_PRELOAD')}))
 """
 res = {'started_pid': km.provisioner.process.pid, 'first': json.loads(run(PROBE))}
-res['torch'] = json.loads(run("import json, os, torch; print(json.dumps([torch.version.cuda, sorted({l.split(None, 5)[5].strip() "
-                   "for l in open('/proc/self/maps') if '/libcudart' in l})]))"))
+res['torch'] = json.loads(run("import json, os, torch\n"
+                              "from torch_memory_saver.hooks.mode_preload import HookUtilModePreload\n"
+                              "print(json.dumps([torch.version.cuda, sorted({l.split(None, 5)[5].strip() "
+                              "for l in open('/proc/self/maps') if '/libcudart' in l}), "
+                              "HookUtilModePreload().get_path_binary()]))"))
 msg_id = kc.execute('import time; time.sleep(120)')
 time.sleep(2)
 km.interrupt_kernel()
@@ -382,7 +387,8 @@ def test_jupyter_kernel_starts_hooked_survives_interrupt_and_restart(real_torch,
     assert res["first"]["pid"] == res["started_pid"]  # the exec kept the PID jupyter_client knows
     assert res["after_restart"]["pid"] == res["restarted_pid"] != res["started_pid"]
     assert res["interrupted"] == ["error", "KeyboardInterrupt"]
-    assert res["torch"] == ["13.0", [os.path.realpath(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")]]
+    assert res["torch"] == ["13.0", [os.path.realpath(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")],
+                            str(scn.site / CU13)]  # the last: torch_memory_saver's own check accepts the kernel
     assert execs(r.stderr) == 2, r.stderr[-3000:]  # the first start and the restart, once each
 
     r = scn.run([*cli, "uninstall", "--prefix", str(tmp_path), "--name", "tms-test"])
