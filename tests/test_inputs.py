@@ -366,3 +366,23 @@ def test_proc_self_maps_of_every_kind_gets_a_clear_answer(files_scn, kind):
                            clean_env(TMS_AUTOPRELOAD="1"), setup=setup, timeout=60)
     _assert_clear(r, time.monotonic() - t0, "stopped")
     assert "is /proc mounted?" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- 4. the kernel's limit on one environment string
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_LIBRARY_PATH"])
+def test_a_planned_value_over_the_kernels_limit_stops_before_any_exec(world, name):
+    """A value that still fits now but not with the plan's entries added: a clear error naming the
+    variable and the limit, exit 78 before the exec the kernel would refuse (E2BIG)."""
+    scn = world["scn"]
+    tail = f":{world['stub']}" if name == "LD_LIBRARY_PATH" else ""
+    room = MAX_ARG_STRLEN - 10 - len(f"{name}=") - 1 - len(tail)  # 10 bytes left: no path fits in them
+    value = ":".join(["/opt/" + "x" * 100] * (room // 106))
+    value += ":/opt/" + "y" * (room - len(value) - 6) + tail
+    assert len(f"{name}={value}") + 1 == MAX_ARG_STRLEN - 10  # the process itself can start with it
+    r = scn.run(["-c", "print('user code ran')"], {"TMS_AUTOPRELOAD": "1", "LD_LIBRARY_PATH": world["stub"],
+                                                   name: value}, timeout=60)
+    assert r.returncode == 78 and r.stdout == "", r.stderr[-2000:]
+    ours = [line for line in r.stderr.splitlines() if line.startswith("tms-autopreload: ")]
+    assert len(ours) == 1 and ours[0].startswith(f"tms-autopreload: {name} would be "), r.stderr[-2000:]
+    assert f"over the kernel's limit of {MAX_ARG_STRLEN} bytes" in ours[0] and "Traceback" not in r.stderr
