@@ -8,7 +8,11 @@ This module is also the interpreter start-up entry, run by ``tms_autopreload.pth
 * the hook this environment was resolved for is already mapped (``/proc/self/maps``) and was
   resolved for this interpreter's prefix (a child of a hooked process): done, no resolve; when a
   launcher named it again in LD_PRELOAD (``configure_subprocess()``), the value is rewritten with one entry;
-* otherwise :mod:`tms_autopreload.hook` resolves and re-execs.
+* otherwise :mod:`tms_autopreload.hook` resolves, then re-execs (or, in dlopen mode, loads in-process).
+
+It also holds the few rules that path needs and the rest of the package shares (LD_PRELOAD as ld.so
+splits it and as this package writes it, opening files without blocking, reading /proc/self/maps),
+so that each is written once.
 
 It is idempotent: in a venv on Python 3.10-3.13 site-packages is scanned twice, so the ``.pth``
 runs twice per start (CPython #75723); coverage.py's ``process_startup`` guards the same way.
