@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import tms_autopreload  # noqa: E402
 from tms_autopreload import bindings, elf, environ, ldcache, runtime, trace  # noqa: E402
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
@@ -104,6 +105,18 @@ REAL_BINDING = ("     12345:\tbinding file /x/torch/lib/libc10_cuda.so [0] to /x
 def test_binding_log_parser_never_raises(line):
     b = _bounded(bindings.parse_binding, line)
     assert b is None or (isinstance(b.symbol, str) and b.symbol and isinstance(b.pid, int))
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=300),
+                 st.builds(lambda cut, ins: REAL_MAPS[:cut] + ins + REAL_MAPS[cut:],
+                           st.integers(0, 120), st.binary(max_size=30))))
+def test_proc_maps_line_parser_never_raises(line):
+    path = _bounded(tms_autopreload._maps_path, line)
+    assert path is None or (isinstance(path, str) and path.startswith("/"))
+
+
+REAL_MAPS = b"7f2a4c000000-7f2a4c021000 r-xp 00000000 fd:01 1234567    /x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 
 
 def test_binding_log_parser_reads_the_loader_format():
