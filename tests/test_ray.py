@@ -257,3 +257,17 @@ def test_preflight_without_ray_says_what_to_install(scenario):
     r = scn.run(["-m", "tms_autopreload", "doctor", "--ray"])
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().endswith("pip install ray"), r.stderr
+
+
+def test_preflight_shows_progress_on_a_terminal(ray_cluster):
+    """On a terminal (a pty from script(1)), stderr carries `N/M nodes answered` while it waits."""
+    import shlex
+    import shutil
+
+    if shutil.which("script") is None:
+        pytest.skip("script(1) from util-linux is needed for a pty")
+    a, _, address = ray_cluster
+    cmd = shlex.join([str(a.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address", address])
+    r = a.host.run(["script", "-q", "-e", "-c", cmd, "/dev/null"], clean_env(RAY_USAGE_STATS_ENABLED="0"),
+                   timeout=300)
+    assert "nodes answered" in r.stdout and "nodes:" in r.stdout, r.stdout + r.stderr
