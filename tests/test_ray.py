@@ -177,6 +177,16 @@ def preflight(world, address, *args, timeout=300):
                            *args], clean_env(RAY_USAGE_STATS_ENABLED="0"), timeout=timeout)
 
 
+def table_then_document(world, address, code, summary):
+    """Run the preflight twice: the table (printed, for the record; exit code and summary line checked),
+    then ``--json``. Returns (the table, the document)."""
+    r = preflight(world, address)
+    assert r.returncode == code, r.stdout + r.stderr
+    print(r.stdout)
+    assert r.stdout.strip().splitlines()[-1].startswith(summary), r.stdout
+    return r.stdout, json.loads(preflight(world, address, "--json").stdout)
+
+
 def rows_by_build(doc):
     out = {}
     for row in doc["nodes"]:
@@ -187,11 +197,7 @@ def rows_by_build(doc):
 
 def test_preflight_every_node_answers_with_its_own_build(ray_cluster):
     a, b, address = ray_cluster
-    r = preflight(a, address)
-    assert r.returncode == 0, r.stdout + r.stderr
-    print(r.stdout)  # the table, for the record
-    assert r.stdout.strip().splitlines()[-1].startswith("2 nodes: 2 ok, 0 failing")
-    doc = json.loads(preflight(a, address, "--json").stdout)
+    _, doc = table_then_document(a, address, 0, "2 nodes: 2 ok, 0 failing")
     assert doc["ok"] and len(doc["nodes"]) == 2
     got = rows_by_build(doc)
     for build, world, major in ((CU13, a, 13), (CU12, b, 12)):
@@ -223,11 +229,7 @@ def driverless_node(ray_cluster, parts, tmp_path_factory):
 
 def test_preflight_shows_the_driverless_node_failing(ray_cluster, driverless_node):
     a, _, address = ray_cluster
-    r = preflight(a, address)
-    assert r.returncode == 1, r.stdout + r.stderr
-    print(r.stdout)  # the table, for the record
-    assert r.stdout.strip().splitlines()[-1].startswith("3 nodes: 2 ok, 1 failing")
-    doc = json.loads(preflight(a, address, "--json").stdout)
+    table, doc = table_then_document(a, address, 1, "3 nodes: 2 ok, 1 failing")
     assert not doc["ok"]
     got = rows_by_build(doc)
     assert got[CU13]["ok"] and got[CU12]["ok"]
@@ -235,7 +237,7 @@ def test_preflight_shows_the_driverless_node_failing(ray_cluster, driverless_nod
     assert not bad["ok"] and bad["answer"]["prefix"] == str(driverless_node.venv.path)
     assert bad["error"].startswith("the NVIDIA driver library libcuda.so.1 is not found by the loader"), bad["error"]
     assert not bad["answer"]["started"]["hooked"]  # it lived, unhooked, to say so (ON_ERROR=warn)
-    line = next(l for l in r.stdout.splitlines() if "NO" in l.split())
+    line = next(l for l in table.splitlines() if "NO" in l.split())
     assert "the NVIDIA driver library libcuda.so.1 is not found" in line
 
 
