@@ -4,13 +4,15 @@
 the right hook). Here:
 
 1. this PID already re-exec'd once and the hook is still not mapped: stop, never loop;
-2. resolve (:func:`tms_autopreload.plan.survey`); if its build is mapped already, and no other
-   torch_memory_saver build is, only normalise ``os.environ`` (LD_PRELOAD as torch_memory_saver's
-   Python side reads it);
-3. in ``dlopen`` mode (``TMS_AUTOPRELOAD_MODE=dlopen``), and always in an interpreter embedded in
-   another program, load the plan in-process (:mod:`tms_autopreload.inprocess`); where that cannot
-   bind as ``LD_PRELOAD`` would, say why (``TMS_AUTOPRELOAD_VERBOSE``) and go on to 4;
-4. else ``execv`` the same interpreter with the same ``sys.orig_argv`` and the new environment.
+2. in ``dlopen`` mode (``TMS_AUTOPRELOAD_MODE=dlopen``), and always in an interpreter that cannot be
+   re-exec'd, load the plan in-process (:mod:`tms_autopreload.inprocess`); where that cannot bind as
+   ``LD_PRELOAD`` would, keep the reason and go on;
+3. resolve with the loader trace (:func:`tms_autopreload.plan.survey`); if its build is mapped
+   already, and no other torch_memory_saver build is, only normalise ``os.environ`` (LD_PRELOAD as
+   torch_memory_saver's Python side reads it);
+4. else ``execv`` the same interpreter with the same ``sys.orig_argv`` and the new environment
+   (saying why dlopen mode could not be used, under ``TMS_AUTOPRELOAD_VERBOSE``), or stop with the
+   reason where no exec is possible.
 
 Nothing leaves this module as a traceback: start-up would print ``Error processing line``
 or, for SystemExit, abort with ``Fatal Python error``. Failures print one message prefixed
