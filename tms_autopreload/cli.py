@@ -154,8 +154,7 @@ def _ray_table(rows: "list[dict]") -> str:
         name = row["name"] if row["name"] and row["name"] != row["ip"] else ""
         table.append((f"{name} {row['node_id'][:8]}".strip(), row["ip"] or "?", answer.get("python", "-"), torch,
                       "yes" if row["ok"] else "NO", what if len(what) <= 160 else what[:157] + "..."))
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in table)
+    return _table(table)
 
 
 def _deep(args: argparse.Namespace) -> int:
