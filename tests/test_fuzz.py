@@ -139,6 +139,16 @@ def test_preload_composition_keeps_others_in_order(current, hook):
     assert out[1:] == [e for e in environ.split_preload(current) if not environ.is_tms_entry(e)]
 
 
+def test_skipped_preload_message_with_newlines_in_the_name_found_by_fuzzing():
+    """The long run found it: an LD_PRELOAD entry '\\n0\\n' split the loader's "cannot be preloaded:
+    ignored" message over three lines, and the middle piece ("0") read as an error of the build."""
+    out = ("ERROR: ld.so: object '\n0\n' from LD_PRELOAD cannot be preloaded (cannot open shared object file): "
+           "ignored.\n\tlinux-vdso.so.1 (0x1)\n\t/x/torch_memory_saver_cu13.so (0x2)\n")
+    t = trace._parse(out, 0)
+    assert t.ok and t.errors == () and t.skipped == (("\n0\n", "cannot open shared object file"),)
+    assert t.loaded == ("/x/torch_memory_saver_cu13.so",) and t.skip_of("torch_memory_saver_cu13.so") is None
+
+
 def test_offset_past_off_t_found_by_fuzzing(tmp_path):
     """The first long run found it: a program-header offset past off_t made seek() raise OSError."""
     data = bytearray(Path("/bin/true").read_bytes())

@@ -216,11 +216,10 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
         return (Plan(os.path.realpath(build.path), planned["LD_PRELOAD"], llp if llp != current_llp else None, runtime),
                 "chosen without a loader trace: to be loaded in-process", None, None)
     trace = run_trace(executable, planned)
-    # The loader skips a preload entry it cannot load ("ERROR: ld.so: object '...' from LD_PRELOAD cannot
-    # be preloaded (...): ignored.") and goes on: about the user's other entries, that is theirs, not this
-    # build's. A name with a newline in it splits that message over lines; each piece says which it is.
-    errors = [e for e in trace.errors if build.name in e or not (
-        e.startswith("ERROR: ld.so: object '") or "' from LD_PRELOAD cannot be preloaded" in e)]
+    # The loader skips a preload entry it cannot load and goes on: for the user's other entries that
+    # is theirs, not this build's; for this build it is the reason.
+    skipped = trace.skip_of(build.name)
+    errors = list(trace.errors) + ([f"the loader skipped it as a preload: {skipped}"] if skipped else [])
     # A bare-name preload entry shows as "name => path", a path entry as "path".
     preloaded = any(same_file(p, build.path) for p in (*trace.loaded, *trace.resolved.values())
                     if os.path.basename(p) == build.name)
@@ -332,7 +331,10 @@ def _trace_the_rest(verdicts: dict[int, Verdict], env: "Mapping[str, str]", plan
                 t = run_trace(exe, probe_env)
             except OSError:
                 continue
-            verdicts[i] = Verdict(v.build, v.status, v.reason if t.ok else f"{v.reason}; loader: {t.reason()}", t.ok)
+            skipped = t.skip_of(v.build.name)
+            ok = t.ok and not skipped
+            why = t.reason() or f"skipped as a preload: {skipped}"
+            verdicts[i] = Verdict(v.build, v.status, v.reason if ok else f"{v.reason}; loader: {why}", ok)
 
 
 def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str | None) -> Plan:

@@ -15,22 +15,35 @@ import os
 __all__ = ["Trace", "run_trace"]
 
 
+# glibc elf/rtld.c, for a preload entry it cannot load: "ERROR: ld.so: object '%s' from %s cannot be
+# preloaded (%s): ignored.\n", where %s is LD_PRELOAD or /etc/ld.so.preload. The name may hold any
+# byte but NUL, newlines included, so the message is cut out by its fixed parts, not by lines.
+_SKIP_HEAD, _SKIP_FROM, _SKIP_WHY, _SKIP_TAIL = "ERROR: ld.so: object '", "' from ", " cannot be preloaded (", "): ignored.\n"
+
+
 class Trace:
     """The loader's answer for one environment."""
 
-    __slots__ = ("resolved", "loaded", "missing", "errors", "status")
+    __slots__ = ("resolved", "loaded", "missing", "errors", "skipped", "status")
 
     def __init__(self, resolved: dict[str, str] | None = None, loaded: tuple[str, ...] = (),
-                 missing: tuple[str, ...] = (), errors: tuple[str, ...] = (), status: int = 0) -> None:
+                 missing: tuple[str, ...] = (), errors: tuple[str, ...] = (),
+                 skipped: tuple[tuple[str, str], ...] = (), status: int = 0) -> None:
         self.resolved = resolved or {}  # DT_NEEDED name -> path
         self.loaded = loaded  # paths of objects named by path (the program, preloads)
         self.missing = missing  # names that resolved to "not found"
-        self.errors = errors  # the loader's own messages
+        self.errors = errors  # the loader's own messages, but for skipped preload entries
+        self.skipped = skipped  # (preload entry, why) the loader ignored and went on without
         self.status = status
 
     @property
     def ok(self) -> bool:
+        """The program would start (preload entries the loader skips do not stop it)."""
         return not self.missing and not self.errors and self.status == 0
+
+    def skip_of(self, name: str) -> "str | None":
+        """Why the loader skipped the preload entry whose file is named ``name``, or None."""
+        return next((why for entry, why in self.skipped if os.path.basename(entry) == name), None)
 
     def reason(self) -> str:
         """The loader's own words for why this would not start."""
@@ -40,11 +53,31 @@ class Trace:
         return "; ".join(parts)
 
 
+def _take_skipped(output: str) -> "tuple[str, list[tuple[str, str]]]":
+    """(``output`` without the loader's skipped-preload messages, (entry, why) of each)."""
+    skipped: list[tuple[str, str]] = []
+    kept: list[str] = []
+    pos = 0
+    while (start := output.find(_SKIP_HEAD, pos)) >= 0:
+        name_at = start + len(_SKIP_HEAD)
+        from_at = output.find(_SKIP_FROM, name_at)
+        why_at = output.find(_SKIP_WHY, from_at) if from_at >= 0 else -1
+        end = output.find(_SKIP_TAIL, why_at) if why_at >= 0 else -1
+        if end < 0:
+            break
+        kept.append(output[pos:start])
+        skipped.append((output[name_at:from_at], output[why_at + len(_SKIP_WHY):end]))
+        pos = end + len(_SKIP_TAIL)
+    kept.append(output[pos:])
+    return "".join(kept), skipped
+
+
 def _parse(output: str, status: int) -> Trace:
     resolved: dict[str, str] = {}
     loaded: list[str] = []
     missing: list[str] = []
     errors: list[str] = []
+    output, skipped = _take_skipped(output)
     # Lines end with "\n" only: str.splitlines would also split a file name at "\r" or "\x1e".
     for raw in output.split("\n"):
         line = raw.strip()
@@ -64,7 +97,7 @@ def _parse(output: str, status: int) -> Trace:
             path = line.rsplit(" (0x", 1)[0].strip()
             if path.startswith("/"):
                 loaded.append(path)
-    return Trace(resolved, tuple(loaded), tuple(missing), tuple(errors), status)
+    return Trace(resolved, tuple(loaded), tuple(missing), tuple(errors), tuple(skipped), status)
 
 
 def run_trace(executable: str, env: dict[str, str]) -> Trace:
