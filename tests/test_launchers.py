@@ -397,6 +397,18 @@ def test_jupyter_kernel_starts_hooked_survives_interrupt_and_restart(real_torch,
     assert r.returncode == 1 and "no kernel named 'tms-test'" in r.stderr
 
 
+def test_kernel_install_user_as_the_docs_show(real_torch, tmp_path):
+    """`tms-autopreload kernel install --user` (the command in the README): the user's Jupyter data dir."""
+    scn = real_torch(("driver",))
+    env = {"HOME": str(tmp_path)}
+    r = scn.run(["-m", "tms_autopreload", "kernel", "install", "--user"], env)
+    assert r.returncode == 0, r.stderr
+    spec = tmp_path / ".local" / "share" / "jupyter" / "kernels" / "python3-tms-autopreload" / "kernel.json"
+    assert json.loads(spec.read_text())["env"] == {"TMS_AUTOPRELOAD": "1"}
+    r = scn.run(["-m", "tms_autopreload", "kernel", "uninstall", "--user"], env)
+    assert r.returncode == 0 and not spec.exists(), r.stderr
+
+
 def test_kernel_uninstall_refuses_a_kernel_it_did_not_write(real_torch, tmp_path):
     scn = real_torch(("driver",))
     foreign = tmp_path / "share" / "jupyter" / "kernels" / "python3"

@@ -177,14 +177,18 @@ def preflight(world, address, *args, timeout=300):
                            *args], clean_env(RAY_USAGE_STATS_ENABLED="0"), timeout=timeout)
 
 
+# The job runtime_env of docs/integrations.md's example.
+SLIME_JOB = json.dumps({"env_vars": {"SLIME_OFFLOAD_TRAIN": "1"}})
+
+
 def table_then_document(world, address, code, summary):
     """Run the preflight twice: the table (printed, for the record; exit code and summary line checked),
-    then ``--json``. Returns (the table, the document)."""
+    then ``--json`` with the docs' slime runtime_env. Returns (the table, the document)."""
     r = preflight(world, address)
     assert r.returncode == code, r.stdout + r.stderr
     print(r.stdout)
     assert r.stdout.strip().splitlines()[-1].startswith(summary), r.stdout
-    return r.stdout, json.loads(preflight(world, address, "--json").stdout)
+    return r.stdout, json.loads(preflight(world, address, "--json", "--runtime-env", SLIME_JOB).stdout)
 
 
 def rows_by_build(doc):

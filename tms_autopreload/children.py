@@ -13,7 +13,6 @@ import os
 import threading
 import warnings
 
-from . import STATE_VAR, state_key
 from .plan import Plan, resolve
 
 TYPE_CHECKING = False
@@ -50,7 +49,7 @@ def configure_subprocess() -> "Iterator[Plan]":
         plan = resolve()
         for warning in plan.warnings:
             warnings.warn(warning, RuntimeWarning, stacklevel=3)
-        changes = {**plan.changes(), STATE_VAR: state_key(plan.build)}
+        changes = plan.environment()
         saved = {name: os.environ.get(name) for name in changes}
         os.environ.update(changes)
         try:

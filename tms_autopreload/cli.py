@@ -159,7 +159,7 @@ def _ray_table(rows: "list[dict]") -> str:
 
 def _deep(args: argparse.Namespace) -> int:
     """``doctor --deep``: where the loader binds the module's references to the hook's symbols."""
-    from . import EXEC_VAR, FLAG_VARS, MODE_VAR, STATE_VAR, VERBOSE_VAR, parse_flag, state_key
+    from . import EXEC_VAR, FLAG_VARS, MODE_VAR, STATE_VAR, VERBOSE_VAR, parse_flag
     from .bindings import check
     from .environ import split_preload, is_tms_entry
 
@@ -185,7 +185,7 @@ def _deep(args: argparse.Namespace) -> int:
             env[FLAG_VARS[1]] = "1"
         env.update({MODE_VAR: "dlopen", VERBOSE_VAR: "1"})
     else:
-        env = {**os.environ, **plan.changes(), STATE_VAR: state_key(plan.build)}
+        env = {**os.environ, **plan.environment()}
     ev = check(env, hook, report.runtime.library, module=args.import_, executable=report.executable,
                in_process=args.mode == "dlopen" and not args.as_is)
     if args.json:

@@ -23,7 +23,7 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from . import EXEC_VAR, MODE_VAR, STATE_VAR, VERBOSE_VAR, parse_flag, say, state_key
+from . import EXEC_VAR, MODE_VAR, VERBOSE_VAR, parse_flag, say
 
 __all__ = ["run", "EXIT_CONFIG", "EXIT_INTERRUPTED", "ON_ERROR_VAR"]
 
@@ -97,8 +97,7 @@ def _apply(mapped: "list[str]") -> None:
     for warning in (*report.warnings, *plan.warnings):
         say("warning: " + warning)
     if mapped == [plan.build]:  # a second torch_memory_saver build mapped too would compete: exec
-        env.update(plan.changes())
-        env[STATE_VAR] = state_key(plan.build)
+        env.update(plan.environment())
         env.pop(EXEC_VAR, None)
         if verbose:
             say(f"{plan.build} is already mapped; {plan.runtime.describe()}")
@@ -110,8 +109,7 @@ def _apply(mapped: "list[str]") -> None:
     if in_process and verbose:
         say(f"dlopen mode: {why_not}; falling back to exec")
     new_env = dict(env)
-    new_env.update(plan.changes())
-    new_env[STATE_VAR] = state_key(plan.build)
+    new_env.update(plan.environment())
     new_env[EXEC_VAR] = str(os.getpid())
     if verbose:
         say(f"chose {plan.build} for {plan.runtime.describe()}; re-executing with "

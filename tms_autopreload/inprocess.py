@@ -28,7 +28,7 @@ import sys
 
 import _ctypes
 
-from . import STATE_VAR, is_tms_entry, mapped_hooks, mapped_objects, read_maps, state_key
+from . import is_tms_entry, mapped_hooks, mapped_objects, read_maps
 from .builds import interposed
 from .elf import ElfError
 from .runtime import runtime_of
@@ -102,8 +102,7 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
             raise InProcessError("dlopen returned, but /proc/self/maps cannot be read (is /proc mounted?), so "
                                  "that the hook is mapped cannot be confirmed")
         raise InProcessError(f"dlopen returned, but {plan.build} is not mapped")
-    environ.update(plan.changes())
-    environ[STATE_VAR] = state_key(plan.build)
+    environ.update(plan.environment())
 
 
 _activated: "Plan | None" = None
@@ -142,7 +141,7 @@ def activate() -> "Plan":
             raise ResolveError(f"cannot bind the hook in this running process: {exc}. Restart the interpreter "
                                f"(in a notebook: restart the kernel) and call tms_autopreload.activate() first, "
                                f"before anything imports torch") from None
-    env.update(plan.changes())
-    env[STATE_VAR] = state_key(plan.build)
+    else:  # started with the hook: only the environment, as the start-up hook would leave it
+        env.update(plan.environment())
     _activated = plan
     return plan

@@ -17,6 +17,7 @@ import os
 import sys
 
 from . import PATH_VAR as FORCE_VAR
+from . import STATE_VAR, state_key
 from . import locate, open_regular
 from .builds import Build, find_builds, read_build, writable_by_others
 from .elf import ElfError
@@ -89,6 +90,11 @@ class Plan:
         if self.ld_library_path is not None:
             env["LD_LIBRARY_PATH"] = self.ld_library_path
         return env
+
+    def environment(self) -> dict[str, str]:
+        """What a process applying the plan sets: :meth:`changes`, and the state that lets its flagged
+        children skip resolving (what it was resolved for: this prefix, the overrides, the build)."""
+        return {**self.changes(), STATE_VAR: state_key(self.build)}
 
 
 class Report:

@@ -15,14 +15,13 @@ import sys
 import time
 
 from . import FLAG_VARS, MODE_VAR, mapped_hooks, mapped_objects
+from .hook import ON_ERROR_VAR
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["probe", "run", "worker_runtime_env", "NoRay", "Unreachable", "ON_ERROR_VAR"]
-
-ON_ERROR_VAR = "TMS_AUTOPRELOAD_ON_ERROR"
+__all__ = ["probe", "run", "worker_runtime_env", "NoRay", "Unreachable"]
 
 
 class NoRay(RuntimeError):
