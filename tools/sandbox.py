@@ -6,6 +6,8 @@ reused; the venv with real torch (5.5 GB) is made once there too.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import os
 import shutil
@@ -45,16 +47,28 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 # ---------------------------------------------------------------- downloads (cached)
 
+@contextlib.contextmanager
+def cache_lock(name: str):
+    """Hold an exclusive lock on one cache entry, so that two runs sharing the cache (a second
+    checkout's tests, the demo beside the suite) never build or download the same entry at once."""
+    lock = CACHE / "locks" / f"{name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def wheel(spec: str) -> Path:
     """The wheel for ``name==version`` from the package index, downloaded once into the cache."""
     name, _, version = spec.partition("==")
     dest = CACHE / "wheels"
     dest.mkdir(parents=True, exist_ok=True)
     pattern = f"{name.replace('-', '_')}-{version}-*.whl"
-    found = sorted(dest.glob(pattern))
-    if not found:
-        run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), spec])
+    with cache_lock(f"wheel-{name}-{version}"):
         found = sorted(dest.glob(pattern))
+        if not found:
+            run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), spec])
+            found = sorted(dest.glob(pattern))
     if not found:
         raise SetupError(f"pip download {spec} gave no file matching {pattern}")
     return found[-1]
@@ -149,16 +163,17 @@ def cached_venv(name: str, python: str, requirement: str, extras: tuple[str, ...
     a test tool does not rebuild a venv that took minutes to make.
     """
     path = CACHE / "venvs" / f"{name}-{Path(python).name}"
-    if not (path / ".complete").exists():
-        shutil.rmtree(path, ignore_errors=True)
-        Venv(path, python).install(requirement, deps=True)
-        (path / ".complete").touch()
-    venv = Venv(path)
-    if extras:
-        marker = path / (".extras-" + "-".join(sorted(extras)).replace("==", "_").replace("/", "_"))
-        if not marker.exists():
-            venv.install(requirement, *extras, deps=True)
-            marker.touch()
+    with cache_lock(f"venv-{path.name}"):
+        if not (path / ".complete").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            Venv(path, python).install(requirement, deps=True)
+            (path / ".complete").touch()
+        venv = Venv(path)
+        if extras:
+            marker = path / (".extras-" + "-".join(sorted(extras)).replace("==", "_").replace("/", "_"))
+            if not marker.exists():
+                venv.install(requirement, *extras, deps=True)
+                marker.touch()
     return venv
 
 
