@@ -315,7 +315,15 @@ def test_stale_exec_marker_of_another_pid_is_ignored(scenario):
 def test_unknown_on_error_policy_warns_and_exits(scenario):
     scn = seed(scenario, "", tms="0.0.9")
     r, _ = start(scn, {"TMS_AUTOPRELOAD_ON_ERROR": "ignore"})
-    assert_stopped(r, "TMS_AUTOPRELOAD_ON_ERROR='ignore' is not 'exit' or 'warn'")
+    assert_stopped(r, "TMS_AUTOPRELOAD_ON_ERROR='ignore' is not a recognised value (use exit or warn); using exit")
+
+
+def test_unknown_on_error_policy_is_warned_at_start_even_when_nothing_fails(scenario):
+    scn = seed(scenario, "")
+    r, out = start(scn, {"TMS_AUTOPRELOAD_ON_ERROR": "wran"})
+    assert_hooked(r, out, scn)
+    assert r.stderr.count("TMS_AUTOPRELOAD_ON_ERROR='wran' is not a recognised value (use exit or warn); "
+                          "using exit") == 1, r.stderr
 
 
 # ---------------------------------------------------------------- who may be preloaded

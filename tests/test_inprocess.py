@@ -201,7 +201,7 @@ def test_falls_back_when_dlopen_itself_fails(scenario, parts, toys):
 def test_unknown_mode_warns_and_execs(scenario, parts, toys):
     scn = seed(scenario)
     out, err = probe(scn, parts, toys, "fork")
-    assert "TMS_AUTOPRELOAD_MODE='fork' is not 'exec' or 'dlopen'; using 'exec'" in err
+    assert "TMS_AUTOPRELOAD_MODE='fork' is not a recognised value (use exec or dlopen); using exec" in err
     assert_applied("exec", err)
 
 

@@ -175,7 +175,8 @@ def test_start_up_decision_answers_every_environment(world):
         said.clear()
         with environment(env):
             on, _slime = tms_autopreload._flags()  # warnings for values it cannot read, never an exception
-            hook._mode(os.environ)
+            hook._choice(tms_autopreload.MODE_VAR, tms_autopreload.MODES)
+            hook._choice(tms_autopreload.ON_ERROR_VAR, tms_autopreload.ON_ERROR_POLICIES)
             tms_autopreload._inherited([])
             tms_autopreload._inherited([str(world["scn"].site / CU13)])
             try:

@@ -23,7 +23,10 @@ The public API (:func:`resolve`, :func:`survey`, ...) is loaded lazily (PEP 562)
 import os
 import sys
 
-FLAG_VARS = ("SLIME_OFFLOAD_TRAIN", "TMS_AUTOPRELOAD")
+# The two flags (tms_autopreload.pth spells them out too: it must stay one line of os alone).
+SLIME_FLAG = "SLIME_OFFLOAD_TRAIN"  # slime's: the hook, plus SLIME_DEFAULTS
+GENERIC_FLAG = "TMS_AUTOPRELOAD"  # the hook only
+FLAG_VARS = (SLIME_FLAG, GENERIC_FLAG)
 DISABLE_VAR = "TMS_AUTOPRELOAD_DISABLE"
 VERBOSE_VAR = "TMS_AUTOPRELOAD_VERBOSE"
 # The two overrides the resolver reads (a resolution depends on them, so the state key does too).
@@ -31,6 +34,10 @@ CUDA_MAJOR_VAR = "TMS_AUTOPRELOAD_CUDA_MAJOR"
 PATH_VAR = "TMS_AUTOPRELOAD_PATH"
 # How the start-up hook applies a plan: "exec" (re-exec once, the default) or "dlopen" (in-process).
 MODE_VAR = "TMS_AUTOPRELOAD_MODE"
+MODES = ("exec", "dlopen")
+# What a flagged start does when no plan can be applied: "exit" (EX_CONFIG, the default) or "warn".
+ON_ERROR_VAR = "TMS_AUTOPRELOAD_ON_ERROR"
+ON_ERROR_POLICIES = ("exit", "warn")
 # Written by the hook: what this environment was resolved for, and the PID that re-exec'd.
 STATE_VAR = "TMS_AUTOPRELOAD_STATE"
 EXEC_VAR = "TMS_AUTOPRELOAD_EXEC_PID"
@@ -51,8 +58,21 @@ def parse_flag(name: str, value: "str | None") -> "tuple[bool, str | None]":
         return True, None
     if word in FALSE_WORDS:
         return False, None
-    return False, (f"{name}={value!r} is not a recognised value (use 1/true/yes/on or "
-                   f"0/false/no/off); treating it as off")
+    return False, _unrecognised(name, value, "1/true/yes/on or 0/false/no/off", "off")
+
+
+def parse_choice(name: str, value: "str | None", choices: "tuple[str, ...]") -> "tuple[str, str | None]":
+    """(the choice, a warning) for a variable that names one of ``choices`` (any case); unset or empty
+    means ``choices[0]``, the default, and so does an unknown spelling, with a warning."""
+    word = (value or "").strip().lower()
+    if not word or word in choices:
+        return word or choices[0], None
+    return choices[0], _unrecognised(name, value, " or ".join(choices), choices[0])
+
+
+def _unrecognised(name: str, value: str, accepted: str, used: str) -> str:
+    """The one wording of a warning about a variable's unknown value."""
+    return f"{name}={value!r} is not a recognised value (use {accepted}); using {used}"
 
 
 def say(message: str) -> None:
@@ -185,7 +205,7 @@ def _flags() -> "tuple[bool, bool]":
             say("warning: " + warning)
     if values[DISABLE_VAR][0]:
         return False, False
-    slime, generic = (values[name][0] for name in FLAG_VARS)
+    slime, generic = values[SLIME_FLAG][0], values[GENERIC_FLAG][0]
     return slime or generic, slime
 
 

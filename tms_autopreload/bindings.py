@@ -25,8 +25,8 @@ import time
 
 from .builds import interposed
 from .elf import ElfError, read_dynamic, read_symbols
-from .ldso import same_file
-from .runtime import runtime_of
+from . import same_file
+from .sonames import runtime_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,10 +43,16 @@ ALLOCATOR = "libc10_cuda.so"
 # take the last " [N] to " and " [N]: ", which the loader writes after the paths.
 _BINDING = re.compile(r"\s*(\d+):\s+binding file (.+) \[(\d+)\] to (.+) \[(\d+)\]: (normal|protected) symbol "
                       r"`([^'`]+)'(?: \[([^\]]*)\])?\s*")
+# The child imports the module, then reports what it mapped and whether its start-up hook re-exec'd it:
+# the environment this program image started with (/proc/self/environ) holds the hook's exec marker
+# exactly when the hook exec'd, whatever was logged.
 _PROBE = """
 import importlib, json, os, sys
 importlib.import_module(sys.argv[1])
-from tms_autopreload import mapped_objects
+from tms_autopreload import EXEC_VAR, mapped_objects
+with open('/proc/self/environ', 'rb') as f:
+    started = f.read().split(b'\\0')
+print('TMS-DEEP-EXECD ' + json.dumps(any(e.startswith(EXEC_VAR.encode() + b'=') for e in started)))
 seen = {}
 for path in mapped_objects():
     try:
@@ -232,8 +238,8 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
     """Start ``executable`` under ``environ`` plus :data:`DEEP_VARS`, import ``module``, and read the log.
 
     ``in_process``: ``environ`` asks the child's start-up hook for dlopen mode (with
-    ``TMS_AUTOPRELOAD_VERBOSE``); the child must say it loaded the hook in-process, or the evidence
-    is about exec mode and the check fails with the hook's own words. The log goes to a private
+    ``TMS_AUTOPRELOAD_VERBOSE``); a child whose hook re-exec'd it (its starting environment holds the
+    exec marker) gives evidence about exec mode, so the check fails with the hook's own words. The log goes to a private
     temporary directory, is read line by line and deleted. The calling process's environment is
     not touched.
     """
@@ -263,7 +269,8 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
             tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
             ev.error = f"the child failed to import {module} (exit {r.returncode}): {tail}"
             return ev
-        if in_process and "(no exec)" not in r.stderr:
+        execd = next((line for line in r.stdout.splitlines() if line.startswith("TMS-DEEP-EXECD ")), "")
+        if in_process and execd != "TMS-DEEP-EXECD false":
             said = [line for line in r.stderr.splitlines() if line.startswith("tms-autopreload:")]
             ev.error = f"the child did not load the hook in-process: {' / '.join(said) or 'its start-up hook said nothing'}"
             return ev

@@ -17,7 +17,7 @@ import stat
 
 from . import PATH_VAR
 from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbols
-from .runtime import runtime_of
+from .sonames import DRIVER_SONAME, runtime_of, runtime_soname
 
 __all__ = ["Build", "read_build", "find_builds", "interposed", "PRELOAD_PREFIXES"]
 
@@ -49,11 +49,11 @@ class Build:
     def target(self) -> str:
         """What it was built for, in words."""
         if self.kind == "cuda":
-            return f"CUDA {self.major} (needs libcudart.so.{self.major})"
+            return f"CUDA {self.major} (needs {runtime_soname('cuda', self.major)})"
         if self.kind == "hip":
-            return f"ROCm/HIP {self.major} (needs libamdhip64.so.{self.major})"
+            return f"ROCm/HIP {self.major} (needs {runtime_soname('hip', self.major)})"
         if self.kind == "driver":
-            return "any CUDA runtime (needs only the driver, libcuda.so.1)"
+            return f"any CUDA runtime (needs only the driver, {DRIVER_SONAME})"
         return "nothing loadable"
 
 
@@ -81,7 +81,7 @@ def _classify(info: DynamicInfo) -> tuple[str, int | None]:
         found = runtime_of(name)
         if found:
             return found
-    if "libcuda.so.1" in info.needed:
+    if DRIVER_SONAME in info.needed:
         return "driver", None
     return "unusable", None
 
@@ -101,7 +101,7 @@ def read_build(path: str, want: DynamicInfo, *, explicit: bool = False) -> Build
         problem = (f"built for {MACHINE_NAMES.get(info.machine, info.machine)} {info.elf_class}-bit, "
                    f"this interpreter is {want.machine_name} {want.elf_class}-bit")
     elif kind == "unusable":
-        problem = "links neither libcudart, libamdhip64 nor libcuda.so.1: not a torch_memory_saver hook"
+        problem = f"links neither libcudart, libamdhip64 nor {DRIVER_SONAME}: not a torch_memory_saver hook"
     elif not explicit:
         problem = writable_by_others(path)
         if problem:

@@ -159,9 +159,9 @@ def _ray_table(rows: "list[dict]") -> str:
 
 def _deep(args: argparse.Namespace) -> int:
     """``doctor --deep``: where the loader binds the module's references to the hook's symbols."""
-    from . import EXEC_VAR, FLAG_VARS, MODE_VAR, STATE_VAR, VERBOSE_VAR, parse_flag
+    from . import EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, parse_flag
     from .bindings import check
-    from .environ import split_preload, is_tms_entry
+    from . import is_tms_entry, split_preload
 
     report = survey()
     if report.plan is None or report.runtime is None or report.runtime.library is None:
@@ -182,7 +182,7 @@ def _deep(args: argparse.Namespace) -> int:
         env = {k: v for k, v in os.environ.items() if k not in (STATE_VAR, EXEC_VAR)}
         env["LD_PRELOAD"] = ":".join(e for e in split_preload(env.get("LD_PRELOAD", "")) if not is_tms_entry(e))
         if not any(parse_flag(name, env.get(name))[0] for name in FLAG_VARS):
-            env[FLAG_VARS[1]] = "1"
+            env[GENERIC_FLAG] = "1"
         env.update({MODE_VAR: "dlopen", VERBOSE_VAR: "1"})
     else:
         env = {**os.environ, **plan.environment()}

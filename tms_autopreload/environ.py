@@ -1,19 +1,39 @@
-"""How this package composes search-path values, and which characters ld.so cannot take in them.
+"""Search-path values (``LD_LIBRARY_PATH``): how ld.so splits them, how this package adds to them,
+and which characters an entry cannot hold.
 
-``LD_PRELOAD`` is split by ld.so on spaces and colons with no escaping (elf/rtld.c); its rules
-(:func:`split_preload`, :func:`compose_preload`) live in the start-up module, which needs them in
-every child of a hooked process, and are re-exported here.
+``LD_PRELOAD``'s rules (:func:`tms_autopreload.split_preload`, :func:`tms_autopreload.compose_preload`)
+live in the start-up module, which needs them in every child of a hooked process.
 """
 
-from . import compose_preload, is_tms_entry, split_preload
+__all__ = ["split_search_path", "prepend_search_path", "search_path_unsafe", "SEARCH_PATH_SEPARATORS",
+           "LD_UNSAFE_CHARS"]
 
-__all__ = ["split_preload", "is_tms_entry", "compose_preload", "prepend_search_path", "LD_UNSAFE_CHARS"]
-
-# Characters ld.so cannot take inside one LD_PRELOAD / LD_LIBRARY_PATH entry.
+# ld.so splits LD_LIBRARY_PATH on these, with no escaping (elf/dl-load.c: _dl_init_paths, fillin_rpath).
+SEARCH_PATH_SEPARATORS = ":;"
+# What a directory this package puts on LD_LIBRARY_PATH may not hold: a separator, or a newline, which
+# would also split the loader trace's report of it into two lines.
+_SEARCH_PATH_UNSAFE = frozenset(SEARCH_PATH_SEPARATORS + "\n")
+# What a path this package writes as one LD_PRELOAD entry may not hold: ld.so splits that variable on
+# spaces and colons; tabs, newlines and semicolons are refused too, so that the entry also survives
+# LD_LIBRARY_PATH's rules and the trace's line-based report.
 LD_UNSAFE_CHARS = frozenset(" :\t\n;")
 
 
+def split_search_path(value: str) -> list[str]:
+    """Split LD_LIBRARY_PATH as ld.so does: on ':' and ';'; an empty entry means the cwd."""
+    if not value:
+        return []
+    for sep in SEARCH_PATH_SEPARATORS[1:]:
+        value = value.replace(sep, SEARCH_PATH_SEPARATORS[0])
+    return [p or "." for p in value.split(SEARCH_PATH_SEPARATORS[0])]
+
+
+def search_path_unsafe(directory: str) -> bool:
+    """True when ``directory`` cannot be one LD_LIBRARY_PATH entry."""
+    return bool(_SEARCH_PATH_UNSAFE & set(directory))
+
+
 def prepend_search_path(current: str, directory: str) -> str:
-    """``directory`` first on a colon list such as LD_LIBRARY_PATH, without duplicating it."""
-    rest = [e for e in current.split(":") if e != directory] if current else []
+    """``directory`` first on LD_LIBRARY_PATH (``current`` split as ld.so splits it), without duplicating it."""
+    rest = [e for e in split_search_path(current) if e != directory]
     return ":".join([directory, *rest])

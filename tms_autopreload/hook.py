@@ -23,13 +23,12 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from . import EXEC_VAR, MODE_VAR, VERBOSE_VAR, parse_flag, say
+from . import EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, parse_choice, parse_flag, say
 
-__all__ = ["run", "EXIT_CONFIG", "EXIT_INTERRUPTED", "ON_ERROR_VAR"]
+__all__ = ["run", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
 
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
 EXIT_INTERRUPTED = 130
-ON_ERROR_VAR = "TMS_AUTOPRELOAD_ON_ERROR"
 
 
 class _Stop(Exception):
@@ -53,13 +52,12 @@ def _cannot_exec() -> "str | None":
     return None
 
 
-def _mode(env: "os._Environ[str]") -> str:
-    """``exec`` (the default) or ``dlopen``, from TMS_AUTOPRELOAD_MODE; anything else warns and means exec."""
-    value = env.get(MODE_VAR, "").strip().lower()
-    if value in ("", "exec", "dlopen"):
-        return value or "exec"
-    say(f"warning: {MODE_VAR}={env.get(MODE_VAR)!r} is not 'exec' or 'dlopen'; using 'exec'")
-    return "exec"
+def _choice(name: str, choices: "tuple[str, ...]") -> str:
+    """A choice variable's value, its warning said at once (see :func:`tms_autopreload.parse_choice`)."""
+    value, warning = parse_choice(name, os.environ.get(name), choices)
+    if warning:
+        say("warning: " + warning)
+    return value
 
 
 def _flush() -> None:
@@ -84,7 +82,7 @@ def _apply(mapped: "list[str]") -> None:
     from .plan import survey
 
     embedded = _cannot_exec()
-    in_process = embedded is not None or _mode(env) == "dlopen"
+    in_process = embedded is not None or _choice(MODE_VAR, MODES) == "dlopen"
     why_not = None
     if in_process:
         why_not = _load_in_process(env, verbose)
@@ -153,6 +151,7 @@ def _load_in_process(env: "os._Environ[str]", verbose: bool) -> "str | None":
 
 def run(mapped: "list[str]") -> None:
     """Entry from :func:`tms_autopreload.process_startup`; never raises."""
+    on_error = _choice(ON_ERROR_VAR, ON_ERROR_POLICIES)
     try:
         _apply(mapped)
     except BaseException as exc:  # noqa: BLE001 - nothing may escape into site.py
@@ -163,12 +162,9 @@ def run(mapped: "list[str]") -> None:
         else:
             message, code = (f"internal error while resolving the preload hook: {exc!r}; "
                              f"run `tms-autopreload doctor` and report it"), EXIT_CONFIG
-        policy = os.environ.get(ON_ERROR_VAR, "exit").strip().lower()
-        if policy == "warn" and code != EXIT_INTERRUPTED:
+        if on_error == "warn" and code != EXIT_INTERRUPTED:
             say(message + f"\ncontinuing without the hook ({ON_ERROR_VAR}=warn)")
             return
-        if policy not in ("exit", "warn", ""):
-            say(f"warning: {ON_ERROR_VAR}={policy!r} is not 'exit' or 'warn'; using 'exit'")
         say(message)
         _flush()
         os._exit(code)

@@ -31,7 +31,7 @@ import _ctypes
 from . import is_tms_entry, mapped_hooks, mapped_objects, read_maps
 from .builds import interposed
 from .elf import ElfError
-from .runtime import runtime_of
+from .sonames import runtime_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -125,14 +125,14 @@ def activate() -> "Plan":
     global _activated
     if _activated is not None:
         return _activated
-    from . import FLAG_VARS, SLIME_DEFAULTS, parse_flag
+    from . import SLIME_DEFAULTS, SLIME_FLAG, parse_flag
     from .errors import ResolveError
     from .plan import resolve
 
     plan = resolve()
     env = os.environ
     if mapped_hooks() != [plan.build]:
-        if parse_flag(FLAG_VARS[0], env.get(FLAG_VARS[0]))[0]:
+        if parse_flag(SLIME_FLAG, env.get(SLIME_FLAG))[0]:
             for name, value in SLIME_DEFAULTS.items():
                 env.setdefault(name, value)
         try:

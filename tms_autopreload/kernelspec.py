@@ -12,7 +12,7 @@ import os
 import sys
 import tempfile
 
-from . import FLAG_VARS, __version__
+from . import GENERIC_FLAG, __version__
 
 __all__ = ["install", "uninstall", "MissingJupyter", "DEFAULT_NAME", "MARKER"]
 
@@ -46,7 +46,7 @@ def kernel_json(display_name: str, env: "dict[str, str]") -> "dict[str, object]"
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": display_name,
         "language": "python",
-        "env": {FLAG_VARS[1]: "1", **env},
+        "env": {GENERIC_FLAG: "1", **env},
         "metadata": {"debugger": True, MARKER: {"version": __version__}},
     }
 

@@ -16,10 +16,11 @@ trusts only a plan the real loader agrees with.
 
 import os
 
-from . import ldcache, same_file
+from . import ldcache
 from .elf import DynamicInfo, ElfError, read_dynamic, read_kind
+from .environ import split_search_path
 
-__all__ = ["Found", "Object", "Loader", "split_search_path", "same_file", "DEFAULT_DIRS"]
+__all__ = ["Found", "Object", "Loader", "DEFAULT_DIRS"]
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
                 "/lib", "/usr/lib")
@@ -46,13 +47,6 @@ class Found:
 
     def __repr__(self) -> str:
         return f"Found({self.path!r}, {self.rule!r})"
-
-
-def split_search_path(value: str) -> list[str]:
-    """Split LD_LIBRARY_PATH as ld.so does: on ':' and ';'; an empty entry means the cwd."""
-    if not value:
-        return []
-    return [p or "." for p in value.replace(";", ":").split(":")]
 
 
 def _expand(entries: tuple[str, ...], origin: str) -> list[str]:

@@ -35,7 +35,9 @@ def package_dir(name: str) -> str | None:
 
 def pip_runtime_libcudart(major: int) -> str | None:
     """Path of ``libcudart.so.<major>`` from NVIDIA's pip wheels on ``sys.path``, or None."""
-    name = f"libcudart.so.{major}"
+    from .sonames import runtime_soname
+
+    name = runtime_soname("cuda", major)
     for entry in sys.path:
         for pattern in PIP_RUNTIME_DIRS:
             candidate = os.path.join(entry or ".", pattern.format(major=major), name)

@@ -18,14 +18,15 @@ import sys
 
 from . import PATH_VAR as FORCE_VAR
 from . import STATE_VAR, state_key
-from . import locate, open_regular
+from . import compose_preload, locate, open_regular, same_file, split_preload
 from .builds import Build, find_builds, read_build, writable_by_others
 from .elf import ElfError
-from .environ import LD_UNSAFE_CHARS, compose_preload, is_tms_entry, prepend_search_path, split_preload
+from .environ import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe
 from .errors import ResolveError, shown
-from .ldso import Loader, Object, same_file
+from .ldso import Loader, Object
 from .runtime import Runtime, detect, install_hint
-from .trace import run_trace
+from .sonames import DRIVER_SONAME
+from .trace import Trace, run_trace
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
@@ -34,10 +35,11 @@ if TYPE_CHECKING:
 
     from .elf import DynamicInfo
 
-__all__ = ["Plan", "Verdict", "Report", "survey", "resolve"]
+__all__ = ["Plan", "Verdict", "Report", "survey", "resolve", "CAUSE_NO_DRIVER"]
 
-DRIVER_SONAME = "libcuda.so.1"
 _NO_DRIVER = f"the NVIDIA driver library {DRIVER_SONAME} is not on this node"
+# Verdict.cause of a build refused only because the loader cannot find the driver library.
+CAUSE_NO_DRIVER = "no-driver"
 # Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32 pages):
 # execve fails with E2BIG beyond it.
 MAX_ARG_STRLEN = 32 * 4096
@@ -62,13 +64,15 @@ def _too_big(env: "Mapping[str, str]") -> str:
 class Verdict:
     """What became of one candidate."""
 
-    __slots__ = ("build", "status", "reason", "loads")
+    __slots__ = ("build", "status", "reason", "loads", "cause")
 
-    def __init__(self, build: Build, status: str, reason: str, loads: bool | None = None) -> None:
+    def __init__(self, build: Build, status: str, reason: str, loads: bool | None = None,
+                 cause: str | None = None) -> None:
         self.build = build
         self.status = status  # "chosen", "loads" (fits and loads, not chosen), "rejected", "untried"
         self.reason = reason
         self.loads = loads  # the real loader's answer; None when not traced
+        self.cause = cause  # CAUSE_NO_DRIVER, or None: what code may act on, never the wording
 
 
 class Plan:
@@ -163,7 +167,7 @@ def _preload_entry(path: str) -> tuple[str, str | None]:
     if LD_UNSAFE_CHARS & set(name):
         raise ValueError("its file name contains a space, tab, colon or semicolon, which LD_PRELOAD "
                          "cannot hold; rename it or link it from a path without one")
-    if set(":;\n") & set(directory):
+    if search_path_unsafe(directory):
         raise ValueError("its directory contains ':' or ';', which neither LD_PRELOAD nor "
                          "LD_LIBRARY_PATH can hold; link it from a path without one")
     return name, directory
@@ -184,74 +188,96 @@ def _tms_reads_one_path(package_dir: str | None) -> bool:
         return True
 
 
-def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
-             executable: str, trace_it: bool = True) -> tuple[Plan | None, str, bool | None, str | None]:
-    """Plan and trace one build: (plan or None, reason, loads, fix).
+class Attempt:
+    """What became of planning (and tracing) one build: a plan, or the reason there is none."""
 
-    ``trace_it=False`` plans without the trace, for a caller whose own ``dlopen`` of the plan is
-    the real loader's answer (:mod:`tms_autopreload.inprocess`); ``loads`` is then None.
+    __slots__ = ("plan", "reason", "loads", "fix", "cause")
+
+    def __init__(self, reason: str, plan: "Plan | None" = None, loads: bool | None = None,
+                 fix: str | None = None, cause: str | None = None) -> None:
+        self.plan = plan
+        self.reason = reason
+        self.loads = loads  # the real loader's answer; None when not traced
+        self.fix = fix  # what the user can do, for the error when no build fits
+        self.cause = cause  # a cause other code acts on (CAUSE_NO_DRIVER), as data rather than wording
+
+
+def _plan_for(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader) -> "Plan | Attempt":
+    """Step 4: the plan that preloads ``build`` with its runtime bound to the library this process uses,
+    or the refused :class:`Attempt` when no environment can express it.
+
+    Raises ResolveError when a planned LD_PRELOAD or LD_LIBRARY_PATH would be too long for any exec.
     """
     try:
         entry, entry_dir = _preload_entry(build.path)
     except ValueError as exc:
-        return None, str(exc), None, "install torch_memory_saver under a path without spaces or colons"
+        return Attempt(str(exc), fix="install torch_memory_saver under a path without spaces or colons")
     current_llp = env.get("LD_LIBRARY_PATH", "")
     llp = current_llp
     if runtime.library is not None and build.kind in ("cuda", "hip") and build.info is not None:
         predicted = loader.find(runtime.soname, Object(build.path, build.info))
         if predicted is None or not same_file(predicted.path, runtime.library):
             bind_dir = os.path.dirname(runtime.library)
-            if set(":;") & set(bind_dir):
-                return None, (f"{runtime.soname} is in {bind_dir}, whose ':' or ';' LD_LIBRARY_PATH "
-                              f"cannot hold"), None, None
+            if search_path_unsafe(bind_dir):
+                return Attempt(f"{runtime.soname} is in {bind_dir}, whose ':' or ';' LD_LIBRARY_PATH cannot hold")
             llp = prepend_search_path(llp, bind_dir)
     if entry_dir is not None:
         llp = prepend_search_path(llp, entry_dir)
-    planned = dict(env)
-    planned["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), entry)
-    if llp != current_llp:
-        planned["LD_LIBRARY_PATH"] = llp
-    for name in ("LD_PRELOAD", "LD_LIBRARY_PATH"):
-        if planned.get(name) != env.get(name) and _env_string_size(name, planned[name]) > MAX_ARG_STRLEN:
+    plan = Plan(os.path.realpath(build.path), compose_preload(env.get("LD_PRELOAD", ""), entry),
+                llp if llp != current_llp else None, runtime)
+    for name, value in plan.changes().items():
+        if value != env.get(name) and _env_string_size(name, value) > MAX_ARG_STRLEN:
             raise ResolveError(
-                f"{name} would be {_env_string_size(name, planned[name])} bytes with the hook's entries "
+                f"{name} would be {_env_string_size(name, value)} bytes with the hook's entries "
                 f"({len(env.get(name, ''))} now), over the kernel's limit of {MAX_ARG_STRLEN} bytes for one "
                 f"environment string (MAX_ARG_STRLEN): no program could be started with it. Fix: shorten "
                 f"{name} (drop entries this process does not need) and start again")
-    if not trace_it:
-        return (Plan(os.path.realpath(build.path), planned["LD_PRELOAD"], llp if llp != current_llp else None, runtime),
-                "chosen without a loader trace: to be loaded in-process", None, None)
-    trace = run_trace(executable, planned)
+    return plan
+
+
+def _judge(build: Build, plan: Plan, trace: Trace) -> Attempt:
+    """Step 5: the real loader's answer for ``plan``: accepted only when everything resolves, the build
+    is preloaded, and its runtime binds to the library this process uses."""
+    runtime = plan.runtime
     # The loader skips a preload entry it cannot load and goes on: for the user's other entries that
     # is theirs, not this build's; for this build it is the reason.
     skipped = trace.skip_of(build.name)
     errors = list(trace.errors) + ([f"the loader skipped it as a preload: {skipped}"] if skipped else [])
-    # A bare-name preload entry shows as "name => path", a path entry as "path".
-    preloaded = any(same_file(p, build.path) for p in (*trace.loaded, *trace.resolved.values())
-                    if os.path.basename(p) == build.name)
     if trace.missing or errors or trace.status:
         reason = "; ".join([f"{n} => not found" for n in trace.missing] + errors) or trace.reason()
-        fix = None
         if DRIVER_SONAME in trace.missing:
-            reason = (f"{_NO_DRIVER} (no driver installed, not mounted into this container, or hidden by "
-                      f"LD_LIBRARY_PATH); loader: {reason}")
-            fix = "install the NVIDIA driver (or expose it to the container), or do not set the flag on nodes without a GPU"
-        elif runtime.soname in trace.missing:
-            fix = install_hint(runtime.kind, runtime.major)
-        return None, reason, False, fix
-    if not preloaded:
-        return None, "the loader did not preload it (no error given)", False, None
-    if runtime.library is not None and build.kind != "driver":
-        bound = trace.resolved.get(runtime.soname)
-        if not same_file(bound, runtime.library):
-            return None, (f"its {runtime.soname} would bind to {bound}, not to {runtime.library} that "
-                          f"this process uses: two runtime copies"), True, None
-    plan = Plan(os.path.realpath(build.path), planned["LD_PRELOAD"],
-                llp if llp != current_llp else None, runtime)
-    reason = "loads"
-    if build.kind != "driver":
-        reason += f"; binds {runtime.soname} to {trace.resolved.get(runtime.soname)}"
-    return plan, reason, True, None
+            return Attempt(f"{_NO_DRIVER} (no driver installed, not mounted into this container, or hidden by "
+                           f"LD_LIBRARY_PATH); loader: {reason}", loads=False, cause=CAUSE_NO_DRIVER,
+                           fix="install the NVIDIA driver (or expose it to the container), or do not set the "
+                               "flag on nodes without a GPU")
+        fix = install_hint(runtime.kind, runtime.major) if runtime.soname in trace.missing else None
+        return Attempt(reason, loads=False, fix=fix)
+    # A bare-name preload entry shows as "name => path", a path entry as "path".
+    if not any(same_file(p, build.path) for p in (*trace.loaded, *trace.resolved.values())
+               if os.path.basename(p) == build.name):
+        return Attempt("the loader did not preload it (no error given)", loads=False)
+    if build.kind == "driver":
+        return Attempt("loads", plan, loads=True)
+    bound = trace.resolved.get(runtime.soname)
+    if runtime.library is not None and not same_file(bound, runtime.library):
+        return Attempt(f"its {runtime.soname} would bind to {bound}, not to {runtime.library} that "
+                       f"this process uses: two runtime copies", loads=True)
+    return Attempt(f"loads; binds {runtime.soname} to {bound}", plan, loads=True)
+
+
+def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, executable: str,
+             trace_it: bool = True) -> Attempt:
+    """Plan one build, then trace the planned start with the real loader and judge its answer.
+
+    ``trace_it=False`` plans without the trace, for a caller whose own ``dlopen`` of the plan is
+    the real loader's answer (:mod:`tms_autopreload.inprocess`); ``loads`` is then None.
+    """
+    planned = _plan_for(build, runtime, env, loader)
+    if isinstance(planned, Attempt):
+        return planned
+    if not trace_it:
+        return Attempt("chosen without a loader trace: to be loaded in-process", planned)
+    return _judge(build, planned, run_trace(executable, {**env, **planned.changes()}))
 
 
 def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, want: "DynamicInfo",
@@ -301,36 +327,40 @@ def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Ve
 
 
 def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
-            exe: str, check_all: bool, verdicts: dict[int, Verdict], trace: bool) -> "tuple[Plan | None, list[str]]":
-    """Steps 4-5: plan and trace the eligible builds in order; (the first that loads cleanly, fixes).
+            exe: str, check_all: bool, trace: bool) -> "tuple[Plan | None, dict[int, Verdict], list[str]]":
+    """Steps 4-5: plan and trace the eligible builds in order; (the first that loads cleanly, their
+    verdicts, the fixes the refused ones suggest).
 
     Raises OSError when the interpreter itself cannot be started for the trace, and ResolveError when
     a planned LD_PRELOAD or LD_LIBRARY_PATH would be too long for any exec.
     """
     plan: Plan | None = None
+    verdicts: dict[int, Verdict] = {}
     fixes: list[str] = []
     for i in eligible:
         b = builds[i]
         if plan is not None and not check_all:
             verdicts[i] = Verdict(b, "untried", "a preferred build was chosen first")
             continue
-        attempt, reason, loads, fix = _attempt(b, runtime, env, loader, exe, trace)
-        if attempt is None:
-            verdicts[i] = Verdict(b, "rejected", reason, loads)
-            if fix:
-                fixes.append(fix)
+        attempt = _attempt(b, runtime, env, loader, exe, trace)
+        if attempt.plan is None:
+            verdicts[i] = Verdict(b, "rejected", attempt.reason, attempt.loads, attempt.cause)
+            if attempt.fix:
+                fixes.append(attempt.fix)
         elif plan is None:
-            plan = attempt
-            verdicts[i] = Verdict(b, "chosen", reason, loads)
+            plan = attempt.plan
+            verdicts[i] = Verdict(b, "chosen", attempt.reason, attempt.loads)
         else:
-            verdicts[i] = Verdict(b, "loads", f"{reason}; not chosen (less preferred)", True)
-    return plan, fixes
+            verdicts[i] = Verdict(b, "loads", f"{attempt.reason}; not chosen (less preferred)", True)
+    return plan, verdicts, fixes
 
 
-def _trace_the_rest(verdicts: dict[int, Verdict], env: "Mapping[str, str]", plan: Plan | None, exe: str) -> None:
-    """For ``doctor``: the loader's answer for every readable candidate not traced yet, as the seed's repro did."""
+def _trace_the_rest(verdicts: dict[int, Verdict], env: "Mapping[str, str]", plan: Plan | None,
+                    exe: str) -> dict[int, Verdict]:
+    """For ``doctor``: ``verdicts`` with the loader's answer for every readable candidate not traced yet."""
     probe_env = {**env, **(plan.changes() if plan else {})}
-    for i, v in list(verdicts.items()):
+    out = dict(verdicts)
+    for i, v in verdicts.items():
         if v.loads is None and v.build.info is not None and v.build.problem is None:
             probe_env["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), v.build.path)
             try:
@@ -340,7 +370,8 @@ def _trace_the_rest(verdicts: dict[int, Verdict], env: "Mapping[str, str]", plan
             skipped = t.skip_of(v.build.name)
             ok = t.ok and not skipped
             why = t.reason() or f"skipped as a preload: {skipped}"
-            verdicts[i] = Verdict(v.build, v.status, v.reason if ok else f"{v.reason}; loader: {why}", ok)
+            out[i] = Verdict(v.build, v.status, v.reason if ok else f"{v.reason}; loader: {why}", ok, v.cause)
+    return out
 
 
 def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str | None) -> Plan:
@@ -359,7 +390,7 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
     """The error when no build fits: the cause first (what the user set, or the driver every build
     that fits the runtime misses), then every candidate with its reason, then the fix."""
     any_eligible = bool(eligible)
-    if eligible and all(ordered[i].reason.startswith(_NO_DRIVER) for i in eligible):
+    if eligible and all(ordered[i].cause == CAUSE_NO_DRIVER for i in eligible):
         where = (f"LD_LIBRARY_PATH={shown(ld_library_path)}, /etc/ld.so.cache and the default directories"
                  if ld_library_path else "/etc/ld.so.cache and the default directories")
         lines = [f"the NVIDIA driver library {DRIVER_SONAME} is not found by the loader (it searched {where}), "
@@ -424,7 +455,8 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     fixes: list[str] = []
     if runtime is not None:
         try:
-            plan, fixes = _choose(builds, eligible, runtime, env, loader, exe, check_all, verdicts, trace)
+            plan, chosen, fixes = _choose(builds, eligible, runtime, env, loader, exe, check_all, trace)
+            verdicts.update(chosen)
         except ResolveError as exc:  # a planned value no exec could carry
             return fail(str(exc), runtime)
         except OSError as exc:
@@ -434,7 +466,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
                         f"({exc.strerror or exc}); set LD_PRELOAD by hand with `tms-autopreload env` "
                         f"from a working Python", runtime)
     if check_all:
-        _trace_the_rest(verdicts, env, plan, exe)
+        verdicts = _trace_the_rest(verdicts, env, plan, exe)
     ordered = tuple(verdicts[i] for i in range(len(builds)))
     if plan is not None:
         return Report(exe, package_dir, runtime, ordered, _with_single_path_warning(plan, package_dir, forced),

@@ -14,8 +14,7 @@ import os
 import sys
 import time
 
-from . import FLAG_VARS, MODE_VAR, mapped_hooks, mapped_objects
-from .hook import ON_ERROR_VAR
+from . import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def worker_runtime_env(job_runtime_env: "dict[str, Any] | None") -> "dict[str, A
     env = dict(job_runtime_env or {})
     env_vars = {str(k): str(v) for k, v in (env.get("env_vars") or {}).items()}
     if not any(env_vars.get(name) for name in FLAG_VARS):
-        env_vars[FLAG_VARS[1]] = "1"
+        env_vars[GENERIC_FLAG] = "1"
     env_vars[ON_ERROR_VAR] = "warn"
     env["env_vars"] = env_vars
     return env
@@ -49,7 +48,7 @@ def probe() -> "dict[str, Any]":
 
     from .cli import doctor_document
     from .plan import survey
-    from .runtime import runtime_of
+    from .sonames import runtime_of
 
     hooks = mapped_hooks()
     runtimes = [path for path in mapped_objects() if runtime_of(os.path.basename(path))]

@@ -15,42 +15,21 @@ from . import locate, open_regular
 from .elf import ElfError, read_dynamic
 from .errors import ResolveError, shown
 from .ldso import Found, Loader, Object
+from .sonames import number, runtime_of, runtime_soname
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-__all__ = ["Runtime", "TorchBuild", "detect", "read_torch", "runtime_soname", "runtime_of", "install_hint",
-           "DEFAULT_CUDA_MAJORS"]
+__all__ = ["Runtime", "TorchBuild", "detect", "read_torch", "install_hint", "DEFAULT_CUDA_MAJORS"]
 
 DEFAULT_CUDA_MAJORS = (12, 13)
-# The DT_NEEDED name of each runtime: libcudart.so.N for CUDA, libamdhip64.so.N for HIP.
-_SONAME_PREFIX = {"cuda": "libcudart.so.", "hip": "libamdhip64.so."}
-
-
-def runtime_soname(kind: str, major: int) -> str:
-    """The DT_NEEDED name of ``kind``'s runtime library of ``major``."""
-    return f"{_SONAME_PREFIX[kind]}{major}"
-
-
-def _number(text: str) -> "int | None":
-    """A major version written in 1 to 3 ASCII digits, else None (``str.isdigit`` also accepts '²')."""
-    return int(text) if 0 < len(text) <= 3 and text.isascii() and text.isdigit() else None
-
-
-def runtime_of(needed: str) -> "tuple[str, int] | None":
-    """(kind, major) when a DT_NEEDED name is a runtime library, else None; the one place this is decided."""
-    for kind, prefix in _SONAME_PREFIX.items():
-        major = _number(needed[len(prefix):].split(".", 1)[0]) if needed.startswith(prefix) else None
-        if major is not None:
-            return kind, major
-    return None
 
 
 def install_hint(kind: str, major: int) -> str:
     """The package that provides a runtime, for error messages."""
     if kind == "hip":
-        return f"install ROCm {major} (libamdhip64.so.{major})"
+        return f"install ROCm {major} ({runtime_soname(kind, major)})"
     if major >= 13:
         return f"pip install 'nvidia-cuda-runtime=={major}.*' (or a CUDA {major} toolkit)"
     return f"pip install nvidia-cuda-runtime-cu{major} (or a CUDA {major} toolkit)"
@@ -150,7 +129,7 @@ def read_torch(torch_dir: str) -> TorchBuild:
 
 
 def _major(text: str, what: str) -> int:
-    major = _number(text.strip().split(".", 1)[0])
+    major = number(text.strip().split(".", 1)[0])
     if major is None or not 0 < major < 100:
         raise ResolveError(f"{what}={shown(text)} is not a version with a numeric major; "
                            f"set {OVERRIDE_VAR}=N (for example 12 or 13) or unset it.")
@@ -185,7 +164,7 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
                 raise  # with the override, a broken torch only loses its evidence
 
     if override is not None:
-        needed_by = torch.global_deps if torch and f"libcudart.so.{override}" in torch.links else None
+        needed_by = torch.global_deps if torch and runtime_soname("cuda", override) in torch.links else None
         found = _visible(loader, "cuda", override, needed_by)
         return Runtime("cuda", override, f"{OVERRIDE_VAR}={override_text}", found, torch)
 
@@ -221,15 +200,15 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
     seen = {m: f for m in probed if (f := _visible(loader, "cuda", m, None)) is not None}
     if len(seen) == 1:
         (major, found), = seen.items()
-        return Runtime("cuda", major, f"no torch; only libcudart.so.{major} is visible ({found.path}, "
+        return Runtime("cuda", major, f"no torch; only {runtime_soname('cuda', major)} is visible ({found.path}, "
                                       f"{found.rule})", found, None)
     if not seen:
         raise ResolveError(
             f"no torch is installed for this interpreter and no CUDA runtime is visible "
-            f"(looked for {', '.join(f'libcudart.so.{m}' for m in probed)} on the loader's path and in "
+            f"(looked for {', '.join(runtime_soname('cuda', m) for m in probed)} on the loader's path and in "
             f"NVIDIA's pip wheels). Install torch, or a CUDA runtime ({install_hint('cuda', 13)}), "
             f"or set {OVERRIDE_VAR}=N.")
-    listing = "; ".join(f"libcudart.so.{m} at {f.path} ({f.rule})" for m, f in seen.items())
+    listing = "; ".join(f"{runtime_soname('cuda', m)} at {f.path} ({f.rule})" for m, f in seen.items())
     raise ResolveError(
         f"no torch is installed for this interpreter and several CUDA runtimes are visible ({listing}), "
         f"so the runtime this process will use is unknown. Set {OVERRIDE_VAR}=N to choose one.")
