@@ -134,9 +134,20 @@ def test_binding_log_parser_reads_the_loader_format():
        st.text(alphabet=st.sampled_from(list("ab/._")), min_size=1, max_size=20))
 def test_preload_composition_keeps_others_in_order(current, hook):
     hook = "/x/torch_memory_saver_" + hook
-    out = environ.compose_preload(current, hook).split(":")
+    out = tms_autopreload.compose_preload(current, hook).split(":")
     assert out[0] == hook and "" not in out and " " not in ":".join(out[1:])
-    assert out[1:] == [e for e in environ.split_preload(current) if not environ.is_tms_entry(e)]
+    assert out[1:] == [e for e in tms_autopreload.split_preload(current) if not tms_autopreload.is_tms_entry(e)]
+
+
+@FUZZ
+@given(st.text(alphabet=st.sampled_from(list("ab/:;. ")), max_size=200),
+       st.text(alphabet=st.sampled_from(list("ab/.")), min_size=1, max_size=20))
+def test_search_path_prepend_keeps_what_every_other_entry_means(current, directory):
+    """LD_LIBRARY_PATH after prepending reads, as ld.so splits it, as the directory, then every other entry
+    of the old value in order (an empty entry, the cwd, spelled '.')."""
+    out = environ.prepend_search_path(current, directory)
+    assert environ.split_search_path(out) == [directory, *[e for e in environ.split_search_path(current)
+                                                           if e != directory]]
 
 
 def test_skipped_preload_message_with_newlines_in_the_name_found_by_fuzzing():
