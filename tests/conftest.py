@@ -208,17 +208,20 @@ def _custom_layout(venv: Venv, tms: str, layout: str, parts: Parts) -> None:
 def real_torch(parts, tmp_path_factory):
     """Factory: real torch (CUDA 13.0 build) + a real torch_memory_saver wheel + our wheel, on a host.
 
-    One cached venv holds torch (5.5 GB); ``tms`` switches the torch_memory_saver installed in it
-    (a pip reinstall of a small wheel) when a test asks for another version than the last one.
+    One cached venv holds torch (5.5 GB); this run installs into a hard-linked private copy of it
+    (:func:`support.private_copy`), where ``tms`` switches the torch_memory_saver installed (a pip
+    reinstall of a small wheel) when a test asks for another version than the last one.
     """
     made: dict[tuple, Scenario] = {}
+    venvs: list[Venv] = []  # the private copy, made on first use
     installed: dict[str, str] = {}
 
     def make(host: tuple[str, ...] = ("driver",), tms: str = "0.0.9.post1") -> Scenario:
-        interpreter = support.find_python(DEFAULT_PYTHON)
-        venv = need(support.torch_venv, interpreter)
-        if not installed:
-            need(venv.install, parts.own_wheel)
+        if not venvs:
+            shared = need(support.torch_venv, support.find_python(DEFAULT_PYTHON))
+            venvs.append(need(support.private_copy, shared, tmp_path_factory.mktemp("torch-venv") / "venv"))
+            need(venvs[0].install, parts.own_wheel)
+        venv = venvs[0]
         if installed.get("tms") != tms:
             need(venv.install, support.tms_wheel(tms))
             installed["tms"] = tms

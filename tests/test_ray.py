@@ -19,7 +19,7 @@ import time
 
 import pytest
 from conftest import Scenario, need
-from support import Host, clean_env, ray_venv, runtime_wheel, tms_wheel, write_torch_standin
+from support import Host, clean_env, private_copy, ray_venv, runtime_wheel, tms_wheel, write_torch_standin
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -72,7 +72,8 @@ def _free_port() -> int:
 def _ray_world(parts, tmp_path_factory, world: str, major: int) -> Scenario:
     from support import find_python
 
-    venv = need(ray_venv, find_python("3.11"), world)
+    venv = need(private_copy, need(ray_venv, find_python("3.11"), world),
+                tmp_path_factory.mktemp(f"ray-venv-{world}") / "venv")
     need(venv.install, parts.own_wheel, tms_wheel("0.0.9.post1"), runtime_wheel(major))
     torch = f"cu{major}-pip"
     write_torch_standin(venv.site, cuda=f"{major}.0", hip=None, deps_lib=parts.global_deps(torch))
@@ -221,7 +222,8 @@ def driverless_node(ray_cluster, parts, tmp_path_factory):
     a, _, address = ray_cluster
     from support import find_python
 
-    venv = need(ray_venv, find_python("3.11"), "nodriver")
+    venv = need(private_copy, need(ray_venv, find_python("3.11"), "nodriver"),
+                tmp_path_factory.mktemp("ray-venv-nodriver") / "venv")
     need(venv.install, parts.own_wheel, tms_wheel("0.0.9.post1"), runtime_wheel(13))
     write_torch_standin(venv.site, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
     (venv.site / "aa_tms_test_hang.pth").write_text(

@@ -69,27 +69,27 @@ def test_real_torch_one_runtime_and_the_hook_wins(real_torch, host, tmp_path, mo
         assert bound[lib] == {"cudaMalloc": hook, "cudaFree": hook}, bound
 
 
-def deep(scn, env=None, *args):
-    r = scn.run(["-m", "tms_autopreload", "doctor", "--deep", *args], env)
+def deep(scn, env=None, *args, tmp=None):
+    r = scn.run(["-m", "tms_autopreload", "doctor", "--deep", *args], {**(env or {}), **({"TMPDIR": str(tmp)} if tmp else {})})
     assert r.returncode in (0, 1), r.stderr
     return r
 
 
 @pytest.mark.parametrize("host", HOSTS, ids=HOST_IDS)
-def test_doctor_deep_proves_torch_allocator_binds_to_the_hook(real_torch, host, mode):
+def test_doctor_deep_proves_torch_allocator_binds_to_the_hook(real_torch, host, mode, tmp_path):
     scn = real_torch(host)
-    r = deep(scn, None, "--mode", mode)
+    r = deep(scn, None, "--mode", mode, tmp=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert "torch's CUDA allocator (libc10_cuda.so): cudaMalloc, cudaFree -> hook" in lines
     assert "libtorch_cuda.so: cudaMalloc, cudaFree -> hook" in lines
     assert any(line.startswith("verdict:  INTERCEPTED") for line in lines), r.stdout
-    doc = json.loads(deep(scn, None, "--json", "--mode", mode).stdout)
+    doc = json.loads(deep(scn, None, "--json", "--mode", mode, tmp=tmp_path).stdout)
     assert doc["ok"] and doc["hook_mapped"] and doc["interposed"] == ["cudaFree", "cudaMalloc"]
     assert doc["runtime_libraries_mapped"] == [str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")]
     assert {lib["name"]: lib["status"] for lib in doc["libraries"]}["libc10_cuda.so"] == "intercepted"
     assert doc["log_bytes"] > 1_000_000 and doc["seconds"] > 0
-    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("tms-autopreload-deep-*"))  # the log is gone
+    assert not list(tmp_path.iterdir())  # the log is gone (doctor --deep wrote it under this TMPDIR)
 
 
 def test_doctor_deep_without_the_preload_says_bypassed(real_torch):

@@ -177,6 +177,31 @@ def cached_venv(name: str, python: str, requirement: str, extras: tuple[str, ...
     return venv
 
 
+def private_copy(venv: Venv, dest: Path) -> Venv:
+    """A venv of this run's own with ``venv``'s files, shared by hard link.
+
+    A cached venv serves every run on the machine (another checkout's suite may run at the same
+    time), so nothing may be installed into it: that would change what the other run tests. pip
+    replaces files rather than writing into them, and Python writes bytecode by replace too, so a
+    hard-linked copy (seconds, no space) leaves the cache untouched. The scripts in ``bin/`` name
+    their interpreter by absolute path; they are rewritten (new files) to name the copy's.
+    """
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    run(["cp", "-al", str(venv.path), str(dest)])
+    old, new = os.fsencode(venv.path), os.fsencode(dest)
+    for script in (dest / "bin").iterdir():
+        if script.is_symlink() or not script.is_file():
+            continue
+        data = script.read_bytes()
+        if old in data:
+            script.unlink()
+            script.write_bytes(data.replace(old, new))
+            script.chmod(0o755)
+    return Venv(dest)
+
+
 def torch_venv(python: str) -> Venv:
     """Real torch (the CUDA 13.0 build pip gives on these machines; 5.5 GB) with its torchrun, and
     :data:`TORCH_EXTRAS`."""
