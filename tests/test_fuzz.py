@@ -6,6 +6,9 @@ CI runs a short pass; ``make fuzz`` runs TMS_FUZZ_EXAMPLES (100,000) examples pe
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import sys
 import tracemalloc
@@ -17,7 +20,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload  # noqa: E402
-from tms_autopreload import bindings, elf, environ, ldcache, runtime, trace  # noqa: E402
+from tms_autopreload import bindings, cli, elf, environ, ldcache, nodes, preflight, runtime, trace  # noqa: E402
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=500, suppress_health_check=list(HealthCheck), database=None)
@@ -114,6 +117,36 @@ def test_binding_log_parser_never_raises(line):
 def test_proc_maps_line_parser_never_raises(line):
     path = _bounded(tms_autopreload._maps_path, line)
     assert path is None or (isinstance(path, str) and path.startswith("/"))
+
+
+# A node's `doctor --json` document as `srun --label` prints it (the keys the per-node table reads).
+REAL_NODE = "\n".join(f"0: {line}" for line in json.dumps(
+    {"hostname": "n1", "python": "3.11.7", "ok": True, "runtime": {"kind": "cuda", "major": 13},
+     "plan": {"build": "/x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"}, "error": None}, indent=2).splitlines())
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=2000),
+                 st.builds(lambda cut, ins: REAL_NODE[:cut] + ins + REAL_NODE[cut:],
+                           st.integers(0, len(REAL_NODE)), st.text(max_size=40))))
+def test_node_documents_reader_never_raises(text):
+    """`doctor --nodes` input: any text gives rows, and the table and the --json document show them."""
+    rows = _bounded(preflight.document_rows, text)
+    for row in rows:
+        assert isinstance(row["ok"], bool) and (row["ok"] or isinstance(row["error"], str)), row
+    TMP.write_bytes(text.encode("utf-8", "surrogatepass"))
+    for args in ([], ["--json"]):
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            code = cli.main(["doctor", "--nodes", str(TMP), *args])
+        assert code == (0 if rows and all(row["ok"] for row in rows) else 1)
+        assert out.getvalue().splitlines()[-1].startswith(f"{len(rows)} nodes: ") or args
+
+
+def test_node_documents_reader_reads_srun_label_output():
+    entries = nodes.read_documents(REAL_NODE + "\n1: bash: tms-autopreload: command not found\nsrun: error: x\n")
+    assert [(e.task, e.document and e.document["hostname"], e.error) for e in entries] == [
+        ("0", "n1", None),
+        ("1", None, "no doctor --json document in its output, which begins: bash: tms-autopreload: command not found")]
 
 
 REAL_MAPS = b"7f2a4c000000-7f2a4c021000 r-xp 00000000 fd:01 1234567    /x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"

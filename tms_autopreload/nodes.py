@@ -1,0 +1,107 @@
+"""``doctor --nodes``: read back the ``doctor --json`` documents that many nodes printed into one stream.
+
+A cluster without Ray (Slurm) runs ``tms-autopreload doctor --json`` once per node with its own
+launcher (``srun --ntasks-per-node=1``) and collects the output. The format read here:
+
+* a stream of JSON documents, concatenated, whitespace between them (so one per line works too);
+* or the output of ``srun --label``: every line starts with its task's number (``0: ``, `` 3: ``).
+  The lines are regrouped per task before parsing, so several nodes' pretty-printed documents survive
+  srun interleaving their lines. Lines without a label there (srun's own messages, with ``2>&1``)
+  are skipped.
+
+A task's text around its documents (warnings, with ``2>&1``) is skipped; a task whose text holds no
+document (``tms-autopreload: command not found``, a cut-off document) is one entry carrying its first
+line, so that the node shows as failing instead of vanishing. Documents are checked for the keys the
+per-node table reads; nothing else of them is trusted.
+"""
+
+import json
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Entry", "read_documents"]
+
+# srun --label: "%*d: " (right-aligned task number, a colon, one space) before each line.
+_LABEL = re.compile(r" *(\d{1,9}): ?")
+
+
+class Entry:
+    """One node's document, or the text found where a document was expected (``error`` says what)."""
+
+    __slots__ = ("task", "document", "error")
+
+    def __init__(self, task: "str | None", document: "dict[str, Any] | None", error: "str | None") -> None:
+        self.task = task  # srun's task number when the input was labelled, else None
+        self.document = document
+        self.error = error
+
+
+def read_documents(text: str) -> "list[Entry]":
+    """Every document in ``text`` (see the module's docstring for the format), in input order."""
+    labelled, groups = _groups(text)
+    # srun's own messages (unlabelled among labelled lines) are about tasks whose lines are entries already.
+    return [entry for task, body in groups for entry in _parse(task, body, keep_other=task is not None or not labelled)]
+
+
+def _groups(text: str) -> "tuple[bool, list[tuple[str | None, str]]]":
+    """(is it ``srun --label`` output, each task's text in order of first appearance)."""
+    lines = text.splitlines()
+    first = next((line for line in lines if line.strip()), "")
+    if not _LABEL.match(first):
+        return False, [(None, text)]
+    groups: "dict[str | None, list[str]]" = {}
+    for line in lines:
+        m = _LABEL.match(line)
+        task, body = (m.group(1), line[m.end():]) if m else (None, line)
+        groups.setdefault(task, []).append(body)
+    return True, [(task, "\n".join(body)) for task, body in groups.items()]
+
+
+def _parse(task: "str | None", text: str, keep_other: bool) -> "list[Entry]":
+    """The documents in one task's text; text around them (warnings on stderr with ``2>&1``) is skipped,
+    and a text holding no document at all is one entry naming its first line (when ``keep_other``)."""
+    decoder = json.JSONDecoder()
+    out: "list[Entry]" = []
+    other: "str | None" = None  # the first line that is not part of a document
+    pos, end = 0, len(text)
+    while pos < end:
+        while pos < end and text[pos].isspace():
+            pos += 1
+        if pos >= end:
+            break
+        value: object = None
+        if text[pos] == "{":
+            try:
+                value, after = decoder.raw_decode(text, pos)
+            except (ValueError, RecursionError):
+                pass
+        if _is_document(value):
+            out.append(Entry(task, value, None))
+            pos = after
+            continue
+        newline = text.find("\n", pos)
+        line_end = end if newline < 0 else newline
+        if other is None:
+            other = text[pos:line_end]
+        pos = line_end + 1
+    if not out and other is not None and keep_other:
+        out.append(Entry(task, None, f"no doctor --json document in its output, which begins: {_cut(other)}"))
+    return out
+
+
+def _is_document(value: object) -> bool:
+    """Whether ``value`` has the keys of a ``doctor --json`` document that the per-node table reads."""
+    if not isinstance(value, dict) or not all(key in value for key in ("ok", "error", "plan", "runtime")):
+        return False
+    plan, runtime = value.get("plan"), value.get("runtime")
+    return (isinstance(value["ok"], bool) and (value["error"] is None or isinstance(value["error"], str))
+            and (plan is None or isinstance(plan, dict) and isinstance(plan.get("build"), str))
+            and (runtime is None or isinstance(runtime, dict))
+            and all(value.get(key) is None or isinstance(value[key], str) for key in ("hostname", "python")))
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= 200 else line[:197] + "..."
