@@ -143,10 +143,20 @@ def test_node_documents_reader_never_raises(text):
 
 
 def test_node_documents_reader_reads_srun_label_output():
-    entries = nodes.read_documents(REAL_NODE + "\n1: bash: tms-autopreload: command not found\nsrun: error: x\n")
+    """Two tasks' lines interleaved, a long line cut by srun into labelled 1024-byte pieces, a task that
+    printed no document, and srun's own message."""
+    error = "no plan: " + "x" * 3000
+    doc = json.dumps({"hostname": "n2", "ok": False, "runtime": None, "plan": None, "error": error}, indent=2)
+    pieces = [p for line in doc.splitlines() for p in (line[i:i + 1024] for i in range(0, len(line), 1024))]
+    ours = REAL_NODE.splitlines()
+    mixed = [line for pair in zip(ours, (f"1: {p}" for p in pieces)) for line in pair] + ours[len(pieces):]
+    mixed += [f"1: {p}" for p in pieces[len(ours):]]
+    text = "\n".join(mixed + ["2: bash: tms-autopreload: command not found", "srun: error: x", ""])
+    entries = nodes.read_documents(text)
     assert [(e.task, e.document and e.document["hostname"], e.error) for e in entries] == [
-        ("0", "n1", None),
-        ("1", None, "no doctor --json document in its output, which begins: bash: tms-autopreload: command not found")]
+        ("0", "n1", None), ("1", "n2", None),
+        ("2", None, "no doctor --json document in its output, which begins: bash: tms-autopreload: command not found")]
+    assert entries[1].document["error"] == error
 
 
 REAL_MAPS = b"7f2a4c000000-7f2a4c021000 r-xp 00000000 fd:01 1234567    /x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"

@@ -6,8 +6,8 @@ launcher (``srun --ntasks-per-node=1``) and collects the output. The format read
 * a stream of JSON documents, concatenated, whitespace between them (so one per line works too);
 * or the output of ``srun --label``: every line starts with its task's number (``0: ``, `` 3: ``).
   The lines are regrouped per task before parsing, so several nodes' pretty-printed documents survive
-  srun interleaving their lines. Lines without a label there (srun's own messages, with ``2>&1``)
-  are skipped.
+  srun interleaving their lines, and a long line srun cut into labelled pieces is joined again. Lines
+  without a label there (srun's own messages, with ``2>&1``) are skipped.
 
 A task's text around its documents (warnings, with ``2>&1``) is skipped; a task whose text holds no
 document (``tms-autopreload: command not found``, a cut-off document) is one entry carrying its first
@@ -49,8 +49,8 @@ def read_documents(text: str) -> "list[Entry]":
 def _groups(text: str) -> "tuple[bool, list[tuple[str | None, str]]]":
     """(is it ``srun --label`` output, each task's text in order of first appearance)."""
     lines = text.splitlines()
-    first = next((line for line in lines if line.strip()), "")
-    if not _LABEL.match(first):
+    # No line of a JSON document starts with digits and a colon, so one such line means srun labelled them.
+    if not any(_LABEL.match(line) for line in lines):
         return False, [(None, text)]
     groups: "dict[str | None, list[str]]" = {}
     for line in lines:
@@ -74,10 +74,8 @@ def _parse(task: "str | None", text: str, keep_other: bool) -> "list[Entry]":
             break
         value: object = None
         if text[pos] == "{":
-            try:
-                value, after = decoder.raw_decode(text, pos)
-            except (ValueError, RecursionError):
-                pass
+            value, after, text = _decode(decoder, text, pos, rejoin=task is not None)
+            end = len(text)
         if _is_document(value):
             out.append(Entry(task, value, None))
             pos = after
@@ -90,6 +88,22 @@ def _parse(task: "str | None", text: str, keep_other: bool) -> "list[Entry]":
     if not out and other is not None and keep_other:
         out.append(Entry(task, None, f"no doctor --json document in its output, which begins: {_cut(other)}"))
     return out
+
+
+def _decode(decoder: json.JSONDecoder, text: str, pos: int, rejoin: bool) -> "tuple[object, int, str]":
+    """(the JSON value at ``pos`` or None, where it ends, the text). ``rejoin``: srun ``--label`` cut a
+    long line into labelled pieces (at 1024 bytes in Slurm 22.05); a newline where JSON allows none, in
+    a string, is such a cut, and is taken out again."""
+    while True:
+        try:
+            value, after = decoder.raw_decode(text, pos)
+            return value, after, text
+        except json.JSONDecodeError as exc:
+            if not (rejoin and exc.msg.startswith("Invalid control character") and text[exc.pos] == "\n"):
+                return None, pos, text
+            text = text[:exc.pos] + text[exc.pos + 1:]
+        except (ValueError, RecursionError):
+            return None, pos, text
 
 
 def _is_document(value: object) -> bool:
