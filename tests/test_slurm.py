@@ -179,3 +179,11 @@ def test_preflight_shows_the_driverless_node_and_the_node_without_the_package(cl
         assert survey["plan"]["build"] == str(worlds[name].site / build)
     assert by_name["n3"]["error"].startswith("the NVIDIA driver library libcuda.so.1 is not found by the loader")
     assert by_name["task 3"]["answer"] is None
+
+
+def test_readme_srun_commands_are_the_tested_ones():
+    """The README's Slurm command lines are the docs' blocks that the tests above run."""
+    tested = {line for block in slurm_blocks() for line in block.splitlines()}
+    readme = (ROOT / "README.md").read_text().replace("\\|", "|")
+    found = re.findall(r"srun [^`#\n]*[^`#\s]", readme)
+    assert found and all(command.strip() in tested for command in found), (found, tested)
