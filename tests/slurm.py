@@ -115,6 +115,13 @@ class Slurm:
             r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=self.env(), capture_output=True, text=True)
             states = r.stdout
             if sorted(states.split()) == sorted([n.name for n in self.nodes] + ["idle"] * len(self.nodes)):
+                # Each daemon is the very process started (the namespace wrappers exec'd into it), so
+                # stop() ends exactly these.
+                files = ["slurmctld.pid", *(f"slurmd-{n.name}.pid" for n in self.nodes)]
+                pids = [int((self.root / f).read_text().split()[0]) for f in files]
+                if pids != [d.pid for d in self.daemons]:
+                    raise SetupError(f"Slurm daemons' PIDs {pids} are not the processes started "
+                                     f"{[d.pid for d in self.daemons]}")
                 return
             time.sleep(0.5)
         raise SetupError(f"Slurm nodes not idle within {timeout} s: {states!r}\n{self.logs()}")
@@ -128,7 +135,8 @@ class Slurm:
         return clean_env(SLURM_CONF=str(self.conf), **extra)
 
     def stop(self) -> None:
-        """End the daemons this cluster started (their PIDs), slurmds first."""
+        """End the daemons this cluster started (their PIDs), slurmds first, then remove their state
+        (the logs stay, for a failing run)."""
         for d in reversed(self.daemons):
             if d.poll() is None:
                 d.terminate()
@@ -138,3 +146,5 @@ class Slurm:
             except subprocess.TimeoutExpired:
                 d.kill()
                 d.wait()
+        for d in ("state", "spool"):
+            shutil.rmtree(self.root / d, ignore_errors=True)
