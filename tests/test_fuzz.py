@@ -145,9 +145,10 @@ def test_node_documents_reader_never_raises(text):
 def test_node_documents_reader_reads_srun_label_output():
     """Two tasks' lines interleaved, a long line cut by srun into labelled 1024-byte pieces, a task that
     printed no document, and srun's own message."""
-    error = "no plan: " + "x" * 3000
-    doc = json.dumps({"hostname": "n2", "ok": False, "runtime": None, "plan": None, "error": error}, indent=2)
+    error = "x" * 1011 + "\n" + "y" * 2000  # its line, '  "error": "x...', is cut between the backslash and n
+    doc = json.dumps({"error": error, "hostname": "n2", "ok": False, "runtime": None, "plan": None}, indent=2)
     pieces = [p for line in doc.splitlines() for p in (line[i:i + 1024] for i in range(0, len(line), 1024))]
+    assert any(p.endswith("\\") for p in pieces)
     ours = REAL_NODE.splitlines()
     mixed = [line for pair in zip(ours, (f"1: {p}" for p in pieces)) for line in pair] + ours[len(pieces):]
     mixed += [f"1: {p}" for p in pieces[len(ours):]]

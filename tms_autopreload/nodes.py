@@ -61,49 +61,31 @@ def _groups(text: str) -> "tuple[bool, list[tuple[str | None, str]]]":
 
 
 def _parse(task: "str | None", text: str, keep_other: bool) -> "list[Entry]":
-    """The documents in one task's text; text around them (warnings on stderr with ``2>&1``) is skipped,
-    and a text holding no document at all is one entry naming its first line (when ``keep_other``)."""
+    """The documents in one task's text, and nothing else of it; a text holding no document at all is
+    one entry naming its first line (when ``keep_other``).
+
+    The line breaks go first: JSON needs none between its tokens and allows none inside a string, so
+    taking them out changes no document, and joins the pieces of a long line that srun ``--label`` cut
+    (at 1024 bytes in Slurm 22.05) and labelled each.
+    """
+    flat = "".join(text.splitlines())
     decoder = json.JSONDecoder()
     out: "list[Entry]" = []
-    other: "str | None" = None  # the first line that is not part of a document
-    pos, end = 0, len(text)
-    while pos < end:
-        while pos < end and text[pos].isspace():
-            pos += 1
-        if pos >= end:
-            break
-        value: object = None
-        if text[pos] == "{":
-            value, after, text = _decode(decoder, text, pos, rejoin=task is not None)
-            end = len(text)
+    pos = flat.find("{")
+    while pos >= 0:
+        try:
+            value, after = decoder.raw_decode(flat, pos)
+        except (ValueError, RecursionError):
+            value, after = None, pos + 1
         if _is_document(value):
             out.append(Entry(task, value, None))
-            pos = after
-            continue
-        newline = text.find("\n", pos)
-        line_end = end if newline < 0 else newline
-        if other is None:
-            other = text[pos:line_end]
-        pos = line_end + 1
-    if not out and other is not None and keep_other:
-        out.append(Entry(task, None, f"no doctor --json document in its output, which begins: {_cut(other)}"))
+        else:
+            after = pos + 1
+        pos = flat.find("{", after)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), None)
+    if not out and first is not None and keep_other:
+        out.append(Entry(task, None, f"no doctor --json document in its output, which begins: {_cut(first)}"))
     return out
-
-
-def _decode(decoder: json.JSONDecoder, text: str, pos: int, rejoin: bool) -> "tuple[object, int, str]":
-    """(the JSON value at ``pos`` or None, where it ends, the text). ``rejoin``: srun ``--label`` cut a
-    long line into labelled pieces (at 1024 bytes in Slurm 22.05); a newline where JSON allows none, in
-    a string, is such a cut, and is taken out again."""
-    while True:
-        try:
-            value, after = decoder.raw_decode(text, pos)
-            return value, after, text
-        except json.JSONDecodeError as exc:
-            if not (rejoin and exc.msg.startswith("Invalid control character") and text[exc.pos] == "\n"):
-                return None, pos, text
-            text = text[:exc.pos] + text[exc.pos + 1:]
-        except (ValueError, RecursionError):
-            return None, pos, text
 
 
 def _is_document(value: object) -> bool:
