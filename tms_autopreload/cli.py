@@ -97,7 +97,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         return _deep(args)
     if args.ray:
         return _ray(args)
-    if args.nodes:
+    if args.nodes is not None:
         return _nodes(args)
     report = survey(check_all=True)
     if args.json:
