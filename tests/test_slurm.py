@@ -120,6 +120,23 @@ def test_srun_with_the_flag_hooks_every_task_with_its_nodes_build(cluster, tmp_p
     assert sorted(t["node"] for t in got.values()) == ["n1", "n1", "n2", "n2"]
 
 
+def test_srun_export_of_named_variables_only_hooks_too(cluster, tmp_path):
+    """AReaL's Slurm launcher writes ``--export=K=V,...`` without ALL: the task gets those variables
+    and Slurm's own, no PATH. The flag alone is enough there too."""
+    slurm, worlds = cluster
+    (tmp_path / "train.py").write_text(PROBE + "out['env'] = sorted(k for k in os.environ if not k.startswith('SLURM'))\n"
+                                       + REPORT)
+    block = f"srun --export=TMS_AUTOPRELOAD=1 {slurm.shared}/bin/python {tmp_path}/train.py"
+    r = submit(slurm, ["n1", "n2"], block, tmp_path, f"{slurm.shared}/bin")
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = {task["node"]: task for task in answers(r.stdout).values()}
+    assert "PATH" not in got["n1"]["env"] and "TMS_AUTOPRELOAD" in got["n1"]["env"], got["n1"]["env"]
+    for node, build in (("n1", CU13), ("n2", CU12)):
+        world = worlds[node]
+        assert got[node]["hooks"] == [in_shared(slurm, world.venv, world.site / build)] and got[node]["execs"]
+        assert len(got[node]["cudart"]) == 1, got[node]
+
+
 def test_srun_real_torch_task_is_hooked_and_torch_memory_saver_accepts_it(cluster, real_torch, tmp_path):
     """Real torch 2.14.1 (CUDA 13, pip runtime only) started by srun on n1 with the docs' command line."""
     slurm, _ = cluster
@@ -187,3 +204,13 @@ def test_readme_srun_commands_are_the_tested_ones():
     readme = (ROOT / "README.md").read_text().replace("\\|", "|")
     found = re.findall(r"srun [^`#\n]*[^`#\s]", readme)
     assert found and all(command.strip() in tested for command in found), (found, tested)
+
+
+def test_nodes_file_that_cannot_be_read_is_a_usage_error(scenario, tmp_path):
+    scn = scenario(tms="0.0.9.post1", torch="cu13-pip", pip=(13,), host=("driver",))
+    r = scn.run(["-m", "tms_autopreload", "doctor", "--nodes", str(tmp_path / "missing.txt")])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == f"tms-autopreload doctor --nodes: cannot read {tmp_path / 'missing.txt'}: " \
+                               f"No such file or directory", r.stderr
+    r = scn.run(["-m", "tms_autopreload", "doctor", "--nodes", "-"], input="")
+    assert r.returncode == 1 and r.stdout.splitlines()[-1] == "0 nodes: 0 ok, 0 failing", r.stdout
