@@ -52,11 +52,23 @@ out['cudart'] = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/
 
 
 def slurm_blocks() -> list[str]:
-    """The command blocks of docs/integrations.md's Slurm section, as a user copies them."""
+    """The command blocks (fences without a language; ``text`` ones show output) of docs/integrations.md's
+    Slurm section, as a user copies them."""
     text = (ROOT / "docs" / "integrations.md").read_text()
     section = text[text.index("\n## Slurm"):]
     section = section[:section.index("\n## ", 1)]
-    return re.findall(r"```\n(.*?)```\n", section, re.S)
+    blocks, current, language = [], None, None
+    for line in section.splitlines(keepends=True):
+        if line.startswith("```"):
+            if current is None:
+                current, language = [], line[3:].strip()
+            else:
+                if not language:
+                    blocks.append("".join(current))
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
 
 
 def docs_block(first_word: str, contains: str) -> str:
@@ -159,6 +171,10 @@ def rows(stdout: str) -> dict[str, str]:
             for line in lines[1:-1]}
 
 
+def words(table: str) -> list[list[str]]:
+    return [[re.sub(r"^3\.\d+\.\d+$", "3.x", w) for w in line.split()] for line in table.strip().splitlines()]
+
+
 def test_preflight_every_node_answers_with_its_own_build(cluster, tmp_path):
     slurm, _ = cluster
     block = docs_block("srun --ntasks-per-node=1", "--nodes -")
@@ -181,6 +197,9 @@ def test_preflight_shows_the_driverless_node_and_the_node_without_the_package(cl
     assert set(got) == {"n1", "n2", "n3", "task 3"}, got
     assert " NO " in got["n3"] and "the NVIDIA driver library libcuda.so.1 is not found by the loader" in got["n3"]
     assert " NO " in got["task 3"] and "tms-autopreload" in got["task 3"], got["task 3"]
+    # The table docs/integrations.md shows is this one (its Python version aside).
+    shown = re.search(r"```text\n(node .*?)```", (ROOT / "docs" / "integrations.md").read_text(), re.S).group(1)
+    assert words(shown) == words(r.stdout)
 
     # The documents kept in a file, read again as --json: the same rows, and each node's document.
     r = submit(slurm, ["n1", "n2", "n3", "n4"], docs_block("srun --ntasks-per-node=1", "nodes.txt"), tmp_path,

@@ -40,14 +40,15 @@ class Entry:
 
 
 def read_documents(text: str) -> "list[Entry]":
-    """Every document in ``text`` (see the module's docstring for the format), in input order."""
+    """Every document in ``text`` (see the module's docstring for the format): by task for ``srun
+    --label`` output, else in input order."""
     labelled, groups = _groups(text)
     # srun's own messages (unlabelled among labelled lines) are about tasks whose lines are entries already.
     return [entry for task, body in groups for entry in _parse(task, body, keep_other=task is not None or not labelled)]
 
 
 def _groups(text: str) -> "tuple[bool, list[tuple[str | None, str]]]":
-    """(is it ``srun --label`` output, each task's text in order of first appearance)."""
+    """(is it ``srun --label`` output, each task's text: in task order, srun's own lines first)."""
     lines = text.splitlines()
     # No line of a JSON document starts with digits and a colon, so one such line means srun labelled them.
     if not any(_LABEL.match(line) for line in lines):
@@ -57,7 +58,8 @@ def _groups(text: str) -> "tuple[bool, list[tuple[str | None, str]]]":
         m = _LABEL.match(line)
         task, body = (m.group(1), line[m.end():]) if m else (None, line)
         groups.setdefault(task, []).append(body)
-    return True, [(task, "\n".join(body)) for task, body in groups.items()]
+    order = sorted(groups, key=lambda task: -1 if task is None else int(task))
+    return True, [(task, "\n".join(groups[task])) for task in order]
 
 
 def _parse(task: "str | None", text: str, keep_other: bool) -> "list[Entry]":
