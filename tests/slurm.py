@@ -11,6 +11,7 @@ the cluster, and :meth:`Slurm.stop` ends exactly the daemons it started, by PID.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import socket
@@ -24,7 +25,7 @@ from support import Host, SetupError, clean_env, run
 # Debian's packages: the controller, the node daemon, and srun/salloc/sinfo.
 PACKAGES = ("slurmctld", "slurmd", "slurm-client")
 PROGRAMS = ("slurmctld", "slurmd", "srun", "salloc", "sinfo")
-PLUGIN_DIR = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
+PLUGIN_DIRS = "/usr/lib/*/slurm-wlm"  # Debian's multiarch plugin directory
 
 
 def ensure_installed() -> None:
@@ -40,8 +41,8 @@ def ensure_installed() -> None:
                 run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=600",
                      *PACKAGES], env=env, timeout=1200)
     for plugin in ("auth_none", "cred_none", "proctrack_linuxproc", "task_none"):
-        if not Path(PLUGIN_DIR, f"{plugin}.so").exists():
-            raise SetupError(f"this Slurm build has no {plugin} plugin in {PLUGIN_DIR}")
+        if not glob.glob(f"{PLUGIN_DIRS}/{plugin}.so"):
+            raise SetupError(f"this Slurm build has no {plugin} plugin in {PLUGIN_DIRS}")
 
 
 def free_ports(n: int) -> list[int]:

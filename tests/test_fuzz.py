@@ -160,6 +160,16 @@ def test_node_documents_reader_reads_srun_label_output():
     assert entries[1].document["error"] == error
 
 
+def test_node_documents_reader_reads_documents_one_after_another():
+    """Unlabelled: documents one per line, pretty-printed ones concatenated, a warning between them."""
+    one = json.loads("\n".join(line[3:] for line in REAL_NODE.splitlines()))
+    text = (json.dumps(one) + "\n" + json.dumps({**one, "hostname": "n2"}, indent=2)
+            + "tms-autopreload: warning: x\n" + json.dumps({**one, "hostname": "n3"}))
+    entries = nodes.read_documents(text)
+    assert [(e.task, e.document["hostname"], e.error) for e in entries] == [
+        (None, "n1", None), (None, "n2", None), (None, "n3", None)]
+
+
 REAL_MAPS = b"7f2a4c000000-7f2a4c021000 r-xp 00000000 fd:01 1234567    /x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 
 
