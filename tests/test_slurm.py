@@ -136,8 +136,8 @@ def test_srun_export_of_named_variables_only_hooks_too(cluster, tmp_path):
     """AReaL's Slurm launcher writes ``--export=K=V,...`` without ALL: the task gets those variables
     and Slurm's own, no PATH. The flag alone is enough there too."""
     slurm, worlds = cluster
-    (tmp_path / "train.py").write_text(PROBE + "out['env'] = sorted(k for k in os.environ if not k.startswith('SLURM'))\n"
-                                       + REPORT)
+    listing = "out['env'] = sorted(k for k in os.environ if not k.startswith('SLURM'))\n"
+    (tmp_path / "train.py").write_text(PROBE + listing + REPORT)
     block = f"srun --export=TMS_AUTOPRELOAD=1 {slurm.shared}/bin/python {tmp_path}/train.py"
     r = submit(slurm, ["n1", "n2"], block, tmp_path, f"{slurm.shared}/bin")
     assert r.returncode == 0, r.stdout + r.stderr
