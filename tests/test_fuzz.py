@@ -6,6 +6,9 @@ CI runs a short pass; ``make fuzz`` runs TMS_FUZZ_EXAMPLES (100,000) examples pe
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import sys
 import tracemalloc
@@ -17,7 +20,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload  # noqa: E402
-from tms_autopreload import bindings, elf, environ, ldcache, runtime, trace  # noqa: E402
+from tms_autopreload import bindings, cli, elf, environ, ldcache, nodes, preflight, runtime, trace  # noqa: E402
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=500, suppress_health_check=list(HealthCheck), database=None)
@@ -114,6 +117,58 @@ def test_binding_log_parser_never_raises(line):
 def test_proc_maps_line_parser_never_raises(line):
     path = _bounded(tms_autopreload._maps_path, line)
     assert path is None or (isinstance(path, str) and path.startswith("/"))
+
+
+# A node's `doctor --json` document as `srun --label` prints it (the keys the per-node table reads).
+REAL_NODE = "\n".join(f"0: {line}" for line in json.dumps(
+    {"hostname": "n1", "python": "3.11.7", "ok": True, "runtime": {"kind": "cuda", "major": 13},
+     "plan": {"build": "/x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"}, "error": None}, indent=2).splitlines())
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=2000),
+                 st.builds(lambda cut, ins: REAL_NODE[:cut] + ins + REAL_NODE[cut:],
+                           st.integers(0, len(REAL_NODE)), st.text(max_size=40))),
+       st.booleans())
+def test_node_documents_reader_never_raises(text, as_json):
+    """`doctor --nodes` input: any text gives rows, and the table (or the --json document) shows them."""
+    rows = _bounded(preflight.document_rows, text)
+    for row in rows:
+        assert isinstance(row["ok"], bool) and (row["ok"] or isinstance(row["error"], str)), row
+    TMP.write_bytes(text.encode())
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        code = cli.main(["doctor", "--nodes", str(TMP), *(["--json"] if as_json else [])])
+    assert code == (0 if rows and all(row["ok"] for row in rows) else 1)
+    summary = json.loads(out.getvalue())["summary"] if as_json else out.getvalue().splitlines()[-1]
+    assert summary.startswith(f"{len(rows)} nodes: ")
+
+
+def test_node_documents_reader_reads_srun_label_output():
+    """Two tasks' lines interleaved, a long line cut by srun into labelled 1024-byte pieces, a task that
+    printed no document, and srun's own message."""
+    error = "x" * 1011 + "\n" + "y" * 2000  # its line, '  "error": "x...', is cut between the backslash and n
+    doc = json.dumps({"error": error, "hostname": "n2", "ok": False, "runtime": None, "plan": None}, indent=2)
+    pieces = [p for line in doc.splitlines() for p in (line[i:i + 1024] for i in range(0, len(line), 1024))]
+    assert any(p.endswith("\\") for p in pieces)
+    ours = REAL_NODE.splitlines()
+    mixed = [line for pair in zip(ours, (f"1: {p}" for p in pieces)) for line in pair] + ours[len(pieces):]
+    mixed += [f"1: {p}" for p in pieces[len(ours):]]
+    text = "\n".join(mixed + ["2: bash: tms-autopreload: command not found", "srun: error: x", ""])
+    entries = nodes.read_documents(text)
+    assert [(e.task, e.document and e.document["hostname"], e.error) for e in entries] == [
+        ("0", "n1", None), ("1", "n2", None),
+        ("2", None, "no doctor --json document in its output, which begins: bash: tms-autopreload: command not found")]
+    assert entries[1].document["error"] == error
+
+
+def test_node_documents_reader_reads_documents_one_after_another():
+    """Unlabelled: documents one per line, pretty-printed ones concatenated, a warning between them."""
+    one = json.loads("\n".join(line[3:] for line in REAL_NODE.splitlines()))
+    text = (json.dumps(one) + "\n" + json.dumps({**one, "hostname": "n2"}, indent=2)
+            + "tms-autopreload: warning: x\n" + json.dumps({**one, "hostname": "n3"}))
+    entries = nodes.read_documents(text)
+    assert [(e.task, e.document["hostname"], e.error) for e in entries] == [
+        (None, "n1", None), (None, "n2", None), (None, "n3", None)]
 
 
 REAL_MAPS = b"7f2a4c000000-7f2a4c021000 r-xp 00000000 fd:01 1234567    /x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"

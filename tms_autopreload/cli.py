@@ -83,9 +83,10 @@ def _plan_or_fail(report: Report) -> bool:
 
 
 def doctor_document(report: Report) -> dict:
-    """The ``doctor --json`` document: the survey, with what each candidate interposes."""
+    """The ``doctor --json`` document: the survey, with what each candidate interposes, and which node
+    and Python said it (``doctor --nodes`` reads many nodes' documents together)."""
     interposes = _interposes(report)
-    doc = report.to_dict()
+    doc = {"hostname": os.uname().nodename, "python": sys.version.split()[0], **report.to_dict()}
     for candidate in doc["candidates"]:
         candidate["interposes"] = interposes.get(candidate["path"])
     return doc
@@ -96,6 +97,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         return _deep(args)
     if args.ray:
         return _ray(args)
+    if args.nodes is not None:
+        return _nodes(args)
     report = survey(check_all=True)
     if args.json:
         print(json.dumps(doctor_document(report), indent=2))
@@ -132,9 +135,30 @@ def _ray(args: argparse.Namespace) -> int:
         return EXIT_NO_PLAN
     if tty:
         print(file=sys.stderr)
+    return _show_nodes(rows, args.json, f" ({time.monotonic() - start:.1f} s)")
+
+
+def _nodes(args: argparse.Namespace) -> int:
+    """``doctor --nodes FILE|-``: the same rows from ``doctor --json`` documents that every node printed."""
+    from .preflight import document_rows
+
+    try:
+        if args.nodes == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(args.nodes, "rb") as f:
+                data = f.read()
+    except OSError as exc:
+        print(f"tms-autopreload doctor --nodes: cannot read {args.nodes}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    return _show_nodes(document_rows(data.decode("utf-8", "replace")), args.json, "")
+
+
+def _show_nodes(rows: "list[dict]", as_json: bool, took: str) -> int:
+    """The per-node table (or ``--json`` document) and the summary line; exit 0 only when every node is ok."""
     failing = sum(not row["ok"] for row in rows)
-    summary = f"{len(rows)} nodes: {len(rows) - failing} ok, {failing} failing ({time.monotonic() - start:.1f} s)"
-    if args.json:
+    summary = f"{len(rows)} nodes: {len(rows) - failing} ok, {failing} failing{took}"
+    if as_json:
         print(json.dumps({"ok": not failing and bool(rows), "nodes": rows, "summary": summary}, indent=2))
     else:
         print(_ray_table(rows))
@@ -152,7 +176,8 @@ def _ray_table(rows: "list[dict]") -> str:
         plan = (answer.get("survey") or {}).get("plan")
         what = os.path.basename(plan["build"]) if plan and row["ok"] else (row["error"] or "-").splitlines()[0]
         name = row["name"] if row["name"] and row["name"] != row["ip"] else ""
-        table.append((f"{name} {row['node_id'][:8]}".strip(), row["ip"] or "?", answer.get("python", "-"), torch,
+        node = f"{name} {(row['node_id'] or '')[:8]}".strip() or "?"
+        table.append((node, row["ip"] or "-", answer.get("python") or "-", torch,
                       "yes" if row["ok"] else "NO", what if len(what) <= 160 else what[:157] + "..."))
     return _table(table)
 
@@ -307,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime-env", metavar="JSON", help="with --ray: the job's runtime_env, merged into the workers'")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="with --ray: seconds to wait for every node (default 60); silent nodes are failing rows")
+    p.add_argument("--nodes", metavar="FILE",
+                   help="read the `doctor --json` documents every node printed (srun --label output, or "
+                        "documents one after another; - for stdin) and show one row each, as --ray does")
     p.add_argument("--mode", choices=("exec", "dlopen"), default="exec",
                    help="with --deep: the plan as LD_PRELOAD gives it (exec, default), or as "
                         "TMS_AUTOPRELOAD_MODE=dlopen loads it into a running interpreter")

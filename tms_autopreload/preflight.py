@@ -1,5 +1,8 @@
 """``tms-autopreload doctor --ray``: ask every node of a Ray cluster, in a real worker, before a job starts.
 
+The rows and the table are shared with ``doctor --nodes``, which reads the ``doctor --json``
+documents another launcher (Slurm's ``srun``) collected from every node (:func:`document_rows`).
+
 Each node decides for itself at start (that is the point), so a node without a plan is found only when
 a job's worker dies there, minutes in. The preflight runs one task pinned to each alive node
 (``NodeAffinitySchedulingStrategy(soft=False)``) in a worker started the way the job's workers start:
@@ -20,7 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["probe", "run", "worker_runtime_env", "NoRay", "Unreachable"]
+__all__ = ["probe", "run", "worker_runtime_env", "node_row", "document_answer", "document_rows", "NoRay", "Unreachable"]
 
 
 class NoRay(RuntimeError):
@@ -69,18 +72,47 @@ def probe() -> "dict[str, Any]":
     }
 
 
-def _row(node: "dict[str, Any]", answer: "dict[str, Any] | None", error: "str | None") -> "dict[str, Any]":
-    row = {"node_id": node["NodeID"], "ip": node.get("NodeManagerAddress"), "name": node.get("NodeName")
-           or node.get("NodeManagerHostname"), "ok": False, "answer": answer, "error": error}
+def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer: "dict[str, Any] | None",
+             error: "str | None") -> "dict[str, Any]":
+    """One node's row of the preflight: ok, and the error to show.
+
+    ``answer`` is what the node said: a Ray worker's :func:`probe` (its survey, and what its start-up
+    hook did), or :func:`document_answer` of a plain ``doctor --json`` document, which says what the
+    hook will do there. None when the node did not answer (``error`` says why).
+    """
+    row = {"node_id": node_id, "ip": ip, "name": name, "ok": False, "answer": answer, "error": error}
     if answer is not None:
-        started, doc = answer["started"], answer["survey"]
-        row["ok"] = started["hooked"] and len(started["libcudart"]) <= 1
+        started, doc = answer.get("started"), answer["survey"]
+        row["ok"] = doc["ok"] if started is None else started["hooked"] and len(started["libcudart"]) <= 1
         if doc["error"] and not row["error"]:
             row["error"] = doc["error"]
         elif not row["ok"] and not row["error"]:
-            row["error"] = (f"the worker started unhooked (mapped: {started['mapped'] or 'none'}, "
+            row["error"] = ("its doctor found no plan" if started is None else
+                            f"the worker started unhooked (mapped: {started['mapped'] or 'none'}, "
                             f"{len(started['libcudart'])} libcudart)")
     return row
+
+
+def document_answer(doc: "dict[str, Any]") -> "dict[str, Any]":
+    """A node's plain ``doctor --json`` document in the shape of a worker's answer (no start facts)."""
+    return {"hostname": doc.get("hostname"), "python": doc.get("python"), "survey": doc}
+
+
+def document_rows(text: str) -> "list[dict[str, Any]]":
+    """One row per ``doctor --json`` document in ``text`` (many nodes' output, :mod:`.nodes` reads it)."""
+    from .nodes import read_documents
+
+    rows = []
+    for entry in read_documents(text):
+        doc = entry.document
+        name = (doc or {}).get("hostname") or (f"task {entry.task}" if entry.task is not None else None)
+        rows.append(node_row(name, None, None, None if doc is None else document_answer(doc), entry.error))
+    return rows
+
+
+def _row(node: "dict[str, Any]", answer: "dict[str, Any] | None", error: "str | None") -> "dict[str, Any]":
+    return node_row(node.get("NodeName") or node.get("NodeManagerHostname"), node.get("NodeManagerAddress"),
+                    node["NodeID"], answer, error)
 
 
 def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,

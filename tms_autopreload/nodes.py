@@ -1,0 +1,105 @@
+"""``doctor --nodes``: read back the ``doctor --json`` documents that many nodes printed into one stream.
+
+A cluster without Ray (Slurm) runs ``tms-autopreload doctor --json`` once per node with its own
+launcher (``srun --ntasks-per-node=1``) and collects the output. The format read here:
+
+* a stream of JSON documents, concatenated, whitespace between them (so one per line works too);
+* or the output of ``srun --label``: every line starts with its task's number (``0: ``, `` 3: ``).
+  The lines are regrouped per task before parsing, so several nodes' pretty-printed documents survive
+  srun interleaving their lines, and a long line srun cut into labelled pieces is joined again. Lines
+  without a label there (srun's own messages, with ``2>&1``) are skipped.
+
+A task's text around its documents (warnings, with ``2>&1``) is skipped; a task whose text holds no
+document (``tms-autopreload: command not found``, a cut-off document) is one entry carrying its first
+line, so that the node shows as failing instead of vanishing. Documents are checked for the keys the
+per-node table reads; nothing else of them is trusted.
+"""
+
+import json
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Entry", "read_documents"]
+
+# srun --label: "%*d: " (right-aligned task number, a colon, one space) before each line.
+_LABEL = re.compile(r" *(\d{1,9}): ?")
+
+
+class Entry:
+    """One node's document, or the text found where a document was expected (``error`` says what)."""
+
+    __slots__ = ("task", "document", "error")
+
+    def __init__(self, task: "str | None", document: "dict[str, Any] | None", error: "str | None") -> None:
+        self.task = task  # srun's task number when the input was labelled, else None
+        self.document = document
+        self.error = error
+
+
+def read_documents(text: str) -> "list[Entry]":
+    """Every document in ``text`` (see the module's docstring for the format): by task for ``srun
+    --label`` output, else in input order."""
+    labelled, groups = _groups(text)
+    # srun's own messages (unlabelled among labelled lines) are about tasks whose lines are entries already.
+    return [entry for task, body in groups for entry in _parse(task, body, keep_other=task is not None or not labelled)]
+
+
+def _groups(text: str) -> "tuple[bool, list[tuple[str | None, str]]]":
+    """(is it ``srun --label`` output, each task's text: in task order, srun's own lines first)."""
+    lines = text.splitlines()
+    # No line of a JSON document starts with digits and a colon, so one such line means srun labelled them.
+    if not any(_LABEL.match(line) for line in lines):
+        return False, [(None, text)]
+    groups: "dict[str | None, list[str]]" = {}
+    for line in lines:
+        m = _LABEL.match(line)
+        task, body = (m.group(1), line[m.end():]) if m else (None, line)
+        groups.setdefault(task, []).append(body)
+    order = sorted(groups, key=lambda task: -1 if task is None else int(task))
+    return True, [(task, "\n".join(groups[task])) for task in order]
+
+
+def _parse(task: "str | None", text: str, keep_other: bool) -> "list[Entry]":
+    """The documents in one task's text, and nothing else of it; a text holding no document at all is
+    one entry naming its first line (when ``keep_other``).
+
+    The line breaks go first: JSON needs none between its tokens and allows none inside a string, so
+    taking them out changes no document, and joins the pieces of a long line that srun ``--label`` cut
+    (at 1024 bytes in Slurm 22.05) and labelled each.
+    """
+    flat = "".join(text.splitlines())
+    decoder = json.JSONDecoder()
+    out: "list[Entry]" = []
+    pos = flat.find("{")
+    while pos >= 0:
+        try:
+            value, after = decoder.raw_decode(flat, pos)
+        except (ValueError, RecursionError):
+            value, after = None, pos + 1
+        if _is_document(value):
+            out.append(Entry(task, value, None))
+        else:
+            after = pos + 1
+        pos = flat.find("{", after)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), None)
+    if not out and first is not None and keep_other:
+        out.append(Entry(task, None, f"no doctor --json document in its output, which begins: {_cut(first)}"))
+    return out
+
+
+def _is_document(value: object) -> bool:
+    """Whether ``value`` has the keys of a ``doctor --json`` document that the per-node table reads."""
+    if not isinstance(value, dict) or not all(key in value for key in ("ok", "error", "plan", "runtime")):
+        return False
+    plan, runtime = value.get("plan"), value.get("runtime")
+    return (isinstance(value["ok"], bool) and (value["error"] is None or isinstance(value["error"], str))
+            and (plan is None or isinstance(plan, dict) and isinstance(plan.get("build"), str))
+            and (runtime is None or isinstance(runtime, dict))
+            and all(value.get(key) is None or isinstance(value[key], str) for key in ("hostname", "python")))
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= 200 else line[:197] + "..."
