@@ -1,0 +1,200 @@
+"""Debian root file systems as hosts: another glibc and the CPython releases Debian ships, run here.
+
+A root file system is built once from Debian's package registry (``debootstrap --variant=minbase``
+with the mirror this machine's apt already uses) and kept in the test cache. It is never written
+after that: every process runs in a private mount namespace (``unshare -m``) on an overlay whose
+upper layer is a throw-away tmpfs, chrooted into it. The directories a scenario needs (its venvs,
+the wheels, the stand-in driver, the runtime libraries) are bind-mounted at the SAME absolute
+paths inside, so a path means the same file on both sides and a test reads and writes them as
+usual. A *host* is such a root plus a loader cache built by the root's own ``ldconfig`` (its
+glibc, its cache format), mounted over its ``/etc/ld.so.cache``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from sandbox import CACHE, Venv, cache_lock, clean_env, run
+from standins import SetupError
+
+# The Debian suites the tests use, and the CPython packages each brings (with its venv module).
+SUITES: dict[str, tuple[str, ...]] = {"trixie": ("3.13",), "sid": ("3.14", "3.15")}
+SOURCES = ("/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*.list")),
+           *sorted(glob.glob("/etc/apt/sources.list.d/*.sources")))
+
+
+def mirror(sources: tuple[str, ...] = SOURCES) -> str:
+    """The Debian archive this machine's apt uses: the first ``deb`` source whose suite is a release
+    (not ``-security`` or ``-updates``), in one-line (``.list``) or deb822 (``.sources``) form."""
+    for path in sources:
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        for uri, suites in _deb_sources(text, deb822=path.endswith(".sources")):
+            if any("-" not in s and "/" not in s for s in suites):
+                return uri
+    raise SetupError(f"no Debian archive in this machine's apt sources ({', '.join(sources)}): "
+                     "add one (a `deb URI SUITE main` line) so that root file systems can be built")
+
+
+def _deb_sources(text: str, deb822: bool) -> list[tuple[str, list[str]]]:
+    """(URI, suites) of each binary-package source in an apt sources file."""
+    out = []
+    if deb822:
+        for stanza in re.split(r"\n\s*\n", text):
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                if line.startswith("#") or ":" not in line or line[:1].isspace():
+                    continue
+                key, _, value = line.partition(":")
+                fields[key.strip().lower()] = value.strip()
+            if "deb" in fields.get("types", "").split() and fields.get("enabled", "yes") != "no":
+                out += [(uri, fields.get("suites", "").split()) for uri in fields.get("uris", "").split()]
+    else:
+        for line in text.splitlines():
+            words = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()
+            if len(words) >= 3 and words[0] == "deb":
+                out.append((words[1], [words[2]]))
+    return out
+
+
+def bootstrapper() -> list[str]:
+    """The command that builds a root file system: debootstrap, else mmdebstrap, else debootstrap
+    installed from this machine's apt (root only)."""
+    if shutil.which("debootstrap") is None and shutil.which("mmdebstrap") is None:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            raise SetupError("building Debian root file systems needs debootstrap or mmdebstrap: "
+                             "`apt-get install debootstrap` (as root)")
+        with cache_lock("apt-get"):
+            if shutil.which("debootstrap") is None:
+                env = clean_env(DEBIAN_FRONTEND="noninteractive")
+                if subprocess.run(["apt-get", "install", "-y", "-q", "debootstrap"], env=env,
+                                  capture_output=True).returncode != 0:
+                    run(["apt-get", "update", "-q"], env=env)
+                    run(["apt-get", "install", "-y", "-q", "debootstrap"], env=env)
+    if shutil.which("debootstrap"):
+        return ["debootstrap", "--variant=minbase"]
+    return ["mmdebstrap", "--variant=minbase"]
+
+
+def build(suite: str) -> Path:
+    """The cached root file system of ``suite`` (built on first use, about a minute; under a lock, so
+    that parallel runs build it once). Delete ``$TMS_TEST_CACHE/rootfs/<suite>`` to take a newer one."""
+    root = CACHE / "rootfs" / suite
+    with cache_lock(f"rootfs-{suite}"):
+        if not (root / ".complete").exists():
+            packages = [f"python{v}{s}" for v in SUITES[suite] for s in ("", "-venv")]
+            tmp = root.with_name(suite + ".partial")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            run([*bootstrapper(), f"--include={','.join(packages)}", suite, str(tmp), mirror()], timeout=1800)
+            tmp.rename(root)
+            (root / ".complete").touch()
+    return root
+
+
+class Rootfs:
+    """Runs commands chrooted into a cached root file system, with ``shared`` host directories
+    visible at their own paths (read-write) and the root itself unchanged afterwards."""
+
+    def __init__(self, suite: str, shared: list[Path]) -> None:
+        if shutil.which("unshare") is None or shutil.which("chroot") is None:
+            raise SetupError("root file system hosts need unshare and chroot (util-linux, coreutils)")
+        self.suite = suite
+        self.path = build(suite)
+        self.shared = [Path(p) for p in shared]
+
+    def python(self, version: str) -> str:
+        """The interpreter ``python<version>`` inside this root."""
+        if version not in SUITES[self.suite]:
+            raise SetupError(f"Debian {self.suite} root file systems here carry CPython "
+                             f"{', '.join(SUITES[self.suite])}, not {version}")
+        return f"/usr/bin/python{version}"
+
+    def wrap(self, argv: list[str], env: dict[str, str], setup: str = "", ld_cache: Path | None = None,
+             scratch: Path | None = None) -> list[str]:
+        """``argv`` with exactly ``env``, chrooted into the root in a private mount namespace.
+
+        ``scratch`` is a host directory for the overlay's mount point (a tmpfs is mounted there
+        inside the namespace only); ``ld_cache`` replaces the root's ``/etc/ld.so.cache``;
+        ``setup`` is more shell run first, with ``$ROOT`` naming the root as mounted.
+        """
+        scratch = scratch or self.shared[0]
+        q = shlex.quote
+        lines = [f"T={q(str(scratch))}/.rootfs-mnt", 'mkdir -p "$T"', 'mount -t tmpfs tmpfs "$T"',
+                 'mkdir "$T/u" "$T/w" "$T/m"', 'ROOT="$T/m"',
+                 f'mount -t overlay overlay -o lowerdir={q(str(self.path))},upperdir="$T/u",workdir="$T/w" "$ROOT"',
+                 'mount --rbind /dev "$ROOT/dev"', 'mount --rbind /proc "$ROOT/proc"']
+        for p in self.shared:
+            lines += [f'mkdir -p "$ROOT"{q(str(p))}', f'mount --bind {q(str(p))} "$ROOT"{q(str(p))}']
+        if ld_cache is not None:
+            lines.append(f'mount --bind {q(str(ld_cache))} "$ROOT/etc/ld.so.cache"')
+        if setup:
+            lines.append(setup)
+        lines.append('exec chroot "$ROOT" env -i "$@"')
+        return ["unshare", "-m", "sh", "-ec", "\n".join(lines), "rootfs",
+                *(f"{k}={v}" for k, v in env.items()), *map(str, argv)]
+
+    def run(self, argv: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
+        """Run inside the root (a setup step: failures raise SetupError)."""
+        return run(self.wrap(argv, env if env is not None else clean_env()), env=clean_env(), **kw)
+
+    def glibc(self) -> str:
+        """The root's glibc version, from its own ``ldd``."""
+        out = self.run(["ldd", "--version"]).stdout.splitlines()[0]
+        return out.rsplit(" ", 1)[-1]
+
+
+class RootfsHost:
+    """A root file system plus a loader cache listing exactly ``dirs`` (built by its own ldconfig):
+    the same interface as support.Host, for the same tests."""
+
+    def __init__(self, rootfs: Rootfs, root: Path, dirs: list[Path]) -> None:
+        self.rootfs = rootfs
+        self.dirs = dirs
+        root.mkdir(parents=True, exist_ok=True)
+        conf = root / "ld.so.conf"
+        conf.write_text("".join(f"{d}\n" for d in dirs))
+        self.cache = root / "ld.so.cache"
+        self.scratch = root
+        rootfs.run(["/sbin/ldconfig", "-X", "-C", str(self.cache), "-f", str(conf)])
+
+    def wrap(self, argv: list[str], env: dict[str, str], setup: str = "") -> list[str]:
+        return self.rootfs.wrap(argv, env, setup, ld_cache=self.cache, scratch=self.scratch)
+
+    def run(self, argv: list[str], env: dict[str, str], setup: str = "", **kw) -> subprocess.CompletedProcess:
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        kw.setdefault("timeout", 120)
+        return subprocess.run(self.wrap(argv, env, setup), env=clean_env(), **kw)
+
+
+class RootfsVenv(Venv):
+    """A venv made by the root's interpreter inside the root (at a shared path), with wheels
+    installed by the root's own pip (Debian's pip wheel run from the file: the venv stays bare)."""
+
+    def __init__(self, rootfs: Rootfs, path: Path, python: str | None = None, wheels: list[Path] = ()) -> None:
+        self.rootfs = rootfs
+        self.path = path
+        if python is not None:
+            rootfs.run([python, "-m", "venv", "--without-pip", str(path)])
+        self.python = path / "bin" / "python"
+        self.site = Path(rootfs.run([str(self.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+                                    ).stdout.strip())
+        if wheels:
+            self.install(*wheels)
+
+    def install(self, *wheels: Path | str, deps: bool = False) -> None:
+        if deps:
+            raise SetupError("root file system venvs install wheel files only (no index inside the root)")
+        pip = self.rootfs.run(["sh", "-c", "ls /usr/share/python-wheels/pip-*.whl"]).stdout.split()[-1]
+        self.rootfs.run([str(self.python), f"{pip}/pip", "install", "-q", "--disable-pip-version-check",
+                         "--no-cache-dir", "--no-deps", "--no-index", "--force-reinstall", *map(str, wheels)])
