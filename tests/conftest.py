@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import support  # noqa: E402
+from rootfs import Rootfs, RootfsHost, RootfsVenv  # noqa: E402
 from support import Host, SetupError, Venv  # noqa: E402
 
 STRICT = os.environ.get("TMS_TEST_STRICT") == "1"
@@ -147,8 +148,26 @@ def parts(tmp_path_factory) -> Parts:
 
 
 @pytest.fixture(scope="session")
-def scenario(parts, tmp_path_factory):
-    """Factory: ``scenario(tms=..., torch=..., pip=(13,), host=("driver", "cuda13"), python=...)``."""
+def rootfs(tmp_path_factory):
+    """Factory: the Debian root file system ``suite`` (cached), sharing this run's temporary
+    directories and the cached wheels at their own paths."""
+    made: dict[str, Rootfs] = {}
+
+    def make(suite: str) -> Rootfs:
+        if suite not in made:
+            made[suite] = need(Rootfs, suite, [tmp_path_factory.getbasetemp(), support.CACHE / "wheels"])
+        return made[suite]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def scenario(parts, rootfs, tmp_path_factory):
+    """Factory: ``scenario(tms=..., torch=..., pip=(13,), host=("driver", "cuda13"), python=...)``.
+
+    ``python`` is a version on this machine ("3.11") or one in a Debian root file system
+    ("sid/3.15"), whose host is then that root with the loader cache built for ``host``.
+    """
     made: dict[tuple, Scenario] = {}
 
     def make(tms: str | None = "0.0.9.post1", torch: str | None = None, pip: tuple[int, ...] = (),
@@ -158,21 +177,25 @@ def scenario(parts, tmp_path_factory):
         key = (tms, torch, pip, host, python, layout, tag)
         if key in made:
             return made[key]
-        interpreter = support.find_python(python)
-        if interpreter is None:
-            pytest.skip(f"python{python} is not installed on this machine")
+        suite, _, version = python.rpartition("/")
         name = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         root = tmp_path_factory.mktemp(f"scn-{name}")
         wheels = [parts.own_wheel] + [support.runtime_wheel(m) for m in pip]
         if tms and layout is None:
             wheels.append(support.tms_wheel(tms))
-        venv = need(Venv, root / "venv", interpreter, wheels)
+        if suite:
+            fs = rootfs(suite)
+            venv = need(RootfsVenv, fs, root / "venv", need(fs.python, version), wheels)
+        else:
+            venv = need(Venv, root / "venv", need(support.locate_python, python), wheels)
         if layout is not None:
             _custom_layout(venv, tms or "0.0.10", layout, parts)
         if torch:
             cuda, hip = TORCH_FIELDS[torch]
             support.write_torch_standin(venv.site, cuda=cuda, hip=hip, deps_lib=parts.global_deps(torch))
-        made[key] = Scenario(venv, need(Host, root / "host", parts.host_dirs(host)), parts)
+        dirs = parts.host_dirs(host)
+        made[key] = Scenario(venv, need(RootfsHost, fs, root / "host", dirs) if suite
+                             else need(Host, root / "host", dirs), parts)
         return made[key]
 
     return make

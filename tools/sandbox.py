@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import glob
 import os
 import shutil
@@ -100,17 +101,69 @@ def extract(whl: Path, member_glob: str, dest: Path) -> list[Path]:
 
 # ---------------------------------------------------------------- interpreters and venvs
 
-def find_python(minor: str) -> str | None:
-    """A working ``python3.<minor>``: on PATH, else under pyenv."""
+def _works(python: str) -> bool:
+    return subprocess.run([python, "-c", "import venv"], capture_output=True).returncode == 0
+
+
+def uv() -> str | None:
+    """uv: on PATH, or next to this interpreter (the test venv installs it)."""
+    found = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    return found if os.access(found, os.X_OK) else None
+
+
+# How long `uv python install` may take to reach its download host before we say it cannot.
+UV_INSTALL_TIMEOUT = 60
+
+
+@functools.lru_cache(maxsize=None)
+def locate_python(minor: str) -> str:
+    """A working CPython ``3.<minor>`` on this machine: on PATH, under pyenv, found by ``uv python
+    find``, else installed by ``uv python install``. Raises SetupError saying where it looked and
+    why uv could not install it (its download host unreachable: said plainly, within a timeout).
+
+    Interpreters in Debian root file systems (tools/rootfs.py) are named ``<suite>/<version>``
+    and run there, not here.
+    """
     candidates = [shutil.which(f"python{minor}")]
     candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{minor}.*/bin/python{minor}")))
     candidates += [f"/usr/bin/python{minor}", f"/usr/local/bin/python{minor}"]
     for c in candidates:
-        if c and os.path.exists(c):
-            r = subprocess.run([c, "-c", "import venv"], capture_output=True)
-            if r.returncode == 0:
-                return c
-    return None
+        if c and os.path.exists(c) and _works(c):
+            return c
+    tool = uv()
+    if tool is None:
+        raise SetupError(f"python{minor} is not on PATH or under pyenv, and uv is not installed to find or "
+                         f"install it (`pip install uv`, then `uv python install {minor}`)")
+    env = clean_env(UV_PYTHON_DOWNLOADS="never")
+    found = subprocess.run([tool, "python", "find", "--no-project", minor], env=env, capture_output=True, text=True,
+                           timeout=60)
+    if found.returncode == 0 and _works(found.stdout.strip()):
+        return found.stdout.strip()
+    env = clean_env(UV_HTTP_TIMEOUT="10", UV_HTTP_RETRIES="0")
+    try:
+        got = subprocess.run([tool, "python", "install", minor], env=env, capture_output=True, text=True,
+                             timeout=UV_INSTALL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        why = f"no answer within {UV_INSTALL_TIMEOUT} s"
+    else:
+        if got.returncode == 0:
+            return subprocess.run([tool, "python", "find", "--no-project", minor], env=env, capture_output=True,
+                                  text=True, timeout=60, check=True).stdout.strip()
+        why = (got.stderr.strip().splitlines() or [f"exit {got.returncode}"])[-1].strip()
+    unreachable = any(w in why for w in ("lookup", "connect", "timed out", "no answer", "dns", "network"))
+    raise SetupError(f"python{minor} is not on PATH, under pyenv or known to uv, and `uv python install {minor}` "
+                     f"could not install it: {why}"
+                     + (" (uv's download host is not reachable from here)" if unreachable else "")
+                     + f"; install CPython {minor} another way (pyenv, your distribution), or use a Debian root "
+                     f"file system's interpreter (sid/3.14, sid/3.15, trixie/3.13)")
+
+
+def find_python(minor: str) -> str | None:
+    """:func:`locate_python`, or None when it cannot find one."""
+    try:
+        return locate_python(minor)
+    except SetupError:
+        return None
 
 
 def build_own_wheel(dest: Path) -> Path:
