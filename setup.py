@@ -1,9 +1,14 @@
-"""Ship ``tms_autopreload.pth`` and ``tms_autopreload.start`` at the root of site-packages.
+"""Ship ``tms_autopreload.pth`` at the root of site-packages.
 
-setuptools has no option for a top-level data file in a wheel, so ``build_py`` copies both
-into the build directory and declares them as its outputs (wheels and sdists), and
-``editable_wheel`` appends them to the editable wheel (coverage.py does the same).
+setuptools has no option for a top-level data file in a wheel, so ``build_py`` copies it
+into the build directory and declares it as an output (wheels and sdists), and
+``editable_wheel`` appends it to the editable wheel (coverage.py does the same).
 Everything else is in pyproject.toml.
+
+No PEP 829 ``.start`` file: on CPython 3.15 its mere presence makes site.py import ``pkgutil``
+(with ``re``, ``enum``, ``importlib.util``) and then this package in every interpreter, flag or
+not, which made each start about 1.7x slower; the ``.pth`` import line runs on every CPython
+up to 3.17 (docs/performance.md, "Python 3.15 and later").
 """
 
 import os
@@ -13,7 +18,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
-STARTUP_FILES = ("tms_autopreload.pth", "tms_autopreload.start")
+STARTUP_FILES = ("tms_autopreload.pth",)
 
 
 class BuildPyWithStartup(build_py):

@@ -22,6 +22,8 @@ from support import Host, SetupError, Venv  # noqa: E402
 
 STRICT = os.environ.get("TMS_TEST_STRICT") == "1"
 DEFAULT_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+# Interpreters in Debian root file systems (tools/rootfs.py): glibc 2.41 and 2.43, CPython 3.13-3.15.
+ROOTFS_PYTHONS = ["trixie/3.13", "sid/3.14", "sid/3.15"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -130,6 +130,59 @@ def pth_floor(work: Path, without: Venv, base_env: dict[str, str], n: int) -> li
     return rows
 
 
+def pair(a: str, b: str, n: int) -> dict:
+    """P1's measurement for two interpreters: ``a -c pass`` against ``b -c pass``, interleaved.
+
+    Run by :func:`rootfs_p1` inside a root file system (``--pair``), so that nothing of the
+    namespace and chroot around it is timed."""
+    env = {"PATH": "/usr/bin:/bin"}
+    xs, ys = interleave(lambda: spawn([a, "-c", "pass"], env), lambda: spawn([b, "-c", "pass"], env), n)
+    return {"ours": [x[0] for x in xs], "base": [y[0] for y in ys], "ratio": paired_ratio([x[0] for x in xs], [y[0] for y in ys]),
+            "cpu_ratio": paired_ratio([x[3] for x in xs], [y[3] for y in ys])}
+
+
+# The interpreters P1 is also measured on: Debian's, in their root file systems (tools/rootfs.py).
+ROOTFS_PYTHONS = ("sid/3.14", "sid/3.15")
+
+
+def rootfs_p1(work: Path, own: Path, spec: str, n: int) -> list[tuple[str, dict]]:
+    """P1 in a Debian root file system: a venv with the wheel against a bare venv of the same
+    interpreter; on an interpreter that reads PEP 829 ``.start`` files, also with one beside the
+    ``.pth`` (what shipping a ``.start`` would cost)."""
+    from rootfs import Rootfs, RootfsVenv
+
+    suite, _, version = spec.partition("/")
+    home = work / f"rootfs-{suite}-{version}"
+    home.mkdir(parents=True, exist_ok=True)
+    fs = Rootfs(suite, [home, own.parent, HERE])
+    venvs = {}
+    for name in ("with", "bare"):
+        path = home / f"venv-{name}"
+        if not (path / ".ready").exists():
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
+            RootfsVenv(fs, path, fs.python(version))
+            (path / ".ready").touch()
+        venvs[name] = RootfsVenv(fs, path)
+    venvs["with"].install(own)
+    start = venvs["with"].site / "tms_autopreload.start"
+
+    def measure() -> dict:
+        out = fs.run([fs.python(version), str(HERE / "bench.py"), "--pair", str(venvs["with"].python),
+                      str(venvs["bare"].python), "--n", str(n)]).stdout
+        return json.loads(out)
+
+    rows = [("", measure())]
+    if fs.run([fs.python(version), "-c", "import sys; print(sys.version_info >= (3, 15))"]).stdout.strip() == "True":
+        start.write_text("tms_autopreload:process_startup\n")
+        try:
+            rows.append((" with a `.start` beside the `.pth`", measure()))
+        finally:
+            start.unlink()
+    return rows
+
+
 def setup(work: Path, python: str) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     own = build_own_wheel(work / "dist")
@@ -167,7 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}")
     parser.add_argument("--n", type=int, default=200, help="runs per side for P1 and P3 (P2: n/2)")
     parser.add_argument("--skip-torch", action="store_true", help="skip P4 (needs the 5.5 GB real-torch venv)")
+    parser.add_argument("--only-rootfs", action="store_true", help="only P1 in the Debian root file systems")
+    parser.add_argument("--pair", nargs=2, metavar=("OURS", "BASE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.pair:
+        print(json.dumps(pair(*args.pair, args.n)))
+        return 0
+    if args.only_rootfs:
+        return print_rootfs_rows(args.dir, build_own_wheel(args.dir / "dist"), args.n)
     python = find_python(args.python)
     if python is None:
         raise SystemExit(f"bench: python{args.python} not found")
@@ -276,6 +336,25 @@ def main(argv: list[str] | None = None) -> int:
           f"of which the loader trace {tr:.2f} ms")
     print(f"dlopen mode, after the survey (median of 20): imports {dl_imp:.2f} ms (with _ctypes), "
           f"obstacle checks {dl_obs:.2f} ms (maps, interposed symbols, dlsym), the two dlopens {dl_load:.2f} ms")
+    print()
+    return print_rootfs_rows(args.dir, s["own"], args.n)
+
+
+def print_rootfs_rows(work: Path, own: Path, n: int) -> int:
+    """P1 on Debian's CPython 3.14 and 3.15 (no driver or torch needed: nothing is flagged)."""
+    from rootfs import Rootfs
+
+    print("| id | what | compared with | target | ours (median ± IQR) | baseline | ratio | CPU ratio | met |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for spec in ROOTFS_PYTHONS:
+        suite, _, version = spec.partition("/")
+        glibc = Rootfs(suite, [HERE]).glibc()
+        for extra, m in rootfs_p1(work, own, spec, n):
+            (mo, io), (mb, ib) = stats(m["ours"]), stats(m["base"])
+            target, met = ("report only", "-") if extra else ("<= 1.03", "yes" if m["ratio"] <= 1.03 else "NO")
+            print(f"| P1 {spec} | `python{version} -c pass` (Debian {suite}, glibc {glibc}), installed, no flag{extra} "
+                  f"| bare venv of the same interpreter | {target} | {mo * 1000:.2f} ± {io * 1000:.2f} ms "
+                  f"| {mb * 1000:.2f} ± {ib * 1000:.2f} ms | {m['ratio']:.3f} | {m['cpu_ratio']:.3f} | {met} |")
     return 0
 
 
