@@ -34,6 +34,11 @@ print(json.dumps({'pid': os.getpid(), 'orig_argv': sys.orig_argv, 'argv': sys.ar
 """
 
 
+def version(python: str) -> tuple[int, ...]:
+    """The CPython version of a matrix entry ("3.11", "sid/3.15")."""
+    return tuple(map(int, python.rpartition("/")[2].split(".")))
+
+
 def seed_host(scenario, python="3.11"):
     return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
 
@@ -113,7 +118,7 @@ def test_exec_preserves_the_process(scenario, tmp_path, python, how, mode):
     assert rep["cwd"] == str(tmp_path)
     if how != "stdin-script":
         assert rep["stdin"] == stdin
-    assert rep["utf8"] == (1 if how == "-X" else 0)
+    assert rep["utf8"] == (1 if how == "-X" or version(python) >= (3, 15) else 0)  # PEP 686: default from 3.15
     assert rep["isolated"] == (1 if how == "-I" else 0)
     assert rep["write_through"] is (how == "-u")
     assert rep["warnoptions"] == (["error::DeprecationWarning"] if how == "-W" else [])
@@ -137,7 +142,7 @@ def test_pth_runs_twice_per_start_but_hook_acts_once(scenario, tmp_path, python)
     # The counter sorts before tms_autopreload.pth. The first start counts once: our .pth re-execs it
     # during the first scan of site-packages. The exec'd start scans twice in a venv on 3.10-3.14
     # (1 + 2); from 3.15 on, site.py reads each site directory's .pth files once (PEP 829): 1 + 1.
-    scans = 1 if tuple(map(int, python.rpartition("/")[2].split("."))) >= (3, 15) else 2
+    scans = 1 if version(python) >= (3, 15) else 2
     assert runs == 1 + scans, runs
     assert len(hook_lines(err, "re-executing")) == 1 and len(hook_lines(err, "is mapped")) == 1, err
 

@@ -121,7 +121,8 @@ class Rootfs:
 
     def wrap(self, argv: list[str], env: dict[str, str], setup: str = "", ld_cache: Path | None = None,
              scratch: Path | None = None) -> list[str]:
-        """``argv`` with exactly ``env``, chrooted into the root in a private mount namespace.
+        """``argv`` with exactly ``env``, chrooted into the root in a private mount namespace, in the
+        current directory when the root shows it.
 
         ``scratch`` is a host directory for the overlay's mount point (a tmpfs is mounted there
         inside the namespace only); ``ld_cache`` replaces the root's ``/etc/ld.so.cache``;
@@ -139,7 +140,8 @@ class Rootfs:
             lines.append(f'mount --bind {q(str(ld_cache))} "$ROOT/etc/ld.so.cache"')
         if setup:
             lines.append(setup)
-        lines.append('exec chroot "$ROOT" env -i "$@"')
+        # The working directory carries over where the root shows it (a shared path), as it would on a host.
+        lines += ['W="$(pwd)"', '[ -d "$ROOT$W" ] || W=/', 'exec chroot "$ROOT" env -i -C "$W" "$@"']
         return ["unshare", "-m", "sh", "-ec", "\n".join(lines), "rootfs",
                 *(f"{k}={v}" for k, v in env.items()), *map(str, argv)]
 

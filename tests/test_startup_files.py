@@ -1,0 +1,165 @@
+"""How the package starts on each CPython: one ``.pth`` import line, and no PEP 829 ``.start`` file.
+
+On CPython 3.15 a ``tms_autopreload.start`` beside the ``.pth`` makes site.py import ``pkgutil`` (with
+``re``, ``enum``, ``importlib.util``) to resolve its entry point, and then this package, in every
+interpreter of the environment, flag or not: each start took about 1.7x as long (tools/bench.py,
+docs/performance.md). PEP 829 keeps running ``.pth`` import lines that have no matching ``.start``
+through 3.17 and ignores them from 3.18, so the wheel ships the ``.pth`` alone, and the tests below
+fail on the first interpreter where that stops being enough. What 3.18 needs, and what pip's wheel-tag
+order allows for it, is the last test here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOTFS_PYTHONS, need
+from rootfs import RootfsVenv
+from support import Venv, clean_env, locate_python
+
+PYTHONS = ["3.10", "3.11", "3.12", "3.13", *ROOTFS_PYTHONS]
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
+HOOKED = ("import json, os; print(json.dumps(sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') "
+          "if 'torch_memory_saver' in l})))")
+
+
+def seed(scenario, python):
+    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
+
+
+def version(python: str) -> tuple[int, int]:
+    return tuple(map(int, python.rpartition("/")[2].split(".")))
+
+
+@pytest.fixture(scope="module")
+def bare(rootfs, tmp_path_factory):
+    """Factory: a venv of the same interpreter with nothing installed."""
+    made: dict[str, Venv] = {}
+
+    def make(python: str) -> Venv:
+        if python not in made:
+            suite, _, ver = python.rpartition("/")
+            path = tmp_path_factory.mktemp("bare") / "venv"
+            if suite:
+                fs = rootfs(suite)
+                made[python] = need(RootfsVenv, fs, path, need(fs.python, ver))
+            else:
+                made[python] = need(Venv, path, need(locate_python, ver))
+        return made[python]
+
+    return make
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_import_lines_run_where_no_start_file_is_installed(scenario, tmp_path, python):
+    """Fails on any interpreter that ignores ``.pth`` import lines while the wheel installs no ``.start``:
+    there a flagged start would silently not be hooked."""
+    scn = seed(scenario, python)
+    assert not (scn.site / "tms_autopreload.start").exists()
+    marker = tmp_path / "import-line-ran"
+    probe = scn.site / "aa_tms_test_import_line.pth"
+    probe.write_text(f"import os; open({str(marker)!r}, 'w').close()\n")
+    try:
+        r = scn.run(["-c", "pass"])
+    finally:
+        probe.unlink()
+    assert r.returncode == 0, r.stderr
+    assert marker.exists(), (
+        f"CPython {python} ignores import lines in .pth files (PEP 829 does so from 3.18) and this wheel installs "
+        "no tms_autopreload.start: a flagged start is NOT hooked on it. Ship the .start for these versions "
+        "(docs/performance.md, 'Python 3.15 and later').")
+    r = scn.flagged(HOOKED)
+    assert r.returncode == 0 and json.loads(r.stdout) == [str(scn.site / CU13)], r.stderr
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_no_flag_start_imports_what_a_bare_venv_imports(scenario, bare, python):
+    """P1's floor as a fact: with the package installed and no flag, the interpreter imports exactly the
+    modules of a venv without it (same interpreter, same root file system)."""
+    scn = seed(scenario, python)
+    base = bare(python)
+    ours = scn.run(["-c", MODULES])
+    theirs = scn.host.run([str(base.python), "-c", MODULES], clean_env())
+    assert ours.returncode == 0 and theirs.returncode == 0, ours.stderr + theirs.stderr
+    assert set(json.loads(ours.stdout)) == set(json.loads(theirs.stdout))
+
+
+@pytest.mark.parametrize("python", [p for p in PYTHONS if version(p) >= (3, 15)])
+def test_a_start_file_would_import_pkgutil_and_the_package_in_every_start(scenario, bare, python):
+    """Why the wheel ships no ``.start``: with one beside the ``.pth``, a no-flag start runs the entry
+    point (site.py's own ``-v`` lines say so) and imports what a bare venv never does."""
+    scn = seed(scenario, python)
+    start = scn.site / "tms_autopreload.start"
+    start.write_text("tms_autopreload:process_startup\n")
+    try:
+        verbose = scn.run(["-v", "-c", "pass"])
+        ours = scn.run(["-c", MODULES])
+    finally:
+        start.unlink()
+    lines = [line for line in verbose.stderr.splitlines() if "tms_autopreload" in line and "site-packages" in line
+             and ("entry point" in line or "suppressed" in line)]
+    print("\n".join(lines))
+    assert any(line.startswith("Executing entry point: tms_autopreload:process_startup") for line in lines), lines
+    assert any(line.startswith("import lines in ") and "are suppressed due to matching" in line for line in lines)
+    base = json.loads(scn.host.run([str(bare(python).python), "-c", MODULES], clean_env()).stdout)
+    extra = set(json.loads(ours.stdout)) - set(base)
+    print(f"CPython {python}, modules a .start adds to a no-flag start: {sorted(extra)}")
+    assert {"pkgutil", "tms_autopreload"} <= extra, sorted(extra)
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parametrize("how", ["-S", "-I", "-s", "-E", "PYTHONNOUSERSITE"])
+def test_site_options_follow_the_same_rules_on_every_version(scenario, python, how):
+    """``-S`` skips site (no ``.pth``, no hook, nothing said); ``-I``, ``-s``, ``-E`` and
+    ``PYTHONNOUSERSITE`` keep site-packages, so a flagged start is hooked, by one exec."""
+    scn = seed(scenario, python)
+    args = ["-c", HOOKED] if how == "PYTHONNOUSERSITE" else [how, "-c", HOOKED]
+    env = {"SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"}
+    if how == "PYTHONNOUSERSITE":
+        env["PYTHONNOUSERSITE"] = "1"
+    r = scn.run(args, env)
+    assert r.returncode == 0, r.stderr
+    if how == "-S":
+        assert json.loads(r.stdout) == [] and r.stderr == ""
+    else:
+        assert json.loads(r.stdout) == [str(scn.site / CU13)]
+        assert sum("re-executing" in line for line in r.stderr.splitlines()) == 1, r.stderr
+
+
+# ---------------------------------------------------------------- what 3.18 needs
+
+# (version, wheels offered, the one pip must choose). The plain wheel is this project's; the tagged
+# copies stand for a second wheel that would carry the .start. pip ranks a wheel by the first of the
+# interpreter's supported tags it matches (packaging.tags): cpNN-abi3-<platform> tags of every earlier
+# CPython come before any py3-none-any, while pyNN-none-any ranks after py3-none-any except on NN itself.
+ABI3 = "cp318-abi3-manylinux_2_17_x86_64"
+PY318 = "py318-none-any"
+TAG_ORDER = [
+    ("3.15", (ABI3,), "py3-none-any"), ("3.17", (ABI3,), "py3-none-any"),
+    ("3.18", (ABI3,), ABI3), ("3.19", (ABI3,), ABI3), ("3.24", (ABI3,), ABI3),
+    ("3.18", (PY318,), PY318), ("3.19", (PY318,), "py3-none-any"),
+]
+
+
+@pytest.mark.parametrize("target, offered, chosen", TAG_ORDER)
+def test_pip_tag_order_allows_a_start_wheel_only_as_cp318_abi3(parts, tmp_path, target, offered, chosen):
+    """A second wheel for CPython >= 3.18 can carry the ``.start`` only if pip prefers it there and never
+    installs it before: real pip's choice among the files, for interpreters from 3.15 to 3.24."""
+    index = tmp_path / "index"
+    index.mkdir()
+    shutil.copy(parts.own_wheel, index)
+    stem = parts.own_wheel.name.rsplit("-", 3)[0]
+    for tag in offered:
+        shutil.copy(parts.own_wheel, index / f"{stem}-{tag}.whl")
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--no-index", "--find-links", str(index), "--only-binary=:all:", "--python-version", target,
+                        "--implementation", "cp", "--platform", "manylinux_2_17_x86_64", "-d", str(tmp_path / "got"),
+                        "tms-autopreload"], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = [p.name for p in (tmp_path / "got").iterdir()]
+    assert got == [f"{stem}-{chosen}.whl"], (target, got)
