@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from support import ROOT, Venv, find_python, run
 
-STARTUP = {"tms_autopreload.pth", "tms_autopreload.start"}
+# No PEP 829 .start: see test_startup_files.py.
+STARTUP = {"tms_autopreload.pth"}
 PROBE = "import os; print(os.environ.get('TMS_AUTOPRELOAD_STATE', ''))"
 
 
@@ -24,15 +25,13 @@ def _listing(site: Path) -> set[str]:
     return {str(p.relative_to(site)) for p in site.rglob("*") if "__pycache__" not in p.parts}
 
 
-def test_wheel_carries_pth_and_start_at_its_root(parts):
+def test_wheel_carries_the_pth_alone_at_its_root(parts):
     assert _root_files(parts.own_wheel) == STARTUP
     with zipfile.ZipFile(parts.own_wheel) as z:
         pth = [line for line in z.read("tms_autopreload.pth").decode().splitlines() if not line.startswith("#")]
-        start = z.read("tms_autopreload.start").decode().split()
         entry = z.read(next(n for n in z.namelist() if n.endswith("entry_points.txt"))).decode()
         metadata = z.read(next(n for n in z.namelist() if n.endswith("METADATA"))).decode()
     assert len(pth) == 1 and pth[0].startswith("import os;")  # site.py runs only `import` lines
-    assert start == ["tms_autopreload:process_startup"]  # PEP 829 entry point
     assert "tms-autopreload = tms_autopreload.cli:main" in entry
     assert "Requires-Dist" not in metadata  # nothing that could swap the user's torch build
 

@@ -79,14 +79,24 @@ def test_import_lines_run_where_no_start_file_is_installed(scenario, tmp_path, p
 
 @pytest.mark.parametrize("python", PYTHONS)
 def test_no_flag_start_imports_what_a_bare_venv_imports(scenario, bare, python):
-    """P1's floor as a fact: with the package installed and no flag, the interpreter imports exactly the
-    modules of a venv without it (same interpreter, same root file system)."""
+    """P1's floor as a fact: with the package installed and no flag, the interpreter imports the modules
+    of a venv without it (same interpreter, same root file system), and nothing else but what site.py
+    needs to read any ``.pth`` at all: from 3.13 it decodes each with the ``utf-8-sig`` codec, which a
+    venv holding one ``.pth`` of a single ``import os`` line imports just the same."""
     scn = seed(scenario, python)
     base = bare(python)
     ours = scn.run(["-c", MODULES])
     theirs = scn.host.run([str(base.python), "-c", MODULES], clean_env())
-    assert ours.returncode == 0 and theirs.returncode == 0, ours.stderr + theirs.stderr
-    assert set(json.loads(ours.stdout)) == set(json.loads(theirs.stdout))
+    floor_pth = base.site / "zz_tms_test_floor.pth"
+    floor_pth.write_text("import os\n")
+    try:
+        floor = scn.host.run([str(base.python), "-c", MODULES], clean_env())
+    finally:
+        floor_pth.unlink()
+    assert ours.returncode == theirs.returncode == floor.returncode == 0, ours.stderr + theirs.stderr + floor.stderr
+    extra = set(json.loads(ours.stdout)) - set(json.loads(theirs.stdout))
+    assert extra == (set() if version(python) < (3, 13) else {"encodings.utf_8_sig"}), sorted(extra)
+    assert set(json.loads(ours.stdout)) == set(json.loads(floor.stdout))
 
 
 @pytest.mark.parametrize("python", [p for p in PYTHONS if version(p) >= (3, 15)])

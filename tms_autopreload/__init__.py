@@ -1,7 +1,8 @@
 """Choose torch_memory_saver's LD_PRELOAD build for the CUDA runtime this process really uses.
 
-This module is also the interpreter start-up entry, run by ``tms_autopreload.pth`` (and the PEP 829
-``tms_autopreload.start``), so it uses ``os`` and ``sys`` alone: it runs in every process of a node.
+This module is also the interpreter start-up entry, run by ``tms_autopreload.pth`` (no PEP 829 ``.start``:
+on 3.15 one makes site.py import ``pkgutil`` and this package in every start, flag or not), so it uses
+``os`` and ``sys`` alone: it runs in every process of a node.
 :func:`process_startup` handles the cheap cases itself:
 
 * no flag on: nothing is changed;
@@ -14,7 +15,7 @@ It also holds the few rules that path needs and the rest of the package shares (
 splits it and as this package writes it, opening files without blocking, reading /proc/self/maps),
 so that each is written once.
 
-It is idempotent: in a venv on Python 3.10-3.13 site-packages is scanned twice, so the ``.pth``
+It is idempotent: in a venv on Python 3.10-3.14 site-packages is scanned twice, so the ``.pth``
 runs twice per start (CPython #75723); coverage.py's ``process_startup`` guards the same way.
 The public API (:func:`resolve`, :func:`survey`, ...) is loaded lazily (PEP 562) for the same reason.
 """
