@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+from conftest import DEFAULT_PYTHON, ROOTFS_PYTHONS
 from support import ROOT, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 
 
-def seed(scenario):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
+def seed(scenario, python=DEFAULT_PYTHON):
+    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
 
 
 def cli(scn, *args, env=None):
@@ -45,8 +47,10 @@ def test_env_for_eval_and_json(scenario):
     assert doc == {"LD_PRELOAD": str(scn.site / CU13)}
 
 
-def test_which_and_doctor(scenario):
-    scn = seed(scenario)
+@pytest.mark.parametrize("python", [DEFAULT_PYTHON, *ROOTFS_PYTHONS])
+def test_which_and_doctor(scenario, python):
+    """Also in Debian's root file systems: their glibc's loader cache and loader decide there."""
+    scn = seed(scenario, python)
     r = cli(scn, "which")
     assert r.returncode == 0 and r.stdout.strip() == str(scn.site / CU13) and r.stderr == ""
     r = cli(scn, "doctor")

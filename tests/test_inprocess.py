@@ -17,7 +17,7 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import assert_applied, mode_env
+from conftest import DEFAULT_PYTHON, assert_applied, mode_env
 from support import KERNEL_CLIENT, allocator_bindings, cc, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -88,8 +88,8 @@ def toys(parts):
     return out
 
 
-def seed(scenario, tag=""):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), tag=tag)
+def seed(scenario, tag="", python=DEFAULT_PYTHON):
+    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), tag=tag, python=python)
 
 
 def probe(scn, parts, toys, mode, env=None, deepbind=False, hook="hook"):
@@ -106,12 +106,13 @@ def fallback_line(stderr: str) -> list[str]:
 
 # ---------------------------------------------------------------- the same bindings in both modes
 
+@pytest.mark.parametrize("python", [DEFAULT_PYTHON, "sid/3.15"])
 @pytest.mark.parametrize("bind_now", [False, True], ids=["lazy", "LD_BIND_NOW"])
-def test_hook_intercepts_forwards_and_sees_tms_variables_in_both_modes(scenario, parts, toys, mode, bind_now):
+def test_hook_intercepts_forwards_and_sees_tms_variables_in_both_modes(scenario, parts, toys, mode, bind_now, python):
     """A library loaded later binds cudaMalloc to the hook, the hook's dlsym(RTLD_NEXT) reaches the real
     runtime, the hook's constructor sees TMS_INIT_ENABLE=1 (set before it is loaded), children get the
-    real LD_PRELOAD; with and without LD_BIND_NOW."""
-    scn = seed(scenario)
+    real LD_PRELOAD; with and without LD_BIND_NOW; on this machine's glibc and on sid's (2.43)."""
+    scn = seed(scenario, python=python)
     out, err = probe(scn, parts, toys, mode, {"LD_BIND_NOW": "1"} if bind_now else None)
     assert_applied(mode, err)
     assert out["hooks"] == [str(toys["hook"])]

@@ -25,7 +25,7 @@ import json, os, sys
 from tms_autopreload.trace import run_trace
 t = run_trace(sys.executable, {**os.environ, 'LD_PRELOAD': sys.argv[1]})
 print(json.dumps({'ok': t.ok, 'missing': list(t.missing), 'errors': list(t.errors),
-                  'skipped': [[os.path.basename(e), why] for e, why in t.skipped]}))
+                  'skipped': [[os.path.basename(e), why] for e, why in t.skipped], 'status': t.status}))
 """
 
 
@@ -73,19 +73,24 @@ def _normal(text: str, *paths) -> str:
 
 TRACE_CASES = {
     # case: (host dirs, what LD_PRELOAD names, the parsed answer expected on every glibc)
-    "no driver": (("cuda13",), CU13, {"ok": False, "missing": ["libcuda.so.1"], "errors": [], "skipped": []}),
+    "no driver": (("cuda13",), CU13, {"ok": False, "missing": ["libcuda.so.1"], "errors": [], "skipped": [],
+                                      "status": 0}),
     "missing runtime": (("driver", "cuda13"), CU12,
-                        {"ok": False, "missing": ["libcudart.so.12"], "errors": [], "skipped": []}),
+                        {"ok": False, "missing": ["libcudart.so.12"], "errors": [], "skipped": [], "status": 0}),
     "wrong ELF class": (("driver", "cuda13"), "elf32.so",
-                        {"ok": True, "missing": [], "errors": [], "skipped": [["elf32.so", "wrong ELF class: ELFCLASS32"]]}),
-    "truncated file": (("driver", "cuda13"), "truncated.so", None),
+                        {"ok": True, "missing": [], "errors": [], "skipped": [["elf32.so", "wrong ELF class: ELFCLASS32"]],
+                         "status": 0}),
+    # The loader maps a segment past the end of the file and dies of SIGBUS, on every glibc here: why the
+    # package reads a build's ELF headers itself before asking the loader (the doctor case below).
+    "truncated file": (("driver", "cuda13"), "truncated.so",
+                       {"ok": False, "missing": [], "errors": [], "skipped": [], "status": -7}),
 }
 
 
 @pytest.mark.parametrize("case", list(TRACE_CASES))
 def test_loader_trace_failures_read_the_same_on_every_glibc(scenario, case):
     """The real loader of glibc 2.36, 2.41 and 2.43, asked about the same preload, parsed by the package:
-    the same answer (a truncated file's exact words are the loader's, so only their sameness is asserted)."""
+    the same answer on each."""
     host, preload, expected = TRACE_CASES[case]
     answers = {}
     for python in GLIBCS:
@@ -96,12 +101,7 @@ def test_loader_trace_failures_read_the_same_on_every_glibc(scenario, case):
         assert r.returncode == 0, r.stderr
         answers[python] = json.loads(r.stdout)
     print(case, answers)
-    first = answers[GLIBCS[0]]
-    assert all(a == first for a in answers.values()), answers
-    if expected is not None:
-        assert first == expected
-    else:
-        assert first["ok"] and [name for name, _ in first["skipped"]] == ["truncated.so"] and first["skipped"][0][1]
+    assert all(a == expected for a in answers.values()), answers
 
 
 DOCTOR_CASES = {
