@@ -10,10 +10,12 @@ is about the roots themselves: how they are built, their glibc, and the loader's
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from conftest import DEFAULT_PYTHON
 from rootfs import SUITES, mirror
+from support import SetupError, locate_python
 from test_guarantees import _elf32
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
@@ -135,3 +137,24 @@ def test_failures_give_the_same_clear_error_on_every_glibc(scenario, case):
     for w in words:
         assert w in errors[GLIBCS[0]], (w, errors)
 
+
+
+# ---------------------------------------------------------------- interpreters anywhere
+
+@pytest.mark.parametrize("minor", ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"])
+def test_each_interpreter_is_found_or_said_plainly_why_not(rootfs, minor):
+    """On this machine (PATH, pyenv, uv), else in a root file system; when neither, one message naming
+    where it looked and what ``uv python install`` answered (its download host may be unreachable)."""
+    try:
+        found = locate_python(minor)
+    except SetupError as exc:
+        print(exc)
+        assert f"`uv python install {minor}`" in str(exc) and "not on PATH, under pyenv or known to uv" in str(exc)
+        suite = next(s for s, versions in SUITES.items() if minor in versions)
+        fs = rootfs(suite)
+        found = fs.python(minor)
+        r = fs.run([found, "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"])
+    else:
+        r = subprocess.run([found, "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
+                           capture_output=True, text=True)
+    assert r.stdout.strip() == minor, (found, r.stdout, r.stderr)
