@@ -6,8 +6,8 @@ into the build directory and declares it as an output (wheels and sdists), and
 Everything else is in pyproject.toml.
 
 No PEP 829 ``.start`` file: on CPython 3.15 its mere presence makes site.py import ``pkgutil``
-(with ``re``, ``enum``, ``importlib.util``) and then this package in every interpreter, flag or
-not, which made each start about 1.7x slower; the ``.pth`` import line runs on every CPython
+(with ``importlib.util`` and ``weakref``) and then this package in every interpreter, flag or
+not, which made each start 1.7-1.8x slower; the ``.pth`` import line runs on every CPython
 up to 3.17 (docs/performance.md, "Python 3.15 and later").
 """
 

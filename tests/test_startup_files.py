@@ -1,8 +1,8 @@
 """How the package starts on each CPython: one ``.pth`` import line, and no PEP 829 ``.start`` file.
 
 On CPython 3.15 a ``tms_autopreload.start`` beside the ``.pth`` makes site.py import ``pkgutil`` (with
-``re``, ``enum``, ``importlib.util``) to resolve its entry point, and then this package, in every
-interpreter of the environment, flag or not: each start took about 1.7x as long (tools/bench.py,
+``importlib.util``, ``weakref``) to resolve its entry point, and then this package, in every
+interpreter of the environment, flag or not: each start took 1.7-1.8x as long (tools/bench.py,
 docs/performance.md). PEP 829 keeps running ``.pth`` import lines that have no matching ``.start``
 through 3.17 and ignores them from 3.18, so the wheel ships the ``.pth`` alone, and the tests below
 fail on the first interpreter where that stops being enough. What 3.18 needs, and what pip's wheel-tag
