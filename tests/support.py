@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from sandbox import (CACHE, RUNTIME_WHEELS, TORCH_VERSION, Venv, build_own_wheel, clean_env,  # noqa: E402,F401
                      extract, find_python, locate_python, private_copy, ray_venv, run, runtime_wheel, tms_wheel,
-                     torch_venv, wheel)
+                     torch_venv, uv, wheel)
 from standins import SetupError, cc, driver_stub, global_deps, hip_stub, write_torch_standin  # noqa: E402,F401
 # ---------------------------------------------------------------- hosts
 

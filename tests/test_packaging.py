@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from support import ROOT, Venv, find_python, run
+from support import uv as sandbox_uv
 
 # No PEP 829 .start: see test_startup_files.py.
 STARTUP = {"tms_autopreload.pth"}
@@ -55,7 +56,7 @@ def test_install_and_uninstall_leave_nothing_behind(parts, tmp_path, installer):
     if installer == "pip":
         venv.install(parts.own_wheel)
     else:
-        uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+        uv = sandbox_uv()
         run([uv, "pip", "install", "-q", "--python", str(venv.python), "--no-deps", str(parts.own_wheel)])
     assert STARTUP <= {p.name for p in venv.site.iterdir()}
     assert (venv.path / "bin" / "tms-autopreload").exists()
@@ -70,7 +71,7 @@ def test_install_and_uninstall_leave_nothing_behind(parts, tmp_path, installer):
 def test_uv_install_hooks(scenario, tmp_path):
     """The same seed host, but our package installed by uv instead of pip."""
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
-    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    uv = sandbox_uv()
     run([uv, "pip", "install", "-q", "--reinstall", "--python", str(scn.venv.python), "--no-deps",
          str(scn.parts.own_wheel)])
     r = scn.flagged(PROBE)

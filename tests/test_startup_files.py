@@ -12,6 +12,7 @@ order allows for it, is the last test here.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import sys
 import pytest
 from conftest import ROOTFS_PYTHONS, need
 from rootfs import RootfsVenv
-from support import Venv, clean_env, locate_python
+from support import Venv, clean_env, locate_python, uv
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13", *ROOTFS_PYTHONS]
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -156,20 +157,34 @@ TAG_ORDER = [
 ]
 
 
+def _chosen_by(installer: str, index, target: str, tmp_path) -> str:
+    """The file ``installer`` (real pip or uv) picks from ``index`` for CPython ``target`` on x86-64 Linux."""
+    if installer == "pip":
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                            "--no-index", "--find-links", str(index), "--only-binary=:all:", "--python-version", target,
+                            "--implementation", "cp", "--platform", "manylinux_2_17_x86_64", "-d", str(tmp_path / "got"),
+                            "tms-autopreload"], capture_output=True, text=True, env=clean_env(), timeout=120)
+        assert r.returncode == 0, r.stderr
+        return "".join(p.name for p in (tmp_path / "got").iterdir())
+    r = subprocess.run([uv(), "pip", "install", "-v", "--dry-run", "--no-cache", "--no-deps", "--no-index",
+                        "--find-links", str(index), "--python-version", target, "--python-platform",
+                        "x86_64-manylinux_2_17", "--target", str(tmp_path / "target"), "tms-autopreload"],
+                       capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    picked = re.findall(r"Selecting: tms-autopreload==\S+ \[compatible\] \((\S+\.whl)\)", r.stderr)
+    assert len(picked) == 1, r.stderr
+    return picked[0]
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
 @pytest.mark.parametrize("target, offered, chosen", TAG_ORDER)
-def test_pip_tag_order_allows_a_start_wheel_only_as_cp318_abi3(parts, tmp_path, target, offered, chosen):
-    """A second wheel for CPython >= 3.18 can carry the ``.start`` only if pip prefers it there and never
-    installs it before: real pip's choice among the files, for interpreters from 3.15 to 3.24."""
+def test_installers_choose_a_start_wheel_only_as_cp318_abi3(parts, tmp_path, target, offered, chosen, installer):
+    """A second wheel for CPython >= 3.18 can carry the ``.start`` only if installers prefer it there and
+    never install it before: real pip's and uv's choice among the files, for CPython 3.15 to 3.24."""
     index = tmp_path / "index"
     index.mkdir()
     shutil.copy(parts.own_wheel, index)
     stem = parts.own_wheel.name.rsplit("-", 3)[0]
     for tag in offered:
         shutil.copy(parts.own_wheel, index / f"{stem}-{tag}.whl")
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                        "--no-index", "--find-links", str(index), "--only-binary=:all:", "--python-version", target,
-                        "--implementation", "cp", "--platform", "manylinux_2_17_x86_64", "-d", str(tmp_path / "got"),
-                        "tms-autopreload"], capture_output=True, text=True, env=clean_env(), timeout=120)
-    assert r.returncode == 0, r.stderr
-    got = [p.name for p in (tmp_path / "got").iterdir()]
-    assert got == [f"{stem}-{chosen}.whl"], (target, got)
+    assert _chosen_by(installer, index, target, tmp_path) == f"{stem}-{chosen}.whl", (installer, target)
