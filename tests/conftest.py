@@ -26,6 +26,11 @@ DEFAULT_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 ROOTFS_PYTHONS = ["trixie/3.13", "sid/3.14", "sid/3.15"]
 
 
+def python_version(python: str) -> tuple[int, ...]:
+    """The CPython version of an interpreter as the scenarios name it ("3.11", "sid/3.15")."""
+    return tuple(map(int, python.rpartition("/")[2].split(".")))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def neutral_cwd(tmp_path_factory):
     """Every process a test starts runs outside the source tree: with the tree as the current directory,

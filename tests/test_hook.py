@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 from conftest import ROOTFS_PYTHONS, assert_applied
+from conftest import python_version as version
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13", *ROOTFS_PYTHONS]
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
@@ -32,11 +33,6 @@ print(json.dumps({'pid': os.getpid(), 'orig_argv': sys.orig_argv, 'argv': sys.ar
                   'modules': sorted(m for m in sys.modules if m.startswith('tms_autopreload')),
                   'env': dict(os.environ)}))
 """
-
-
-def version(python: str) -> tuple[int, ...]:
-    """The CPython version of a matrix entry ("3.11", "sid/3.15")."""
-    return tuple(map(int, python.rpartition("/")[2].split(".")))
 
 
 def seed_host(scenario, python="3.11"):

@@ -19,6 +19,7 @@ import sys
 
 import pytest
 from conftest import ROOTFS_PYTHONS, need
+from conftest import python_version as version
 from rootfs import RootfsVenv
 from support import Venv, clean_env, locate_python, uv
 
@@ -31,10 +32,6 @@ HOOKED = ("import json, os; print(json.dumps(sorted({l.split(None, 5)[5].strip()
 
 def seed(scenario, python):
     return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
-
-
-def version(python: str) -> tuple[int, int]:
-    return tuple(map(int, python.rpartition("/")[2].split(".")))
 
 
 @pytest.fixture(scope="module")
