@@ -370,3 +370,92 @@ def test_activate_after_import_torch_says_restart(real_torch):
     r = scn.run(["-c", code])
     assert r.returncode == 0, r.stderr
     assert "torch is already imported" in r.stdout and "restart the kernel" in r.stdout
+
+
+# ---------------------------------------------------------------- activate() misused
+
+THREADS = r"""
+import json, sys, threading
+import tms_autopreload
+barrier = threading.Barrier(16)
+results = []
+def worker():
+    barrier.wait()
+    try:
+        results.append(id(tms_autopreload.activate()))
+    except Exception as exc:
+        results.append(f'{type(exc).__name__}: {exc}')
+threads = [threading.Thread(target=worker) for _ in range(16)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+hooks = sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l})
+print(json.dumps({'results': results, 'hooks': hooks}))
+"""
+
+
+def test_activate_from_many_threads_at_once(scenario, parts, toys):
+    """16 threads released together: one does the work, every other gets its plan; none raises."""
+    scn = seed(scenario)
+    for _ in range(3):
+        r = scn.run(["-c", THREADS], {"TMS_AUTOPRELOAD_PATH": str(toys["hook"])})
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert len(out["results"]) == 16 and len(set(out["results"])) == 1, out["results"]
+        assert isinstance(out["results"][0], int) and out["hooks"] == [str(toys["hook"])], out
+
+
+def test_activate_leaves_the_environment_as_it_found_it_when_it_raises(scenario, parts):
+    """With SLIME_OFFLOAD_TRAIN on, activate() sets TMS_INIT_* before loading; a refusal takes them back."""
+    scn = seed(scenario)
+    code = textwrap.dedent(f"""
+        import ctypes, os
+        import tms_autopreload
+        ctypes.CDLL({str(parts.rt[13] / 'libcudart.so.13')!r})
+        os.environ['SLIME_OFFLOAD_TRAIN'] = '1'  # set after start, as a notebook cell would
+        before = dict(os.environ)
+        try:
+            tms_autopreload.activate()
+        except tms_autopreload.ResolveError:
+            print(dict(os.environ) == before, 'TMS_INIT_ENABLE' in os.environ)
+    """)
+    r = scn.run(["-c", code])
+    assert r.returncode == 0 and r.stdout.split() == ["True", "False"], r.stdout + r.stderr
+
+
+def test_activate_advice_fits_a_preload_that_defines_cudamalloc(scenario, parts, toys):
+    """Restarting cannot help when LD_PRELOAD itself holds a library defining cudaMalloc: it must go."""
+    scn = seed(scenario)
+    code = ("import tms_autopreload\ntry:\n    tms_autopreload.activate()\n"
+            "except tms_autopreload.ResolveError as exc:\n    print(exc)")
+    r = scn.run(["-c", code], {"LD_PRELOAD": str(toys["defines"])})
+    assert r.returncode == 0, r.stderr
+    assert "cudaMalloc is already defined in the global scope" in r.stdout, r.stdout
+    assert f"remove {toys['defines']} from LD_PRELOAD" in r.stdout, r.stdout
+    assert "Restart" not in r.stdout and "restart" not in r.stdout, r.stdout
+
+
+def test_disable_turns_off_activate_and_configure_subprocess(scenario):
+    """TMS_AUTOPRELOAD_DISABLE=1, the rollback switch, turns off every way the package applies a plan:
+    activate() returns None and loads nothing, configure_subprocess() yields None and changes nothing;
+    each says so once, as a RuntimeWarning."""
+    scn = seed(scenario)
+    code = textwrap.dedent("""
+        import json, os, subprocess, sys, warnings
+        import tms_autopreload
+        warnings.simplefilter('always')
+        before = dict(os.environ)
+        plan = tms_autopreload.activate()
+        with tms_autopreload.configure_subprocess() as child_plan:
+            inside = dict(os.environ) == before
+            child = subprocess.run([sys.executable, '-c', "print('torch_memory_saver' in open('/proc/self/maps').read())"],
+                                   capture_output=True, text=True).stdout.strip()
+        print(json.dumps({'plan': plan is None, 'child_plan': child_plan is None, 'inside': inside, 'child': child,
+                          'self': 'torch_memory_saver' in open('/proc/self/maps').read(),
+                          'same': dict(os.environ) == before}))
+    """)
+    r = scn.run(["-c", code], {"TMS_AUTOPRELOAD_DISABLE": "1"})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"plan": True, "child_plan": True, "inside": True, "child": "False", "self": False, "same": True}
+    said = [line for line in r.stderr.splitlines() if "TMS_AUTOPRELOAD_DISABLE=1" in line]
+    assert len(said) == 2 and "activate()" in said[0] and "configure_subprocess()" in said[1], r.stderr

@@ -24,6 +24,10 @@ The public API (:func:`resolve`, :func:`survey`, ...) is loaded lazily (PEP 562)
 import os
 import sys
 
+TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 # The two flags (tms_autopreload.pth spells them out too: it must stay one line of os alone).
 SLIME_FLAG = "SLIME_OFFLOAD_TRAIN"  # slime's: the hook, plus SLIME_DEFAULTS
 GENERIC_FLAG = "TMS_AUTOPRELOAD"  # the hook only
@@ -198,11 +202,12 @@ def state_key(build: str) -> str:
     return "::".join((sys.prefix, env.get(CUDA_MAJOR_VAR, ""), env.get(PATH_VAR, ""), build))
 
 
-def _flags() -> "tuple[bool, bool]":
-    """(hook on, slime mode); prints one warning per unrecognised value."""
-    values = {name: parse_flag(name, os.environ.get(name)) for name in (DISABLE_VAR, *FLAG_VARS)}
+def _flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
+    """(hook on, slime mode) for ``env`` (default: this process's); one warning per unrecognised value."""
+    env = os.environ if env is None else env
+    values = {name: parse_flag(name, env.get(name)) for name in (DISABLE_VAR, *FLAG_VARS)}
     for _, warning in values.values():
-        if warning:
+        if warning and warn:
             say("warning: " + warning)
     if values[DISABLE_VAR][0]:
         return False, False

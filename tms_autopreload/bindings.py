@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,16 +44,22 @@ ALLOCATOR = "libc10_cuda.so"
 # take the last " [N] to " and " [N]: ", which the loader writes after the paths.
 _BINDING = re.compile(r"\s*(\d+):\s+binding file (.+) \[(\d+)\] to (.+) \[(\d+)\]: (normal|protected) symbol "
                       r"`([^'`]+)'(?: \[([^\]]*)\])?\s*")
-# The child imports the module, then reports what it mapped and whether its start-up hook re-exec'd it:
-# the environment this program image started with (/proc/self/environ) holds the hook's exec marker
-# exactly when the hook exec'd, whatever was logged.
+# The child's report, one marked line: what is mapped after the import, whether its start-up hook
+# re-exec'd it (the environment this program image started with, /proc/self/environ, holds the hook's
+# exec marker exactly when the hook exec'd, whatever was logged), and the import's failure as data (a
+# module that cannot be imported is told apart from a hook that is not mapped).
+_MARK = "TMS-DEEP-REPORT "
 _PROBE = """
 import importlib, json, os, sys
-importlib.import_module(sys.argv[1])
+try:
+    importlib.import_module(sys.argv[1])
+    failed = None
+except Exception as exc:
+    failed = f'{type(exc).__name__}: {exc}'
 from tms_autopreload import EXEC_VAR, mapped_objects
 with open('/proc/self/environ', 'rb') as f:
     started = f.read().split(b'\\0')
-print('TMS-DEEP-EXECD ' + json.dumps(any(e.startswith(EXEC_VAR.encode() + b'=') for e in started)))
+execd = any(e.startswith(EXEC_VAR.encode() + b'=') for e in started)
 seen = {}
 for path in mapped_objects():
     try:
@@ -60,8 +67,8 @@ for path in mapped_objects():
     except OSError:
         continue
     seen.setdefault((st.st_dev, st.st_ino), path)
-print('TMS-DEEP-MAPS ' + json.dumps(sorted(seen.values())))
-"""
+print(%r + json.dumps({'maps': sorted(seen.values()), 'execd': execd, 'import_error': failed}))
+""" % _MARK
 
 
 class Binding:
@@ -108,16 +115,18 @@ class Evidence:
     """What the deep check saw; ``ok`` only when every reference binds to the hook and one runtime is mapped."""
 
     __slots__ = ("module", "hook", "runtime_library", "interposed", "libraries", "runtimes", "hook_mapped",
-                 "hook_runtime", "log_bytes", "seconds", "error")
+                 "hook_runtime", "import_error", "log_bytes", "seconds", "error")
 
-    def __init__(self, module: str, hook: str, runtime_library: str, symbols: "tuple[str, ...]") -> None:
+    def __init__(self, module: str, hook: "str | None", runtime_library: "str | None",
+                 symbols: "tuple[str, ...]" = ()) -> None:
         self.module = module
-        self.hook = hook
+        self.hook = hook  # None: no plan, nothing was checked
         self.runtime_library = runtime_library
         self.interposed = symbols
         self.libraries: "list[Library]" = []
         self.runtimes: "list[str]" = []  # runtime libraries mapped in the child after the import
-        self.hook_mapped = False
+        self.hook_mapped: "bool | None" = None  # None: the child never reported
+        self.import_error: "str | None" = None  # the child ran, but `import module` raised this
         self.hook_runtime: "list[str]" = []  # runtime libraries the hook's own references were bound to
         self.log_bytes = 0
         self.seconds = 0.0
@@ -125,12 +134,14 @@ class Evidence:
 
     @property
     def ok(self) -> bool:
-        return (self.error is None and bool(self.libraries) and len(self.runtimes) == 1
-                and all(lib.status == "intercepted" for lib in self.libraries))
+        return (self.error is None and self.import_error is None and bool(self.libraries)
+                and len(self.runtimes) == 1 and all(lib.status == "intercepted" for lib in self.libraries))
 
     def verdict(self) -> str:
         if self.error:
             return f"NOT PROVEN: {self.error}"
+        if self.import_error:
+            return f"NOT PROVEN: `import {self.module}` failed in the child: {self.import_error}"
         if len(self.runtimes) != 1:
             forwards = (f"the hook's own calls were bound to {', '.join(self.hook_runtime)}, "
                         if self.hook_runtime else "")
@@ -154,7 +165,7 @@ class Evidence:
             "runtime_libraries_mapped": self.runtimes, "hook_bound_to": self.hook_runtime,
             "libraries": [{"path": lib.path, "name": lib.name, "status": lib.status, "reason": lib.reason,
                            "bindings": lib.bound} for lib in self.libraries],
-            "log_bytes": self.log_bytes, "seconds": round(self.seconds, 3), "verdict": self.verdict(),
+            "import_error": self.import_error, "log_bytes": self.log_bytes, "seconds": round(self.seconds, 3), "verdict": self.verdict(),
             "error": self.error,
         }
 
@@ -241,7 +252,8 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
     ``TMS_AUTOPRELOAD_VERBOSE``); a child whose hook re-exec'd it (its starting environment holds the
     exec marker) gives evidence about exec mode, so the check fails with the hook's own words. The log goes to a private
     temporary directory, is read line by line and deleted. The calling process's environment is
-    not touched.
+    not touched. The child leads a process group of its own; whatever ends this call early (a
+    timeout, Ctrl-C, an exception a signal handler raises) ends that group and deletes the log.
     """
     try:
         symbols = interposed(hook, runtime_library)
@@ -256,27 +268,32 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
     soname = read_dynamic(runtime_library).soname or os.path.basename(runtime_library)
     directory = tempfile.mkdtemp(prefix="tms-autopreload-deep-")
     start = time.perf_counter()
+    child = None
     try:
         env = {**environ, **DEEP_VARS, "LD_DEBUG_OUTPUT": os.path.join(directory, "bindings")}
+        child = subprocess.Popen([executable or sys.executable, "-c", _PROBE, module], env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
-            r = subprocess.run([executable or sys.executable, "-c", _PROBE, module], env=env,
-                               capture_output=True, text=True, timeout=timeout)
+            stdout, stderr = child.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             ev.error = f"`import {module}` did not finish within {timeout:g} s"
             return ev
-        maps_line = next((line for line in r.stdout.splitlines() if line.startswith("TMS-DEEP-MAPS ")), None)
-        if r.returncode != 0 or maps_line is None:
-            tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-            ev.error = f"the child failed to import {module} (exit {r.returncode}): {tail}"
+        report = next((line for line in stdout.splitlines() if line.startswith(_MARK)), None)
+        if child.returncode != 0 or report is None:
+            tail = (stderr.strip().splitlines() or ["no output"])[-1]
+            ev.error = f"the child failed before it could report (exit {child.returncode}): {tail}"
             return ev
-        execd = next((line for line in r.stdout.splitlines() if line.startswith("TMS-DEEP-EXECD ")), "")
-        if in_process and execd != "TMS-DEEP-EXECD false":
-            said = [line for line in r.stderr.splitlines() if line.startswith("tms-autopreload:")]
+        answer = json.loads(report[len(_MARK):])
+        if in_process and answer["execd"]:
+            said = [line for line in stderr.splitlines() if line.startswith("tms-autopreload:")]
             ev.error = f"the child did not load the hook in-process: {' / '.join(said) or 'its start-up hook said nothing'}"
             return ev
-        mapped = json.loads(maps_line[len("TMS-DEEP-MAPS "):])
+        mapped = answer["maps"]
         ev.hook_mapped = any(same_file(p, hook) for p in mapped)
         ev.runtimes = [p for p in mapped if runtime_of(os.path.basename(p))]
+        ev.import_error = answer["import_error"]
+        if ev.import_error:
+            return ev
         libraries = _read_log(directory, frozenset(symbols), ev)
         _unbound(mapped, soname, frozenset(symbols), libraries, ev)
         for lib in libraries.values():
@@ -287,5 +304,19 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
         ev.libraries = sorted(libraries.values(), key=lambda lib: (order.get(lib.name, 1), lib.name))
         return ev
     finally:
+        if child is not None and child.returncode is None:
+            _end_group(child)
         ev.seconds = time.perf_counter() - start
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _end_group(child: "subprocess.Popen[str]") -> None:
+    """End the child's process group (it and anything it started), then reap the child.
+
+    Before the reap: until then the child's PID, which is the group's ID, cannot be reused.
+    """
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()

@@ -13,21 +13,48 @@ import os
 import threading
 import warnings
 
+from . import DISABLE_VAR, parse_flag, say
 from .plan import Plan, resolve
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["configure_subprocess"]
+__all__ = ["configure_subprocess", "FORK_ADVICE"]
 
 # os.environ belongs to the whole process: one block at a time may hold it. Re-entrant, so that
 # blocks nest in one thread.
 _environ_lock = threading.RLock()
+# How many blocks are open (nested ones counted): the fork handler speaks only while one is.
+_open_blocks = 0
+FORK_ADVICE = "use 'spawn' or 'forkserver' as the start method (multiprocessing.get_context('spawn'))"
+
+
+def _forked_in_block() -> None:
+    """``os.register_at_fork(after_in_child=...)``: a fork child of a block says it is not hooked.
+
+    fork copies the unhooked parent and does not exec, so the loader never reads the ``LD_PRELOAD``
+    the block set; the child still has that value, so torch_memory_saver's own check would pass
+    while nothing is intercepted. Programs the child execs are hooked.
+    """
+    if _open_blocks:
+        say(f"process {os.getpid()} was forked inside configure_subprocess() and is not hooked: fork does not "
+            f"exec, and the loader reads LD_PRELOAD only when a program starts (programs this process execs "
+            f"are hooked); {FORK_ADVICE}")
+
+
+os.register_at_fork(after_in_child=_forked_in_block)
+
+
+def _start_method() -> str:
+    """multiprocessing's start method as it stands, without fixing it (the default is listed first)."""
+    import multiprocessing
+
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
 
 
 @contextlib.contextmanager
-def configure_subprocess() -> "Iterator[Plan]":
+def configure_subprocess() -> "Iterator[Plan | None]":
     """Give children started inside the block this process's preload plan; yields the plan.
 
     Sets ``LD_PRELOAD`` (the chosen build first, other entries kept, stale torch_memory_saver
@@ -36,8 +63,13 @@ def configure_subprocess() -> "Iterator[Plan]":
     each to its previous value, or absence, on exit, also when the block raises.
 
     The calling process is not hooked: the loader reads ``LD_PRELOAD`` only when a program starts.
-    When no plan exists, :class:`tms_autopreload.ResolveError` is raised before anything changes,
-    with the message ``tms-autopreload which`` prints.
+    So children must be new programs: ``subprocess``, and ``multiprocessing`` with the ``spawn`` or
+    ``forkserver`` start method (a forkserver started inside a block; it forks its children from
+    itself). A ``fork`` child is a copy of this unhooked process: the block warns when
+    multiprocessing's start method is ``fork``, and each child forked inside it says on stderr that
+    it is not hooked. When no plan exists, :class:`tms_autopreload.ResolveError` is raised before
+    anything changes, with the message ``tms-autopreload which`` prints. With
+    ``TMS_AUTOPRELOAD_DISABLE`` on, the block changes nothing, warns, and yields None.
 
     Nestable: an inner block resolves against the outer block's environment and restores it.
     Thread safety: the values live in ``os.environ``, which every thread shares. Blocks are
@@ -45,16 +77,29 @@ def configure_subprocess() -> "Iterator[Plan]":
     thread that starts children outside any block meanwhile gives them these values too, exactly
     as with torch_memory_saver's own function.
     """
+    global _open_blocks
+    if parse_flag(DISABLE_VAR, os.environ.get(DISABLE_VAR))[0]:
+        warnings.warn(f"{DISABLE_VAR}={os.environ[DISABLE_VAR]}: configure_subprocess() changes nothing; "
+                      f"children started in this block are not hooked", RuntimeWarning, stacklevel=3)
+        yield None
+        return
     with _environ_lock:
         plan = resolve()
         for warning in plan.warnings:
             warnings.warn(warning, RuntimeWarning, stacklevel=3)
+        if _start_method() == "fork":
+            warnings.warn(f"multiprocessing's start method is 'fork': its children (Process, Pool, "
+                          f"ProcessPoolExecutor) started in this block are copies of this unhooked process "
+                          f"and are not hooked; {FORK_ADVICE}",
+                          RuntimeWarning, stacklevel=3)
         changes = plan.environment()
         saved = {name: os.environ.get(name) for name in changes}
         os.environ.update(changes)
+        _open_blocks += 1
         try:
             yield plan
         finally:
+            _open_blocks -= 1
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)

@@ -1,26 +1,40 @@
 """``tms-autopreload`` (also ``python -m tms_autopreload``): explain, print or apply the plan.
 
-Exit codes: 0 a plan exists (or the command ran); 1 no plan (the reason is printed), or ``kernel``
-could not do what was asked; 2 usage error, or a tool the command needs is not installed;
-126/127 ``run``: the command could not be executed / was not found.
+The exit codes are :data:`EXIT_CODES`, shown by ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 
 from .plan import Report, survey
 
-__all__ = ["main", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_USAGE"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_USAGE", "EXIT_CODES"]
 
 EXIT_OK = 0
 EXIT_NO_PLAN = 1
 EXIT_USAGE = 2
+# One table, shown by --help and copied into the README's (a test compares them).
+EXIT_CODES = (
+    ("0", "the plan exists, or the command did what was asked"),
+    ("1", "no plan (the reason is printed), a failing check, a kernel action refused or failed, a write error"),
+    ("2", "usage error, or a tool the command needs (Ray, jupyter_client) is not installed"),
+    ("78", "the start-up hook of a flagged process: no plan (EX_CONFIG), before user code runs"),
+    ("126/127", "run: the command could not be executed / was not found"),
+    ("129/130/143", "ended by SIGHUP / SIGINT (Ctrl-C) / SIGTERM; doctor --deep first ends its child and "
+                    "deletes its log (130 also: the start-up hook interrupted while resolving)"),
+)
 
 
 def _runtime_line(report: Report) -> str:
@@ -185,16 +199,18 @@ def _ray_table(rows: "list[dict]") -> str:
 def _deep(args: argparse.Namespace) -> int:
     """``doctor --deep``: where the loader binds the module's references to the hook's symbols."""
     from . import EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, parse_flag
-    from .bindings import check
+    from .bindings import Evidence, check
     from . import is_tms_entry, split_preload
 
     report = survey()
     if report.plan is None or report.runtime is None or report.runtime.library is None:
-        error = report.error or "the runtime library this process binds was not found"
+        ev = Evidence(args.import_, report.plan.build if report.plan else None,
+                      report.runtime.library if report.runtime else None)
+        ev.error = report.error or "the runtime library this process binds was not found"
         if args.json:
-            print(json.dumps({"ok": False, "error": error}))
+            print(json.dumps(ev.to_dict(), indent=2))
         else:
-            print(f"tms-autopreload: {error}", file=sys.stderr)
+            print(f"tms-autopreload: {ev.error}", file=sys.stderr)
         return EXIT_NO_PLAN
     plan = report.plan
     hook = plan.build
@@ -220,7 +236,10 @@ def _deep(args: argparse.Namespace) -> int:
              "the plan, loaded in-process by the start-up hook (dlopen mode)" if args.mode == "dlopen" else "the plan")
     print(f"deep:     `import {ev.module}` under {where} with LD_BIND_NOW=1 LD_DEBUG=bindings: "
           f"{ev.seconds:.1f} s, {ev.log_bytes / 1e6:.1f} MB of binding log (read line by line, deleted)")
-    print(f"hook:     {ev.hook} ({'mapped' if ev.hook_mapped else 'NOT mapped'})")
+    if ev.import_error:
+        print(f"import:   FAILED: {ev.import_error}")
+    mapped = {True: "mapped", False: "NOT mapped", None: "not checked"}[ev.hook_mapped]
+    print(f"hook:     {ev.hook} ({mapped})")
     print(f"symbols:  {', '.join(ev.interposed) or 'none'} (defined by the hook and by {ev.runtime_library})")
     print(f"runtime:  {len(ev.runtimes)} mapped: {', '.join(ev.runtimes) or 'none'}")
     print()
@@ -257,8 +276,9 @@ def _cmd_env(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        print("tms-autopreload run: give a command: tms-autopreload run -- CMD [ARGS...]", file=sys.stderr)
-        return EXIT_USAGE
+        args.parser.error("give a command: tms-autopreload run -- CMD [ARGS...]")
+    if not command[0]:
+        args.parser.error("the command name is empty (''): give a command: tms-autopreload run -- CMD [ARGS...]")
     report = survey()
     if not _plan_or_fail(report):
         return EXIT_NO_PLAN
@@ -276,28 +296,39 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK  # not reached: execvpe replaced this process
 
 
-def _kernel_location(args: argparse.Namespace) -> dict:
+def _location(args: argparse.Namespace) -> dict:
     return {"user": args.user, "sys_prefix": args.sys_prefix, "prefix": args.prefix}
 
 
-def _cmd_kernel(args: argparse.Namespace) -> int:
+def _cmd_kernel_install(args: argparse.Namespace) -> int:
+    from . import kernelspec
+
+    env = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            args.parser.error(f"--env wants NAME=VALUE, got {item!r}")
+        env[name] = value
+    display = args.display_name or f"Python {sys.version_info.major}.{sys.version_info.minor} (tms-autopreload)"
+    return _kernel(args, lambda: kernelspec.install(args.name, display, env, **_location(args)),
+                   lambda where: f"installed kernel {os.path.basename(where)!r} ({display}) in {where}")
+
+
+def _cmd_kernel_uninstall(args: argparse.Namespace) -> int:
+    from . import kernelspec
+
+    return _kernel(args, lambda: kernelspec.uninstall(args.name, **_location(args)),
+                   lambda where: f"removed kernel {os.path.basename(where)!r} from {where}")
+
+
+def _kernel(args: argparse.Namespace, action: "Callable[[], str]", done: "Callable[[str], str]") -> int:
+    """Run one kernel action and map its exceptions to exit codes: usage 2, refused or failed 1."""
     from . import kernelspec
 
     try:
-        if args.action == "install":
-            env = {}
-            for item in args.env:
-                name, sep, value = item.partition("=")
-                if not sep or not name:
-                    print(f"tms-autopreload kernel: --env wants NAME=VALUE, got {item!r}", file=sys.stderr)
-                    return EXIT_USAGE
-                env[name] = value
-            display = args.display_name or f"Python {sys.version_info.major}.{sys.version_info.minor} (tms-autopreload)"
-            where = kernelspec.install(args.name, display, env, **_kernel_location(args))
-            print(f"installed kernel {args.name!r} ({display}) in {where}")
-        else:
-            where = kernelspec.uninstall(args.name, **_kernel_location(args))
-            print(f"removed kernel {args.name!r} from {where}")
+        where = action()
+    except kernelspec.InvalidRequest as exc:
+        args.parser.error(str(exc))
     except kernelspec.MissingJupyter as exc:
         print(f"tms-autopreload kernel: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -307,62 +338,189 @@ def _cmd_kernel(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"tms-autopreload kernel: {exc}", file=sys.stderr)
         return EXIT_NO_PLAN
+    print(done(where))
     return EXIT_OK
 
 
+def _directory(value: str) -> str:
+    """An argparse type: a directory argument may not be empty (``--prefix ""`` is no prefix at all)."""
+    if not value:
+        raise argparse.ArgumentTypeError("give a directory (an empty value would mean the system-wide one)")
+    return value
+
+
+# doctor's options that belong to one of its modes: (option, dest, the mode's option)
+_DOCTOR_MODE_OPTIONS = (("--import", "import_", "--deep"), ("--as-is", "as_is", "--deep"),
+                        ("--mode", "mode", "--deep"), ("--address", "address", "--ray"),
+                        ("--runtime-env", "runtime_env", "--ray"), ("--timeout", "timeout", "--ray"))
+_DOCTOR_DEFAULTS = {"import_": "torch", "as_is": False, "mode": "exec", "address": "auto", "runtime_env": None,
+                    "timeout": 60.0}
+
+
+def _check_doctor(args: argparse.Namespace) -> None:
+    """Refuse options that cannot go together (usage error, exit 2), then fill in the defaults.
+
+    Each mode's options default to None in the parser, so that "given" and "left at its default"
+    can be told apart. --deep and --ray are a mutually exclusive group of the parser itself.
+    """
+    misplaced = [f"{option} only with {mode}" for option, dest, mode in _DOCTOR_MODE_OPTIONS
+                 if getattr(args, dest) not in (None, False) and not getattr(args, mode[2:])]
+    if misplaced:
+        args.parser.error("; ".join(misplaced))
+    if args.as_is and args.mode == "dlopen":
+        args.parser.error("--as-is checks the environment as it is; --mode dlopen changes it: give one of them")
+    for dest, value in _DOCTOR_DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .kernelspec import DEFAULT_NAME
+
     parser = argparse.ArgumentParser(
         prog="tms-autopreload",
         description="Choose the torch_memory_saver LD_PRELOAD build that fits this process's CUDA runtime.",
-        epilog="exit codes: 0 plan found; 1 no plan (reason printed); 2 usage; "
-               "126/127 run: command not executable / not found")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("doctor", help="explain what is installed, what loads, and what is chosen")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes:\n" + "\n".join(f"  {code:<12} {meaning}" for code, meaning in EXIT_CODES))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def command(parent: "argparse._SubParsersAction", name: str, func: "Callable[[argparse.Namespace], int]",
+                help: str) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".")
+        p.set_defaults(func=func, parser=p)
+        return p
+
+    p = command(sub, "doctor", _cmd_doctor, "explain what is installed, what loads, and what is chosen")
     p.add_argument("--json", action="store_true", help="machine-readable report")
-    p.add_argument("--deep", action="store_true",
-                   help="also prove the binding: import a module in a child under the plan and show where the "
-                        "loader binds each reference to the hook's symbols (a few seconds for torch)")
-    p.add_argument("--import", dest="import_", default="torch", metavar="MODULE",
-                   help="the module --deep imports (default: torch)")
-    p.add_argument("--as-is", action="store_true",
+    modes = p.add_mutually_exclusive_group()
+    modes.add_argument("--deep", action="store_true",
+                       help="also prove the binding: import a module in a child under the plan and show where the "
+                            "loader binds each reference to the hook's symbols (a few seconds for torch)")
+    modes.add_argument("--ray", action="store_true",
+                       help="ask every node of a Ray cluster, in a real worker started with the flag, and show one "
+                            "row each")
+    modes.add_argument("--nodes", metavar="FILE",
+                       help="read the `doctor --json` documents every node printed (srun --label output, or "
+                            "documents one after another; - for stdin) and show one row each, as --ray does")
+    p.add_argument("--import", dest="import_", metavar="MODULE", help="with --deep: the module to import "
+                                                                      "(default: torch)")
+    p.add_argument("--as-is", action="store_true", default=None,
                    help="with --deep: check this environment as it is (your own LD_PRELOAD), not the plan")
-    p.add_argument("--ray", action="store_true",
-                   help="ask every node of a Ray cluster, in a real worker started with the flag, and show one row each")
-    p.add_argument("--address", default="auto", help="with --ray: the cluster's address (default: auto, as ray's CLI)")
-    p.add_argument("--runtime-env", metavar="JSON", help="with --ray: the job's runtime_env, merged into the workers'")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                   help="with --ray: seconds to wait for every node (default 60); silent nodes are failing rows")
-    p.add_argument("--nodes", metavar="FILE",
-                   help="read the `doctor --json` documents every node printed (srun --label output, or "
-                        "documents one after another; - for stdin) and show one row each, as --ray does")
-    p.add_argument("--mode", choices=("exec", "dlopen"), default="exec",
+    p.add_argument("--mode", choices=("exec", "dlopen"),
                    help="with --deep: the plan as LD_PRELOAD gives it (exec, default), or as "
                         "TMS_AUTOPRELOAD_MODE=dlopen loads it into a running interpreter")
-    p.set_defaults(func=_cmd_doctor)
-    p = sub.add_parser("which", help="print the chosen build's path")
-    p.set_defaults(func=_cmd_which)
-    p = sub.add_parser("env", help="print `export` lines for eval (or --json for a Ray runtime_env)")
+    p.add_argument("--address", help="with --ray: the cluster's address (default: auto, as ray's CLI)")
+    p.add_argument("--runtime-env", metavar="JSON", help="with --ray: the job's runtime_env, merged into the workers'")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="with --ray: seconds to wait for every node (default 60); silent nodes are failing rows")
+    command(sub, "which", _cmd_which, "print the chosen build's path")
+    p = command(sub, "env", _cmd_env, "print `export` lines for eval (or --json for a Ray runtime_env)")
     p.add_argument("--json", action="store_true", help='print {"LD_PRELOAD": ..., ...}')
-    p.set_defaults(func=_cmd_env)
-    p = sub.add_parser("run", help="exec a command with the planned environment")
+    p = command(sub, "run", _cmd_run, "exec a command with the planned environment")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
-    p.set_defaults(func=_cmd_run)
-    from .kernelspec import DEFAULT_NAME
 
-    p = sub.add_parser("kernel", help="install or remove a Jupyter kernel of this interpreter that starts hooked")
-    p.add_argument("action", choices=("install", "uninstall"))
-    p.add_argument("--name", default=DEFAULT_NAME, help=f"kernel name (default {DEFAULT_NAME})")
-    p.add_argument("--display-name", help="name shown in Jupyter (install)")
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="another variable for the kernel's environment (install; repeatable)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--user", action="store_true", help="this user's Jupyter data directory")
-    where.add_argument("--sys-prefix", action="store_true", help="this environment (sys.prefix)")
-    where.add_argument("--prefix", help="PREFIX/share/jupyter/kernels")
-    p.set_defaults(func=_cmd_kernel)
+    p = command(sub, "kernel", None, "install or remove a Jupyter kernel of this interpreter that starts hooked")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    install = command(actions, "install", _cmd_kernel_install,
+                      "write a kernelspec that runs this interpreter with TMS_AUTOPRELOAD=1 (never over a "
+                      "kernel this command did not write)")
+    uninstall = command(actions, "uninstall", _cmd_kernel_uninstall, "remove a kernelspec this command wrote")
+    for p in (install, uninstall):
+        p.add_argument("--name", default=DEFAULT_NAME,
+                       help=f"kernel name, as Jupyter allows it: ASCII letters, digits, - . _ (default {DEFAULT_NAME})")
+    install.add_argument("--display-name", help="name shown in Jupyter")
+    install.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                         help="another variable for the kernel's environment (repeatable); one that turns the "
+                              "hook off is refused")
+    for p in (install, uninstall):
+        where = p.add_mutually_exclusive_group()
+        where.add_argument("--user", action="store_true", help="this user's Jupyter data directory")
+        where.add_argument("--sys-prefix", action="store_true", help="this environment (sys.prefix)")
+        where.add_argument("--prefix", type=_directory, help="PREFIX/share/jupyter/kernels")
     return parser
+
+
+class _Stdout(io.RawIOBase):
+    """File descriptor 1, whose failed writes raise :class:`WriteError`: a full disk or a closed pipe
+    is then told apart from every other OSError, wherever the command printed. After a failure it
+    takes and drops everything, so that nothing is retried at exit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return 1
+
+    def isatty(self) -> bool:
+        return os.isatty(1)
+
+    def write(self, data: "bytes | memoryview") -> int:
+        if self.failed:
+            return len(data)
+        try:
+            return os.write(1, data)
+        except OSError as exc:
+            self.failed = True
+            raise WriteError(exc.strerror or str(exc)) from None
+
+
+class WriteError(Exception):
+    """Standard output could not be written; the message is the system's reason."""
+
+
+class Interrupted(BaseException):
+    """A signal asked this command to stop; ``finally`` blocks run on the way out, as for Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def _guard_stdout() -> None:
+    """Put :class:`_Stdout` under ``sys.stdout`` when it is file descriptor 1 (the console script)."""
+    try:
+        current = sys.stdout
+        if current is None or current.fileno() != 1:
+            return
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return
+    current.flush()
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Stdout()), encoding=current.encoding, errors=current.errors,
+                                  line_buffering=current.line_buffering)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    if args.cmd == "doctor":
+        _check_doctor(args)
+        if args.deep:
+            # SIGTERM and SIGHUP end doctor --deep as Ctrl-C does: through the finally blocks that end
+            # its child's process group and delete the binding log. Only there: elsewhere (Ray's client,
+            # say) a signal must keep its default action, which no blocking call can delay.
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    signal.signal(signum, _interrupt)
+    _guard_stdout()
+    try:
+        try:
+            code = args.func(args)
+            sys.stdout.flush()
+        except (Interrupted, KeyboardInterrupt) as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            done = "; its child was ended and its binding log deleted" if args.cmd == "doctor" and args.deep else ""
+            print(f"tms-autopreload {args.cmd}: interrupted by {signal.Signals(signum).name}{done}", file=sys.stderr)
+            return 128 + signum
+    except WriteError as exc:
+        print(f"tms-autopreload: write error: {exc}", file=sys.stderr)
+        return EXIT_NO_PLAN
+    return code

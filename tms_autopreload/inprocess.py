@@ -25,12 +25,13 @@ itself is not imported.
 
 import os
 import sys
+import threading
 
 import _ctypes
 
-from . import is_tms_entry, mapped_hooks, mapped_objects, read_maps
+from . import is_tms_entry, mapped_hooks, mapped_objects, read_maps, split_preload
 from .builds import interposed
-from .elf import ElfError
+from .elf import ElfError, read_symbols
 from .sonames import runtime_of
 
 TYPE_CHECKING = False
@@ -46,36 +47,72 @@ TORCH_LIBRARY_PREFIXES = ("libtorch", "libc10")
 
 
 class InProcessError(RuntimeError):
-    """The plan cannot be, or was not, loaded in this process; the message says why."""
+    """The plan cannot be, or was not, loaded in this process; the message says why.
+
+    ``fix``: what helps instead, when a fresh interpreter calling :func:`activate` first would not
+    (None: that is the fix).
+    """
+
+    def __init__(self, reason: str, fix: "str | None" = None) -> None:
+        super().__init__(reason)
+        self.fix = fix
 
 
-def obstacle(plan: "Plan") -> "str | None":
-    """Why loading ``plan`` in this process would not bind as ``LD_PRELOAD`` does, or None."""
+# The fix where a fresh start cannot help: the plan itself needs LD_PRELOAD.
+_START_FLAGGED = ("start the process with the flag (TMS_AUTOPRELOAD=1, or `tms-autopreload run -- CMD`), "
+                  "which applies the plan with LD_PRELOAD")
+
+
+def _obstacle(plan: "Plan") -> "tuple[str, str | None] | None":
+    """(why loading ``plan`` here would not bind as ``LD_PRELOAD`` does, the fix or None), or None."""
     library = plan.runtime.library
     if library is None:
-        return "the plan names no runtime library file to load before the hook"
+        return "the plan names no runtime library file to load before the hook", _START_FLAGGED
     if "torch" in sys.modules:
-        return "torch is already imported"
+        return "torch is already imported", None
     for path in mapped_objects():
         name = os.path.basename(path)
         if runtime_of(name):
-            return f"a runtime library is already loaded ({path})"
+            return f"a runtime library is already loaded ({path})", None
         if name.startswith(TORCH_LIBRARY_PREFIXES):
-            return f"a torch library is already loaded ({path})"
+            return f"a torch library is already loaded ({path})", None
         if is_tms_entry(path):
-            return f"a torch_memory_saver build is already loaded ({path})"
+            return f"a torch_memory_saver build is already loaded ({path})", None
     try:
         symbols = interposed(plan.build, library)
     except (OSError, ElfError) as exc:
-        return f"cannot read the symbols of {plan.build} and {library}: {exc}"
+        return f"cannot read the symbols of {plan.build} and {library}: {exc}", _START_FLAGGED
     main = _ctypes.dlopen(None, os.RTLD_NOW)
     for symbol in symbols:
         try:
             _ctypes.dlsym(main, symbol)
         except OSError:
             continue  # not defined yet: the hook will be the first definition in the global scope
-        return f"{symbol} is already defined in the global scope, where it would come before the hook"
+        where = "the global scope, where it would come before the hook"
+        preloaded = _preloaded_definition(symbol)
+        if preloaded is None:
+            return f"{symbol} is already defined in {where}", None
+        return (f"{symbol} is already defined in {where}, by {preloaded} from LD_PRELOAD",
+                f"every start with this LD_PRELOAD has it: remove {preloaded} from LD_PRELOAD, or {_START_FLAGGED} "
+                f"and puts the hook before it")
     return None
+
+
+def _preloaded_definition(symbol: str) -> "str | None":
+    """The first LD_PRELOAD entry of this process that defines ``symbol``, or None."""
+    for entry in split_preload(os.environ.get("LD_PRELOAD", "")):
+        try:
+            if symbol in read_symbols(entry).defined:
+                return entry
+        except (OSError, ElfError):
+            continue
+    return None
+
+
+def obstacle(plan: "Plan") -> "str | None":
+    """Why loading ``plan`` in this process would not bind as ``LD_PRELOAD`` does, or None."""
+    found = _obstacle(plan)
+    return found[0] if found else None
 
 
 def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
@@ -84,9 +121,9 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
     The ``TMS_*`` variables the hook reads in its constructor must be in ``environ`` (which is
     ``os.environ``, so the C environment too) before this is called.
     """
-    reason = obstacle(plan)
-    if reason:
-        raise InProcessError(reason)
+    found = _obstacle(plan)
+    if found:
+        raise InProcessError(*found)
     # RTLD_LAZY, as the loader binds a preloaded object (unless LD_BIND_NOW, which applies to both).
     try:
         runtime = _ctypes.dlopen(plan.runtime.library, os.RTLD_LAZY | os.RTLD_LOCAL)
@@ -106,9 +143,10 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
 
 
 _activated: "Plan | None" = None
+_activating = threading.Lock()
 
 
-def activate() -> "Plan":
+def activate() -> "Plan | None":
     """Bind the hook into this running interpreter; call it before ``import torch``. Returns the plan.
 
     For notebooks and scripts that cannot set the environment before they start: the first cell of
@@ -116,32 +154,50 @@ def activate() -> "Plan":
     does, and sets ``LD_PRELOAD``, ``LD_LIBRARY_PATH`` and the state in ``os.environ`` for children
     and for torch_memory_saver's own check (with ``SLIME_OFFLOAD_TRAIN`` on, also its
     ``TMS_INIT_*`` defaults, before the hook's constructor reads them). A second call, or a call in
-    a process started with the hook, returns the plan and changes nothing.
+    a process started with the hook, returns the plan and changes nothing. Safe from any number of
+    threads: one does the work, the others wait for it and get its plan.
 
     Raises :class:`tms_autopreload.ResolveError` when there is no plan, or when this process can
-    no longer be hooked as ``LD_PRELOAD`` would (torch or a runtime library already loaded): restart
-    the interpreter (the kernel, in a notebook) and call it first.
+    no longer be hooked as ``LD_PRELOAD`` would; the message says what helps (usually: restart the
+    interpreter, or the kernel in a notebook, and call it first). ``os.environ`` is then as it was.
+    With ``TMS_AUTOPRELOAD_DISABLE`` on it changes nothing, warns, and returns None.
     """
     global _activated
     if _activated is not None:
         return _activated
-    from . import SLIME_DEFAULTS, SLIME_FLAG, parse_flag
-    from .errors import ResolveError
-    from .plan import resolve
+    from . import DISABLE_VAR, SLIME_DEFAULTS, SLIME_FLAG, parse_flag
 
-    plan = resolve()
     env = os.environ
-    if mapped_hooks() != [plan.build]:
-        if parse_flag(SLIME_FLAG, env.get(SLIME_FLAG))[0]:
-            for name, value in SLIME_DEFAULTS.items():
-                env.setdefault(name, value)
-        try:
-            load(plan, env)
-        except InProcessError as exc:
-            raise ResolveError(f"cannot bind the hook in this running process: {exc}. Restart the interpreter "
-                               f"(in a notebook: restart the kernel) and call tms_autopreload.activate() first, "
-                               f"before anything imports torch") from None
-    else:  # started with the hook: only the environment, as the start-up hook would leave it
-        env.update(plan.environment())
-    _activated = plan
-    return plan
+    if parse_flag(DISABLE_VAR, env.get(DISABLE_VAR))[0]:
+        import warnings
+
+        warnings.warn(f"{DISABLE_VAR}={env[DISABLE_VAR]}: activate() changes nothing; this process is not hooked",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    with _activating:
+        if _activated is not None:  # another thread did the work while this one waited
+            return _activated
+        from .errors import ResolveError
+        from .plan import resolve
+
+        plan = resolve()
+        if mapped_hooks() != [plan.build]:
+            added = {}
+            if parse_flag(SLIME_FLAG, env.get(SLIME_FLAG))[0]:
+                added = {name: value for name, value in SLIME_DEFAULTS.items() if name not in env}
+            env.update(added)
+            try:
+                load(plan, env)
+            except BaseException as exc:
+                for name in added:  # os.environ as it was found
+                    env.pop(name, None)
+                if not isinstance(exc, InProcessError):
+                    raise
+                fix = exc.fix or ("Restart the interpreter (in a notebook: restart the kernel) and call "
+                                  "tms_autopreload.activate() first, before anything imports torch")
+                raise ResolveError(f"cannot bind the hook in this running process: {exc}. "
+                                   f"{fix[:1].upper() + fix[1:]}") from None
+        else:  # started with the hook: only the environment, as the start-up hook would leave it
+            env.update(plan.environment())
+        _activated = plan
+        return plan

@@ -12,9 +12,9 @@ import os
 import sys
 import tempfile
 
-from . import GENERIC_FLAG, __version__
+from . import DISABLE_VAR, FLAG_VARS, GENERIC_FLAG, __version__, _flags
 
-__all__ = ["install", "uninstall", "MissingJupyter", "DEFAULT_NAME", "MARKER"]
+__all__ = ["install", "uninstall", "MissingJupyter", "InvalidRequest", "DEFAULT_NAME", "MARKER"]
 
 DEFAULT_NAME = "python3-tms-autopreload"
 MARKER = "tms_autopreload"  # metadata key: uninstall removes only kernels this package wrote
@@ -23,6 +23,11 @@ INSTALL_HINT = "pip install jupyter_client ipykernel"
 
 class MissingJupyter(RuntimeError):
     """jupyter_client or ipykernel is not installed for this interpreter; the message says what to run."""
+
+
+class InvalidRequest(ValueError):
+    """What was asked cannot be a kernel of this command (a name Jupyter refuses, an ``env`` that turns
+    the hook off): a usage error."""
 
 
 def _manager():  # noqa: ANN202 - jupyter_client's type, imported lazily
@@ -35,9 +40,36 @@ def _manager():  # noqa: ANN202 - jupyter_client's type, imported lazily
 
 def _location(user: bool, sys_prefix: bool, prefix: "str | None") -> "dict[str, object]":
     """KernelSpecManager's keywords for one of --user / --sys-prefix / --prefix (none: system-wide)."""
+    if prefix == "":
+        raise InvalidRequest("an empty prefix names no directory (leave it out for the system-wide one)")
     if sys_prefix:
         prefix = sys.prefix
     return {"user": user, "prefix": prefix}
+
+
+def _checked_name(name: str) -> str:
+    """``name`` as Jupyter stores it (lower case), after jupyter_client's own rule for kernel names."""
+    from jupyter_client.kernelspec import _is_valid_kernel_name
+
+    if not _is_valid_kernel_name(name):
+        raise InvalidRequest(f"{name!r} is not a kernel name Jupyter accepts: kernel names can only contain "
+                             f"ASCII letters and numbers and these separators: - . _ (hyphen, period, underscore)")
+    return name.lower()
+
+
+def _ours(directory: str) -> bool:
+    """True when ``directory`` holds a kernel.json this package wrote (its metadata carries :data:`MARKER`)."""
+    try:
+        with open(os.path.join(directory, "kernel.json"), encoding="utf-8") as f:
+            return MARKER in (json.load(f).get("metadata") or {})
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _directory(manager, name: str, user: bool, sys_prefix: bool, prefix: "str | None") -> str:  # noqa: ANN001
+    """The directory install() writes for these options. KernelSpecManager has no public way to ask
+    it, and computing it here would copy its rules (user dir, PREFIX/share/jupyter, system)."""
+    return manager._get_destination_dir(name, **_location(user, sys_prefix, prefix))
 
 
 def kernel_json(display_name: str, env: "dict[str, str]") -> "dict[str, object]":
@@ -53,17 +85,42 @@ def kernel_json(display_name: str, env: "dict[str, str]") -> "dict[str, object]"
 
 def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool = False,
             sys_prefix: bool = False, prefix: "str | None" = None) -> str:
-    """Install the kernelspec; return the directory it was written to."""
+    """Install the kernelspec; return the directory it was written to.
+
+    Never over a kernel this package did not write: a directory of that name where it would go, or a
+    kernel of that name Jupyter already lists (ipykernel's ``python3``, say), is refused with
+    ValueError, since installing would replace it. Its own kernel is replaced. The directory is
+    0755 and kernel.json 0644, readable by everyone as ipykernel's installer leaves them, so that a
+    shared ``--prefix`` or ``--sys-prefix`` kernel is seen by other users' Jupyter.
+    """
     manager = _manager()
     try:
         import ipykernel  # noqa: F401 - the kernel runs `python -m ipykernel_launcher`
     except ImportError:
         raise MissingJupyter(f"ipykernel is not installed for {sys.executable}, which the kernel would run: "
                              f"{INSTALL_HINT}") from None
-    with tempfile.TemporaryDirectory() as source:
-        with open(os.path.join(source, "kernel.json"), "w", encoding="utf-8") as f:
-            json.dump(kernel_json(display_name, env), f, indent=1)
-        return manager.install_kernel_spec(source, name, replace=True, **_location(user, sys_prefix, prefix))
+    name = _checked_name(name)
+    spec = kernel_json(display_name, env)
+    if not _flags(spec["env"], warn=False)[0]:
+        off = [f"{k}={v}" for k, v in env.items() if k in (*FLAG_VARS, DISABLE_VAR)]
+        raise InvalidRequest(f"--env {' '.join(off)} turns off the hook this kernel exists for; leave it out "
+                             f"(a kernel without the hook: python -m ipykernel install)")
+    destination = _directory(manager, name, user, sys_prefix, prefix)
+    listed = manager.find_kernel_specs().get(name)
+    for existing in (destination, listed):
+        if existing and os.path.exists(existing) and not _ours(existing):
+            what = f"{existing} was not installed by tms-autopreload" if existing == destination else (
+                f"a kernel named {name!r} already exists in {existing}, not installed by tms-autopreload")
+            raise ValueError(f"{what}; installing would replace it: choose another --name")
+    with tempfile.TemporaryDirectory() as staging:
+        source = os.path.join(staging, name)
+        os.mkdir(source)
+        os.chmod(source, 0o755)  # copytree copies these modes; mkdtemp's 0700 would hide the kernel
+        path = os.path.join(source, "kernel.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, indent=1)
+        os.chmod(path, 0o644)
+        return manager.install_kernel_spec(source, name, **_location(user, sys_prefix, prefix))
 
 
 def uninstall(name: str, *, user: bool = False, sys_prefix: bool = False, prefix: "str | None" = None) -> str:
@@ -73,21 +130,15 @@ def uninstall(name: str, *, user: bool = False, sys_prefix: bool = False, prefix
     found was not written by this package.
     """
     manager = _manager()
-    if user or sys_prefix or prefix:
-        # The directory install() wrote for these options. KernelSpecManager has no public way to
-        # ask it, and computing it here would copy its rules (user dir, PREFIX/share/jupyter, system).
-        kernels = manager._get_destination_dir(name, **_location(user, sys_prefix, prefix))
+    name = _checked_name(name)
+    if user or sys_prefix or prefix is not None:
+        kernels = _directory(manager, name, user, sys_prefix, prefix)
         directory = kernels if os.path.isdir(kernels) else None
     else:
         directory = manager.find_kernel_specs().get(name)
     if directory is None:
         raise KeyError(name)
-    try:
-        with open(os.path.join(directory, "kernel.json"), encoding="utf-8") as f:
-            ours = MARKER in (json.load(f).get("metadata") or {})
-    except (OSError, ValueError, AttributeError):
-        ours = False
-    if not ours:
+    if not _ours(directory):
         raise ValueError(f"{directory} was not installed by tms-autopreload; remove it with "
                          f"`jupyter kernelspec uninstall {name}`")
     import shutil

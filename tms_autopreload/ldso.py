@@ -8,19 +8,24 @@ For a name without a slash, ld.so(8) ("Finding shared objects") searches:
 4. /etc/ld.so.cache;
 5. the default paths (/lib, /usr/lib, and the 64-bit and multiarch variants).
 
-A directory is taken only when it holds a file of the same ELF class and machine; the loader
-skips others and goes on. ``$ORIGIN`` expands to the directory of the object whose entry it
+Before any search, a name matches an object already loaded: the loader compares it with the
+name each object was loaded by and with its DT_SONAME (elf/dl-load.c, _dl_map_object). The
+objects of ``LD_PRELOAD`` are loaded before every DT_NEEDED entry, so a preloaded runtime
+library is the one every later ``libcudart.so.N`` binds to. A directory is taken only when it
+holds a file of the same ELF class and machine; the loader skips others and goes on. ``$ORIGIN`` expands to the directory of the object whose entry it
 is. This module predicts; :mod:`tms_autopreload.trace` asks the real loader, and the resolver
 trusts only a plan the real loader agrees with.
 """
 
 import os
 
-from . import ldcache
+from . import is_tms_entry, ldcache, split_preload
 from .elf import DynamicInfo, ElfError, read_dynamic, read_kind
 from .environ import split_search_path
 
-__all__ = ["Found", "Object", "Loader", "DEFAULT_DIRS"]
+__all__ = ["Found", "Object", "Loader", "loaded_as", "DEFAULT_DIRS", "PRELOADED"]
+
+PRELOADED = "LD_PRELOAD"  # the rule of a name matched by an object LD_PRELOAD loaded
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
                 "/lib", "/usr/lib")
@@ -53,6 +58,23 @@ def _expand(entries: tuple[str, ...], origin: str) -> list[str]:
     return [e.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for e in entries]
 
 
+def loaded_as(name: str, loaded: "list[tuple[str, str]]") -> "str | None":
+    """The path of the first already-loaded object that the DT_NEEDED ``name`` matches, or None.
+
+    ``loaded``: (the name each was loaded by, its path). A match is that name or the object's
+    DT_SONAME, as the loader checks before it searches for a file.
+    """
+    for given, path in loaded:
+        if name == given:
+            return path
+        try:
+            if read_dynamic(path).soname == name:
+                return path
+        except (OSError, ElfError):
+            continue
+    return None
+
+
 def _accepts(path: str, want: DynamicInfo) -> bool:
     """True when ``path`` is a file the loader would map for an object like ``want``."""
     try:
@@ -64,23 +86,36 @@ def _accepts(path: str, want: DynamicInfo) -> bool:
 class Loader:
     """One process's view of the loader: its executable, LD_LIBRARY_PATH and cache."""
 
-    def __init__(self, executable: Object, ld_library_path: str, cache: ldcache.LdCache) -> None:
+    def __init__(self, executable: Object, ld_library_path: str, cache: ldcache.LdCache,
+                 preload: str = "") -> None:
         self.executable = executable
         self.ld_library_path = ld_library_path
         self.cache = cache
+        # (entry, path) of each object LD_PRELOAD loads, but torch_memory_saver builds: a plan replaces
+        # those. An entry the loader would skip (missing, another ELF class) is left out, as it is.
+        self.preloaded: "list[tuple[str, str]]" = []  # filled in order: an entry may match an earlier one
+        for entry in split_preload(preload):
+            if is_tms_entry(entry):
+                continue
+            found = self.find(entry)
+            if found is not None:
+                self.preloaded.append((entry, found.path))
 
     @classmethod
-    def for_executable(cls, path: str, ld_library_path: str) -> "Loader":
+    def for_executable(cls, path: str, ld_library_path: str, preload: str = "") -> "Loader":
         """The loader of a process that runs ``path`` (symlinks resolved, as the kernel does)."""
         real = os.path.realpath(path)
         info = read_dynamic(real)
-        return cls(Object(real, info), ld_library_path, ldcache.load(info.machine))
+        return cls(Object(real, info), ld_library_path, ldcache.load(info.machine), preload)
 
     def find(self, name: str, needed_by: Object | None = None) -> Found | None:
         """Where ``name``, a DT_NEEDED entry of ``needed_by`` (default: the executable), loads from."""
         obj = needed_by or self.executable
         if "/" in name:
             return Found(name, "path") if _accepts(name, obj.info) else None
+        preloaded = loaded_as(name, self.preloaded)
+        if preloaded is not None:
+            return Found(preloaded, PRELOADED)
         steps: list[tuple[str, list[str]]] = []
         if not obj.info.runpath:
             rpath = _expand(obj.info.rpath, os.path.dirname(obj.path))

@@ -23,7 +23,7 @@ from .builds import Build, find_builds, read_build, writable_by_others
 from .elf import ElfError
 from .environ import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe
 from .errors import ResolveError, shown
-from .ldso import Loader, Object
+from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, detect, install_hint
 from .sonames import DRIVER_SONAME
 from .trace import Trace, run_trace
@@ -258,7 +258,9 @@ def _judge(build: Build, plan: Plan, trace: Trace) -> Attempt:
         return Attempt("the loader did not preload it (no error given)", loads=False)
     if build.kind == "driver":
         return Attempt("loads", plan, loads=True)
-    bound = trace.resolved.get(runtime.soname)
+    # Listed as "soname => path" when found by a search; as a bare path when the name matched an
+    # object LD_PRELOAD had loaded (by its DT_SONAME).
+    bound = trace.resolved.get(runtime.soname) or loaded_as(runtime.soname, [(p, p) for p in trace.loaded])
     if runtime.library is not None and not same_file(bound, runtime.library):
         return Attempt(f"its {runtime.soname} would bind to {bound}, not to {runtime.library} that "
                        f"this process uses: two runtime copies", loads=True)
@@ -437,7 +439,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         return fail("this interpreter does not know its own executable (sys.executable is empty): "
                     "set LD_PRELOAD by hand with `tms-autopreload env`")
     try:
-        loader = Loader.for_executable(exe, env.get("LD_LIBRARY_PATH", ""))
+        loader = Loader.for_executable(exe, env.get("LD_LIBRARY_PATH", ""), env.get("LD_PRELOAD", ""))
     except (OSError, ElfError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return fail(f"cannot read the interpreter {exe} ({why}); set LD_PRELOAD by hand with "

@@ -1,0 +1,367 @@
+"""The mistakes users make, each met with a clear message and a conventional exit code, never with lost
+data, a process left behind, or a silent no-op: the command line's parsers, Jupyter kernels next to
+other kernels, ``configure_subprocess()`` under each ``multiprocessing`` start method, and
+``doctor --deep`` interrupted by a signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from support import ROOT, clean_env
+
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+
+
+def seed(scenario):
+    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
+
+
+def cli(scn, *args, env=None, **kw):
+    return scn.run(["-m", "tms_autopreload", *args], env, **kw)
+
+
+def refused_as_usage(r, words: str) -> None:
+    """Exit 2, argparse's usage line, and the reason; nothing on stdout, no traceback."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.startswith("usage: tms-autopreload"), r.stderr
+    assert words in r.stderr and "Traceback" not in r.stderr and r.stdout == "", r.stderr
+
+
+# ---------------------------------------------------------------- the parsers
+
+@pytest.mark.parametrize("argv, words", [
+    (["doctor", "--mode", "dlopen", "--address", "x"], "--address"),
+    (["doctor", "--deep", "--ray"], "--ray"),
+    (["doctor", "--mode", "dlopen"], "--mode only with --deep"),
+    (["doctor", "--import", "numpy"], "--import only with --deep"),
+    (["doctor", "--as-is"], "--as-is only with --deep"),
+    (["doctor", "--deep", "--as-is", "--mode", "dlopen"], "--as-is"),
+    (["doctor", "--timeout", "5"], "--timeout only with --ray"),
+    (["doctor", "--runtime-env", "{}"], "--runtime-env only with --ray"),
+    (["kernel", "uninstall", "--env", "A=1"], "unrecognized arguments: --env"),
+    (["kernel", "uninstall", "--display-name", "x"], "unrecognized arguments: --display-name"),
+    (["kernel"], "required"),
+    (["run", "--", ""], "the command name is empty"),
+])
+def test_options_that_cannot_go_together_are_usage_errors(scenario, argv, words):
+    refused_as_usage(cli(seed(scenario), *argv), words)
+
+
+def test_kernel_subcommands_have_their_own_help(scenario):
+    scn = seed(scenario)
+    install = cli(scn, "kernel", "install", "--help")
+    uninstall = cli(scn, "kernel", "uninstall", "--help")
+    assert install.returncode == uninstall.returncode == 0, install.stderr + uninstall.stderr
+    assert install.stdout.startswith("usage: tms-autopreload kernel install")
+    assert uninstall.stdout.startswith("usage: tms-autopreload kernel uninstall")
+    for option in ("--display-name", "--env", "--name", "--prefix"):
+        assert option in install.stdout
+    assert "--name" in uninstall.stdout and "--env" not in uninstall.stdout
+    assert "--display-name" not in uninstall.stdout
+
+
+def exit_rows(help_text: str) -> list[str]:
+    """The exit-code lines of ``--help``'s epilog: '  N  meaning'."""
+    lines = help_text.split("exit codes:", 1)[1].splitlines()
+    return [line.strip() for line in lines if line.strip()[:1].isdigit()]
+
+
+def test_help_and_readme_give_one_exit_code_table(scenario):
+    scn = seed(scenario)
+    r = cli(scn, "--help")
+    assert r.returncode == 0
+    rows = exit_rows(r.stdout)
+    assert [row.split()[0] for row in rows] == ["0", "1", "2", "78", "126/127", "129/130/143"], rows
+    readme = (ROOT / "README.md").read_text()
+    for row in rows:  # the README's table has the same rows: `code` | meaning
+        code, meaning = row.split(None, 1)
+        assert f"| `{code}` | {meaning} |" in readme, row
+
+
+def test_version(scenario):
+    scn = seed(scenario)
+    r = cli(scn, "--version")
+    version = scn.run(["-c", "import tms_autopreload; print(tms_autopreload.__version__)"]).stdout.strip()
+    assert r.returncode == 0 and r.stdout == f"tms-autopreload {version}\n", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("argv", [["which"], ["env"], ["env", "--json"], ["doctor"], ["doctor", "--json"]])
+def test_a_full_disk_is_a_write_error_not_a_traceback(scenario, argv):
+    """As coreutils says it: ``printf x > /dev/full`` -> ``write error: No space left on device``, exit 1."""
+    scn = seed(scenario)
+    with open("/dev/full", "w") as full:
+        r = cli(scn, *argv, capture_output=False, stdout=full, stderr=subprocess.PIPE)
+    assert r.returncode == 1 and r.stderr == "tms-autopreload: write error: No space left on device\n", r.stderr
+
+
+# ---------------------------------------------------------------- Jupyter kernels
+
+def kernel(scn, *args, env=None):
+    return scn.run(["-m", "tms_autopreload", "kernel", *args], env)
+
+
+def test_kernel_install_never_replaces_a_kernel_it_did_not_write(real_torch, tmp_path):
+    """A third-party kernelspec (with a logo) in the target directory, and ipykernel's own ``python3``:
+    both refused, named, with the fix; nothing of theirs changed. Our own kernel is replaced."""
+    scn = real_torch(("driver",))
+    kernels = tmp_path / "share" / "jupyter" / "kernels"
+    foreign = kernels / "foreign"
+    foreign.mkdir(parents=True)
+    spec = json.dumps({"argv": ["python3"], "display_name": "Foreign", "language": "python"})
+    (foreign / "kernel.json").write_text(spec)
+    (foreign / "logo-64x64.png").write_bytes(b"\x89PNG")
+    r = kernel(scn, "install", "--prefix", str(tmp_path), "--name", "foreign")
+    assert r.returncode == 1 and r.stdout == "", r.stdout + r.stderr
+    assert str(foreign) in r.stderr and "was not installed by tms-autopreload" in r.stderr, r.stderr
+    assert "choose another --name" in r.stderr
+    assert (foreign / "kernel.json").read_text() == spec and (foreign / "logo-64x64.png").exists()
+
+    home = {"HOME": str(tmp_path / "home")}
+    r = kernel(scn, "install", "--user", "--name", "python3", env=home)
+    assert r.returncode == 1 and "a kernel named 'python3' already exists" in r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "home" / ".local" / "share" / "jupyter" / "kernels" / "python3").exists()
+
+    for _ in range(2):  # our own: written, then replaced
+        r = kernel(scn, "install", "--prefix", str(tmp_path), "--name", "ours", "--display-name", "Ours")
+        assert r.returncode == 0, r.stderr
+    assert json.loads((kernels / "ours" / "kernel.json").read_text())["display_name"] == "Ours"
+
+
+def test_kernel_install_is_readable_by_everyone(real_torch, tmp_path):
+    """Directory 0755 and kernel.json 0644, as ipykernel's installer leaves them, whatever the umask."""
+    scn = real_torch(("driver",))
+    r = scn.host.run(["sh", "-c", 'umask 077 && exec "$@"', "sh", str(scn.venv.python), "-m", "tms_autopreload",
+                      "kernel", "install", "--prefix", str(tmp_path)], clean_env())
+    assert r.returncode == 0, r.stderr
+    where = tmp_path / "share" / "jupyter" / "kernels" / "python3-tms-autopreload"
+    assert stat.S_IMODE(where.stat().st_mode) == 0o755
+    assert stat.S_IMODE((where / "kernel.json").stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("name", ["", "a b", "../escape", "caf\u00e9", "x/y"])
+def test_kernel_names_are_checked_as_jupyter_checks_them(real_torch, tmp_path, name):
+    scn = real_torch(("driver",))
+    for action in ("install", "uninstall"):
+        r = kernel(scn, action, "--prefix", str(tmp_path), "--name", name)
+        refused_as_usage(r, "kernel names can only contain ASCII letters")
+    assert not (tmp_path / "share").exists()
+
+
+def test_kernel_empty_prefix_is_refused(real_torch, tmp_path):
+    """``--prefix ""`` once meant "system-wide"; the system directories are hidden behind a tmpfs here, so
+    that even the old behaviour could not write outside this test."""
+    scn = real_torch(("driver",))
+    argv = [str(scn.venv.python), "-m", "tms_autopreload", "kernel", "install", "--prefix", ""]
+    r = scn.host.run(argv, clean_env(), setup="mount -t tmpfs tmpfs /usr/local/share")
+    refused_as_usage(r, "--prefix: give a directory")
+
+
+@pytest.mark.parametrize("env", ["TMS_AUTOPRELOAD=0", "TMS_AUTOPRELOAD=maybe", "TMS_AUTOPRELOAD_DISABLE=1"])
+def test_kernel_env_that_turns_the_hook_off_is_refused(real_torch, tmp_path, env):
+    scn = real_torch(("driver",))
+    r = kernel(scn, "install", "--prefix", str(tmp_path), "--env", env)
+    refused_as_usage(r, f"--env {env} turns off the hook this kernel exists for")
+    assert not (tmp_path / "share").exists()
+
+
+def test_kernel_env_that_keeps_the_hook_on_is_accepted(real_torch, tmp_path):
+    scn = real_torch(("driver",))
+    r = kernel(scn, "install", "--prefix", str(tmp_path), "--env", "SLIME_OFFLOAD_TRAIN=1", "--env",
+               "TMS_AUTOPRELOAD_DISABLE=0")
+    assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------- configure_subprocess() and start methods
+
+STARTS = r'''
+import concurrent.futures as cf, json, multiprocessing as mp, os, sys, warnings
+
+
+def report(tag):
+    maps = open('/proc/self/maps').read()
+    return {'tag': tag, 'pid': os.getpid(), 'hooked': 'torch_memory_saver' in maps}
+
+
+def child(q, tag):
+    q.put(report(tag))
+
+
+if __name__ == '__main__':
+    from tms_autopreload import configure_subprocess
+    method = sys.argv[1]
+    mp.set_start_method(method)  # on Linux before 3.14 the default is fork; 3.14 makes it forkserver
+    out = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        with configure_subprocess():
+            q = mp.Queue()
+            p = mp.Process(target=child, args=(q, 'Process'))
+            p.start()
+            out.append(q.get(timeout=120))
+            p.join()
+            with mp.Pool(1) as pool:
+                out.append(pool.apply(report, ('Pool',)))
+            with cf.ProcessPoolExecutor(1) as ex:
+                out.append(ex.submit(report, 'ProcessPoolExecutor').result(timeout=120))
+    print(json.dumps({'children': out, 'warnings': [str(w.message) for w in caught]}))
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("python", ["3.11", "3.13"])
+def test_configure_subprocess_under_each_start_method(scenario, tmp_path, python, method):
+    """spawn and forkserver children start hooked. fork children are copies of the unhooked parent
+    (fork does not exec, so the loader never reads LD_PRELOAD): the block warns up front, and each such
+    child says, itself, on stderr, that it is not hooked and why. 3.13 stands for a Python whose default
+    is forkserver (3.14) by setting it with ``set_start_method``."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",), python=python)
+    script = tmp_path / "starts.py"
+    script.write_text(STARTS)
+    r = scn.run([str(script), method], timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [c["tag"] for c in out["children"]] == ["Process", "Pool", "ProcessPoolExecutor"]
+    said = [line for line in r.stderr.splitlines() if "forked inside configure_subprocess()" in line]
+    warned = [w for w in out["warnings"] if "start method is 'fork'" in w]
+    if method == "fork":
+        assert not any(c["hooked"] for c in out["children"]), out
+        assert len(warned) == 1 and "use 'spawn' or 'forkserver'" in warned[0], out["warnings"]
+        for c in out["children"]:  # each fork child said it in its own words, with its own PID
+            mine = [line for line in said if f"process {c['pid']} " in line]
+            assert len(mine) == 1, (c, r.stderr)
+            assert "is not hooked" in mine[0] and "fork does not exec" in mine[0], mine
+            assert "'spawn' or 'forkserver'" in mine[0], mine
+    else:
+        assert all(c["hooked"] for c in out["children"]), out
+        assert not warned and not said, r.stderr
+
+
+def test_fork_outside_a_block_says_nothing(scenario):
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    code = ("import multiprocessing, os, tms_autopreload.children\n"
+            "multiprocessing.set_start_method('spawn')\n"
+            "with tms_autopreload.configure_subprocess():\n    pass\n"
+            "pid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('done')")
+    r = scn.run(["-c", code])
+    assert r.returncode == 0 and r.stdout == "done\n" and r.stderr == "", r.stderr
+
+
+# ---------------------------------------------------------------- doctor --deep
+
+SLEEPER = '''
+import os, time
+with open(os.environ["DEEP_READY"] + ".tmp", "w") as f:
+    f.write(f"{os.getpid()} {os.getpgid(0)}")
+os.rename(os.environ["DEEP_READY"] + ".tmp", os.environ["DEEP_READY"])
+time.sleep(600)
+'''
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)],
+                         ids=["TERM", "INT", "HUP"])
+def test_deep_cleans_up_when_interrupted(scenario, tmp_path, sig, code):
+    """The signal comes once the child has started importing (it writes a marker): the binding log is
+    deleted, the child's process group ended, and the exit is 128+N with one line, no traceback."""
+    scn = seed(scenario)
+    mods, tmp = tmp_path / "mods", tmp_path / "tmp"
+    mods.mkdir()
+    tmp.mkdir()
+    (mods / "tms_test_sleeper.py").write_text(SLEEPER)
+    ready = tmp_path / "ready"
+    env = clean_env(PYTHONPATH=str(mods), TMPDIR=str(tmp), DEEP_READY=str(ready))
+    argv = [str(scn.venv.python), "-m", "tms_autopreload", "doctor", "--deep", "--import", "tms_test_sleeper"]
+    p = subprocess.Popen(scn.host.wrap(argv, env), env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    child = None
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.05)
+        child, group = map(int, ready.read_text().split())
+        assert group != p.pid  # the child leads a process group of its own
+        assert [d.name for d in tmp.iterdir() if d.name.startswith("tms-autopreload-deep-")]
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == code, (p.returncode, out, err)
+        assert "Traceback" not in err and err.count("\n") == 1, err
+        assert f"interrupted by {sig.name}" in err and "binding log deleted" in err, err
+        assert list(tmp.iterdir()) == [], list(tmp.iterdir())
+        assert not alive(child)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if child is not None and alive(child):  # only on failure: the child this test started
+            os.kill(child, signal.SIGKILL)
+
+
+def test_deep_tells_a_failed_import_from_an_unmapped_hook(scenario):
+    scn = seed(scenario)
+    r = cli(scn, "doctor", "--deep", "--import", "nonexistent_module")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "NOT mapped" not in r.stdout, r.stdout
+    assert "import:   FAILED: ModuleNotFoundError: No module named 'nonexistent_module'" in r.stdout, r.stdout
+    assert f"hook:     {scn.site / CU13} (mapped)" in r.stdout, r.stdout
+    doc = json.loads(cli(scn, "doctor", "--deep", "--json", "--import", "nonexistent_module").stdout)
+    assert doc["ok"] is False and doc["hook_mapped"] is True
+    assert doc["import_error"] == "ModuleNotFoundError: No module named 'nonexistent_module'"
+
+
+DEEP_KEYS = {"ok", "module", "hook", "hook_mapped", "runtime_library", "interposed", "runtime_libraries_mapped",
+             "hook_bound_to", "libraries", "import_error", "log_bytes", "seconds", "verdict", "error"}
+
+
+def test_deep_json_has_its_documented_keys_with_and_without_a_plan(scenario):
+    readme = (ROOT / "README.md").read_text()
+    documented = readme.split("`--json` keys: ", 1)[1].split("\n\n", 1)[0]
+    for key in DEEP_KEYS:
+        assert f"`{key}`" in documented, key
+    no_driver = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("cuda13",))
+    r = cli(no_driver, "doctor", "--deep", "--json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc) == DEEP_KEYS and doc["ok"] is False and "libcuda.so.1" in doc["error"], doc
+    assert doc["verdict"] == f"NOT PROVEN: {doc['error']}"
+    doc = json.loads(cli(seed(scenario), "doctor", "--deep", "--json", "--import", "json").stdout)
+    assert set(doc) == DEEP_KEYS, doc
+
+
+# ---------------------------------------------------------------- LD_PRELOAD naming a runtime library
+
+def test_a_preloaded_runtime_library_is_the_one_the_process_binds(scenario, parts, tmp_path):
+    """``LD_PRELOAD=/usr/local/cuda-13.0/lib/libcudart.so.13``: the loader matches every later
+    ``libcudart.so.13`` DT_NEEDED (torch's, the hook's) to that object by its SONAME, so it is the
+    process's runtime library and the hook binds to it: one runtime copy, and doctor says so."""
+    scn = seed(scenario)
+    lib = tmp_path / "cuda-13.0" / "lib"
+    lib.mkdir(parents=True)
+    copy = lib / "libcudart.so.13"
+    copy.write_bytes((parts.rt[13] / "libcudart.so.13").read_bytes())
+    env = {"LD_PRELOAD": str(copy)}
+    r = cli(scn, "doctor", env=env)
+    assert r.returncode == 0 and "would bind to None" not in r.stdout, r.stdout
+    assert f"libcudart.so.13 -> {copy} (LD_PRELOAD)" in r.stdout, r.stdout
+    doc = json.loads(cli(scn, "doctor", "--json", env=env).stdout)
+    assert doc["runtime"]["library"] == str(copy) and doc["runtime"]["library_rule"] == "LD_PRELOAD"
+    assert doc["plan"]["env"]["LD_PRELOAD"] == f"{scn.site / CU13}:{copy}", doc["plan"]
+    code = "print(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libcudart' in l}))"
+    r = scn.run(["-c", code], {"TMS_AUTOPRELOAD": "1", **env})
+    assert r.returncode == 0 and r.stdout.strip() == repr([str(copy)]), r.stdout + r.stderr
