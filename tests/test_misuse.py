@@ -47,6 +47,8 @@ def refused_as_usage(r, words: str) -> None:
     (["doctor", "--deep", "--as-is", "--mode", "dlopen"], "--as-is"),
     (["doctor", "--timeout", "5"], "--timeout only with --ray"),
     (["doctor", "--runtime-env", "{}"], "--runtime-env only with --ray"),
+    (["doctor", "--nodes", "-", "--deep"], "not allowed with argument --nodes"),
+    (["doctor", "--nodes", "-", "--timeout", "5"], "--timeout only with --ray"),
     (["kernel", "uninstall", "--env", "A=1"], "unrecognized arguments: --env"),
     (["kernel", "uninstall", "--display-name", "x"], "unrecognized arguments: --display-name"),
     (["kernel"], "required"),

@@ -29,7 +29,8 @@ EXIT_USAGE = 2
 EXIT_CODES = (
     ("0", "the plan exists, or the command did what was asked"),
     ("1", "no plan (the reason is printed), a failing check, a kernel action refused or failed, a write error"),
-    ("2", "usage error, or a tool the command needs (Ray, jupyter_client) is not installed"),
+    ("2", "usage error (an unreadable doctor --nodes FILE too), or a tool the command needs (Ray, "
+          "jupyter_client) is not installed"),
     ("78", "the start-up hook of a flagged process: no plan (EX_CONFIG), before user code runs"),
     ("126/127", "run: the command could not be executed / was not found"),
     ("129/130/143", "ended by SIGHUP / SIGINT (Ctrl-C) / SIGTERM; doctor --deep first ends its child and "
