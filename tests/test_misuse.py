@@ -96,7 +96,8 @@ def test_version(scenario):
     assert r.returncode == 0 and r.stdout == f"tms-autopreload {version}\n", r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("argv", [["which"], ["env"], ["env", "--json"], ["doctor"], ["doctor", "--json"]])
+@pytest.mark.parametrize("argv", [["which"], ["env"], ["env", "--json"], ["doctor"], ["doctor", "--json"], ["--version"],
+                                  ["kernel", "install", "--help"]])
 def test_a_full_disk_is_a_write_error_not_a_traceback(scenario, argv):
     """As coreutils says it: ``printf x > /dev/full`` -> ``write error: No space left on device``, exit 1."""
     scn = seed(scenario)

@@ -6,6 +6,7 @@ The exit codes are :data:`EXIT_CODES`, shown by ``--help``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -18,7 +19,7 @@ from .plan import Report, survey
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_USAGE", "EXIT_CODES"]
 
@@ -487,41 +488,61 @@ def _interrupt(signum: int, frame: object) -> None:
     raise Interrupted(signum)
 
 
-def _guard_stdout() -> None:
-    """Put :class:`_Stdout` under ``sys.stdout`` when it is file descriptor 1 (the console script)."""
+@contextlib.contextmanager
+def _guarded_stdout() -> "Iterator[None]":
+    """``sys.stdout`` over :class:`_Stdout` while a command runs, when it is file descriptor 1 (the
+    console script); put back after, so that a caller of :func:`main` keeps its own."""
+    current = sys.stdout
     try:
-        current = sys.stdout
-        if current is None or current.fileno() != 1:
-            return
+        fd = current.fileno() if current is not None else None
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        fd = None
+    if fd != 1:
+        yield
         return
     current.flush()
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Stdout()), encoding=current.encoding, errors=current.errors,
                                   line_buffering=current.line_buffering)
+    try:
+        yield
+    finally:
+        guarded, sys.stdout = sys.stdout, current
+        guarded.flush()  # raises WriteError unless that was raised already (then it drops what is left)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.cmd == "doctor":
-        _check_doctor(args)
-        if args.deep:
-            # SIGTERM and SIGHUP end doctor --deep as Ctrl-C does: through the finally blocks that end
-            # its child's process group and delete the binding log. Only there: elsewhere (Ray's client,
-            # say) a signal must keep its default action, which no blocking call can delay.
-            for signum in (signal.SIGTERM, signal.SIGHUP):
-                if signal.getsignal(signum) is not signal.SIG_IGN:
-                    signal.signal(signum, _interrupt)
-    _guard_stdout()
     try:
-        try:
-            code = args.func(args)
-            sys.stdout.flush()
-        except (Interrupted, KeyboardInterrupt) as exc:
-            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-            done = "; its child was ended and its binding log deleted" if args.cmd == "doctor" and args.deep else ""
-            print(f"tms-autopreload {args.cmd}: interrupted by {signal.Signals(signum).name}{done}", file=sys.stderr)
-            return 128 + signum
+        with _guarded_stdout():  # --help and --version print while parsing
+            args = build_parser().parse_args(argv)
+            if args.cmd == "doctor":
+                _check_doctor(args)
+            return _run(args)
     except WriteError as exc:
         print(f"tms-autopreload: write error: {exc}", file=sys.stderr)
         return EXIT_NO_PLAN
-    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command; a signal ends it through its finally blocks, with 128+N and one line.
+
+    SIGTERM and SIGHUP end doctor --deep as Ctrl-C does: through the finally blocks that end its
+    child's process group and delete the binding log. Only there: elsewhere (Ray's client, say) a
+    signal keeps its default action, which no blocking call can delay.
+    """
+    handlers = {}
+    if args.cmd == "doctor" and args.deep:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                handlers[signum] = signal.signal(signum, _interrupt)
+    try:
+        code = args.func(args)
+        sys.stdout.flush()
+        return code
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        done = "; its child was ended and its binding log deleted" if args.cmd == "doctor" and args.deep else ""
+        print(f"tms-autopreload {args.cmd}: interrupted by {signal.Signals(signum).name}{done}", file=sys.stderr)
+        return 128 + signum
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
