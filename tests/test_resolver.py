@@ -53,10 +53,13 @@ def verdict(doc, name):
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 PLAIN = "torch_memory_saver_hook_mode_preload.abi3.so"
+# torch_memory_saver built here with an $ORIGIN-relative RUNPATH to the pip runtime (tools/tms_source.py).
+RUNPATH_BUILD = "0.0.10-source-runpath"
 
 
-def test_a_seed_cuda13_system_runtime(scenario, parts, mode):
-    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
+@pytest.mark.parametrize("tms", ["0.0.9.post1", RUNPATH_BUILD])
+def test_a_seed_cuda13_system_runtime(scenario, parts, tms, mode):
+    scn = scenario(tms=tms, torch="cu13-sys", host=("driver", "cuda13"))
     doc = scn.doctor()
     assert chosen(doc) == CU13
     assert doc["runtime"]["major"] == 13 and "torch.version.cuda='13.0'" in doc["runtime"]["source"]
@@ -68,18 +71,24 @@ def test_a_seed_cuda13_system_runtime(scenario, parts, mode):
     assert out["env"]["TMS_INIT_ENABLE"] == "1" and out["env"]["TMS_INIT_ENABLE_CPU_BACKUP"] == "1"
 
 
-def test_b_cuda13_from_pip_only(scenario, mode):
-    scn = scenario(tms="0.0.9.post1", torch="cu13-pip", pip=(13,), host=("driver",))
+@pytest.mark.parametrize("tms", ["0.0.9.post1", RUNPATH_BUILD])
+def test_b_cuda13_from_pip_only(scenario, tms, mode):
+    """The pip runtime is found by the LD_LIBRARY_PATH binding, or by the build's own RUNPATH (then no binding)."""
+    scn = scenario(tms=tms, torch="cu13-pip", pip=(13,), host=("driver",))
     doc = scn.doctor()
     assert chosen(doc) == CU13
     pip_dir = str(scn.site / "nvidia" / "cu13" / "lib")
-    assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == pip_dir
+    if tms == RUNPATH_BUILD:
+        assert "LD_LIBRARY_PATH" not in doc["plan"]["env"], doc["plan"]
+    else:
+        assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == pip_dir
     out = hooked(scn, mode=mode)
     assert mapped(out, "libcudart") == [os.path.join(pip_dir, "libcudart.so.13")]
 
 
-def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario, mode):
-    scn = scenario(tms="0.0.10", torch="cu12-pip", pip=(12,), host=("driver",))
+@pytest.mark.parametrize("tms", ["0.0.10", RUNPATH_BUILD])
+def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario, tms, mode):
+    scn = scenario(tms=tms, torch="cu12-pip", pip=(12,), host=("driver",))
     assert chosen(scn.doctor()) == CU12
     out = hooked(scn, mode=mode)
     assert [os.path.basename(m) for m in mapped(out, "torch_memory_saver")] == [CU12]

@@ -24,13 +24,14 @@ from tms_autopreload import elf  # noqa: E402
 from tms_autopreload.builds import interposed  # noqa: E402
 
 VERSIONS = ["0.0.8", "0.0.9", "0.0.9.post1", "0.0.10"]
+SOURCE_BUILDS = ["0.0.10-source", "0.0.10-source-runpath"]  # built here from the sdist (tools/tms_source.py)
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("symbols")
     out: dict[str, Path] = {}
-    for version in VERSIONS:
+    for version in VERSIONS + SOURCE_BUILDS:
         with zipfile.ZipFile(tms_wheel(version)) as z:
             for name in z.namelist():
                 if name.startswith(("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")):
@@ -74,7 +75,7 @@ def test_read_symbols_agrees_with_nm(files):
     assert checked >= 100
 
 
-@pytest.mark.parametrize("version", ["0.0.9.post1", "0.0.10"])
+@pytest.mark.parametrize("version", ["0.0.9.post1", "0.0.10", *SOURCE_BUILDS])
 def test_preload_builds_interpose_cuda_malloc_and_free(files, version):
     for major in (12, 13):
         got = interposed(str(files[f"{version}/torch_memory_saver_hook_mode_preload_cu{major}.abi3.so"]),
