@@ -217,11 +217,16 @@ def test_sglang_36533_unflagged_dies_in_the_loader_and_ours_fixes_it(real_torch,
 def test_sglang_36533_with_the_runpath_build_needs_no_flag(real_torch, launcher):
     """With upstream #108's layers (as modelled), torch_memory_saver's own configure_subprocess() starts
     the children on the pip-only host by itself: the hook finds torch's libcudart through its RUNPATH
-    and the launcher's LD_LIBRARY_PATH entry, one copy mapped."""
+    and the launcher's LD_LIBRARY_PATH entry, one copy mapped. tms_autopreload's drop-in then leaves
+    LD_LIBRARY_PATH alone."""
     scn = real_torch(("driver",), tms=RUNPATH_BUILD)
     out, err = launch(scn, launcher, "tms")
     assert execs(err) == 0 and "error while loading shared libraries" not in err, err[-3000:]
     assert_children_hooked(scn, out, err)
+    # tms_autopreload's drop-in: the loader finds torch's libcudart through the RUNPATH, so no binding.
+    out, err = launch(scn, launcher, "ours")
+    assert_children_hooked(scn, out, err)
+    assert all(c["library_path"] == "" for c in out["children"]), out
 
 
 def test_upstream_patch_fixes_sglang_36533_in_torch_memory_saver_itself(real_torch, launcher):
