@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+import support
 from conftest import assert_applied, mode_env
 
 PROBE = """
@@ -212,3 +213,23 @@ def test_path_with_space_works_through_library_path(scenario, tmp_path, mode):
     (colon / CU13).write_bytes(target.read_bytes())
     doc = scn.doctor({"TMS_AUTOPRELOAD_PATH": str(colon / CU13)})
     assert not doc["ok"] and "':' or ';'" in doc["error"]
+
+
+def test_runpath_build_apart_from_torchs_runtime_still_gets_the_binding(scenario, parts, mode):
+    """Split site-packages (torch and its pip runtime in one directory on sys.path, torch_memory_saver in
+    the venv): the build's $ORIGIN RUNPATH names a directory without the runtime, so the hook alone
+    dies in the loader, and the plan binds torch's runtime directory on LD_LIBRARY_PATH."""
+    scn = scenario(tms=RUNPATH_BUILD, torch=None, host=("driver",), tag="split-site")
+    system = scn.venv.path.parent / "system" / "site-packages"
+    if not (system / "torch").exists():
+        support.write_torch_standin(system, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
+        support.extract(support.runtime_wheel(13), "nvidia/cu13/lib/libcudart.so.13", system / "nvidia" / "cu13" / "lib")
+    env = {"PYTHONPATH": str(system)}
+    r = scn.host.run(["bash", "-c", "true"], {"PATH": os.environ["PATH"], "LD_PRELOAD": str(scn.site / CU13)})
+    assert r.returncode == 127 and "libcudart.so.13: cannot open shared object file" in r.stderr, r.stderr
+    doc = scn.doctor(env)
+    assert chosen(doc) == CU13
+    runtime_dir = str(system / "nvidia" / "cu13" / "lib")
+    assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == runtime_dir
+    out = hooked(scn, env, mode)
+    assert mapped(out, "libcudart") == [os.path.join(runtime_dir, "libcudart.so.13")]
