@@ -52,10 +52,9 @@ RUNPATH_BUILD = "0.0.10-source-runpath"
 TMS = ["0.0.9.post1", RUNPATH_BUILD]
 
 
-@pytest.mark.parametrize("tms", TMS)
 @pytest.mark.parametrize("host", HOSTS, ids=HOST_IDS)
-def test_real_torch_one_runtime_and_the_hook_wins(real_torch, host, tms, tmp_path, mode):
-    scn = real_torch(host, tms)
+def test_real_torch_one_runtime_and_the_hook_wins(real_torch, host, tmp_path, mode):
+    scn = real_torch(host)
     # LD_BIND_NOW binds every reference as its library loads, so the log shows torch's own bindings.
     r = scn.flagged(PROBE, {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": str(tmp_path / "bind"),
                             **mode_env(mode)})
