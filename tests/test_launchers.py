@@ -20,6 +20,12 @@ from support import KERNEL_CLIENT, cc, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TMS_VERSIONS = ["0.0.9.post1", "0.0.10"]  # 0.0.9.post1 replaces LD_PRELOAD, 0.0.10 prepends its pick
+# Built here from the 0.0.10 sdist (tools/tms_source.py): with upstream #108's two layers as modelled (RUNPATH
+# hooks; configure_subprocess() also prepends the parent's libcudart directory to LD_LIBRARY_PATH), and
+# with the patch this project ships for upstream (patches/torch_memory_saver/).
+RUNPATH_BUILD = "0.0.10-source-runpath"
+RELEASED_SOURCE = "0.0.10-source"
+PATCHED_SOURCE = "0.0.10-source-patched"
 
 LAUNCHER = r'''
 import concurrent.futures as cf, ctypes, json, multiprocessing as mp, os, queue, sys
@@ -41,6 +47,7 @@ def report(kind):
     except (AssertionError, OSError) as exc:
         verdict = f'refused: {exc}'
     return {'kind': kind, 'pid': os.getpid(), 'hooks': hooks, 'preload': preload, 'verdict': verdict,
+            'library_path': os.environ.get('LD_LIBRARY_PATH', ''),
             'cudart': [m for m in maps() if os.path.basename(m).startswith('libcudart')],
             'cuda': torch.version.cuda}
 
@@ -150,16 +157,20 @@ def extra_preload(parts):
 
 
 SPELLINGS = ["plain", "symlinked", "non-normalised", "unrelated-entry"]
+# Every spelling with the released wheels; the launcher that also rewrites LD_LIBRARY_PATH with two.
+LAUNCHER_CASES = [(tms, spelling) for tms in TMS_VERSIONS for spelling in SPELLINGS] + [
+    (RUNPATH_BUILD, "plain"), (RUNPATH_BUILD, "unrelated-entry")]
 
 
-@pytest.mark.parametrize("spelling", SPELLINGS)
-@pytest.mark.parametrize("tms", TMS_VERSIONS)
+@pytest.mark.parametrize("tms, spelling", LAUNCHER_CASES)
 def test_sglang_pattern_flagged_launcher(real_torch, launcher, extra_preload, tmp_path, tms, spelling, mode):
     """A flagged launcher's configure_subprocess() children: hooked once, accepted by torch_memory_saver.
 
     Child LD_PRELOAD before the hook rewrites it (0.0.10; 0.0.9.post1 always replaces it with one path):
     plain ``X:X``; symlinked ``L:L`` with L the same file through a symlinked venv; non-normalised
-    ``X:dir/./X``; unrelated-entry ``X:X:libunrelated.so``.
+    ``X:dir/./X``; unrelated-entry ``X:X:libunrelated.so``. The RUNPATH build's configure_subprocess()
+    also puts the launcher's libcudart directory first on LD_LIBRARY_PATH: the children are accepted as
+    they are, not resolved again.
     """
     scn = real_torch(("driver",), tms=tms)
     env = {"TMS_AUTOPRELOAD": "1", **mode_env(mode)}
@@ -173,9 +184,12 @@ def test_sglang_pattern_flagged_launcher(real_torch, launcher, extra_preload, tm
     out, err = launch(scn, launcher, "tms", spelling, env, python)
     assert_applied(mode, err)  # in the launcher; no child re-execs
     assert_children_hooked(scn, out, err)
-    if spelling == "unrelated-entry" and tms == "0.0.10":
+    if spelling == "unrelated-entry" and tms != "0.0.9.post1":
         assert all(c["preload"].endswith(f":{extra_preload}") for c in out["children"])
-    if spelling == "plain" and tms == "0.0.10":
+    if tms == RUNPATH_BUILD:
+        cudart_dir = str(scn.site / "nvidia" / "cu13" / "lib")
+        assert all(c["library_path"].split(":")[0] == cudart_dir for c in out["children"]), out
+    if spelling == "plain" and tms != "0.0.9.post1":
         rewritten = [line for line in err.splitlines() if "LD_PRELOAD rewritten as" in line]
         assert len(rewritten) >= 3, err[-3000:]  # spawn child, forkserver, pool worker
 
@@ -198,6 +212,65 @@ def test_sglang_36533_unflagged_dies_in_the_loader_and_ours_fixes_it(real_torch,
     assert execs(err) == 0 and "error while loading shared libraries" not in err, err[-3000:]
     assert_children_hooked(scn, out, err)
     assert out["preload_after"] is None  # restored in the launcher, which stays unhooked
+
+
+def test_sglang_36533_with_the_runpath_build_needs_no_flag(real_torch, launcher):
+    """With upstream #108's layers (as modelled), torch_memory_saver's own configure_subprocess() starts
+    the children on the pip-only host by itself: the hook finds torch's libcudart through its RUNPATH
+    and the launcher's LD_LIBRARY_PATH entry, one copy mapped. tms_autopreload's drop-in then leaves
+    LD_LIBRARY_PATH alone."""
+    scn = real_torch(("driver",), tms=RUNPATH_BUILD)
+    out, err = launch(scn, launcher, "tms")
+    assert execs(err) == 0 and "error while loading shared libraries" not in err, err[-3000:]
+    assert_children_hooked(scn, out, err)
+    # tms_autopreload's drop-in: the loader finds torch's libcudart through the RUNPATH, so no binding.
+    out, err = launch(scn, launcher, "ours")
+    assert_children_hooked(scn, out, err)
+    assert all(c["library_path"] == "" for c in out["children"]), out
+
+
+def test_upstream_patch_fixes_sglang_36533_in_torch_memory_saver_itself(real_torch, launcher):
+    """patches/torch_memory_saver/: the SGLang pattern, unchanged, on the pip-only host. Built from the
+    released source the children die in the loader (exit 127); built from the patched source,
+    torch_memory_saver's configure_subprocess() hands them tms_autopreload's verified plan: hooked,
+    no exec, accepted by its own check, the launcher's environment restored. A flagged launcher's
+    children get one LD_PRELOAD entry already, nothing left to rewrite."""
+    before = real_torch(("driver",), tms=RELEASED_SOURCE)
+    r = before.host.run([str(before.venv.python), str(launcher), "tms", "plain"], clean_env(), timeout=600)
+    assert "libcudart.so.13: cannot open shared object file" in r.stderr, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["children"][0]["exitcode"] == 127
+
+    after = real_torch(("driver",), tms=PATCHED_SOURCE)
+    out, err = launch(after, launcher, "tms")
+    assert execs(err) == 0 and "error while loading shared libraries" not in err, err[-3000:]
+    assert_children_hooked(after, out, err)
+    assert out["preload_after"] is None
+    out, err = launch(after, launcher, "tms", env={"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"})
+    assert_children_hooked(after, out, err)
+    assert all(c["preload"] == str(after.site / CU13) for c in out["children"]), out
+    assert "LD_PRELOAD rewritten as" not in err, err[-3000:]
+
+
+def test_upstream_patch_keeps_todays_pick_without_tms_autopreload(real_torch):
+    """The guarded import: with tms_autopreload not importable, the patched configure_subprocess() is
+    today's (its own pick in LD_PRELOAD, LD_LIBRARY_PATH untouched); with it, the verified plan."""
+    scn = real_torch(("driver",), tms=PATCHED_SOURCE)
+    code = textwrap.dedent("""
+        import json, os, sys
+        if sys.argv[1] == 'blocked':
+            sys.modules['tms_autopreload'] = None  # what `import tms_autopreload` meets when it is not installed
+        from torch_memory_saver.hooks.mode_preload import configure_subprocess
+        with configure_subprocess():
+            print(json.dumps({k: os.environ.get(k) for k in ('LD_PRELOAD', 'LD_LIBRARY_PATH')}))
+        """)
+    got = {}
+    for case in ("blocked", "installed"):
+        r = scn.host.run([str(scn.venv.python), "-c", code, case], clean_env(), timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        got[case] = json.loads(r.stdout.strip().splitlines()[-1])
+    hook = str(scn.site / CU13)
+    assert got["blocked"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": None}
+    assert got["installed"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": str(scn.site / "nvidia" / "cu13" / "lib")}
 
 
 def test_configure_subprocess_contract(scenario, parts):

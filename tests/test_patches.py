@@ -104,3 +104,17 @@ def test_a_malformed_patch_is_caught(tmp_path):
     git(tmp_path, "init", "-q")
     r = git(tmp_path, "apply", "--check", str(bad))
     assert r.returncode != 0 and "corrupt patch" in r.stderr, r.stderr
+
+
+def test_torch_memory_saver_patches_apply_to_its_released_source(tmp_path):
+    """The 0.0.10 sdist carries the mode_preload.py and setup.py of upstream main 4a43c97 (its version
+    string aside): the shipped patch and the tests' RUNPATH model apply to those real files."""
+    import support  # noqa: F401 - puts tools/ on sys.path
+    from tms_source import SOURCE_BUILDS, unpack
+
+    src = unpack(tmp_path)
+    patches = {p for build in SOURCE_BUILDS.values() for p in build}
+    assert ROOT / "patches" / "torch_memory_saver" / "main-4a43c97.patch" in patches
+    for patch in sorted(patches):
+        r = git(src, "apply", "--check", str(patch))
+        assert r.returncode == 0, (patch.name, r.stderr)

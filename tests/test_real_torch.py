@@ -47,6 +47,9 @@ print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'hook_
 HOSTS = [("driver",), ("driver", "cuda13")]
 HOST_IDS = ["pip-runtime-only", "plus-system-cuda13"]
 HOOK = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+# A released wheel, and torch_memory_saver built here with an $ORIGIN-relative RUNPATH (tools/tms_source.py).
+RUNPATH_BUILD = "0.0.10-source-runpath"
+TMS = ["0.0.9.post1", RUNPATH_BUILD]
 
 
 @pytest.mark.parametrize("host", HOSTS, ids=HOST_IDS)
@@ -75,9 +78,10 @@ def deep(scn, env=None, *args, tmp=None):
     return r
 
 
+@pytest.mark.parametrize("tms", TMS)
 @pytest.mark.parametrize("host", HOSTS, ids=HOST_IDS)
-def test_doctor_deep_proves_torch_allocator_binds_to_the_hook(real_torch, host, mode, tmp_path):
-    scn = real_torch(host)
+def test_doctor_deep_proves_torch_allocator_binds_to_the_hook(real_torch, host, tms, mode, tmp_path):
+    scn = real_torch(host, tms)
     r = deep(scn, None, "--mode", mode, tmp=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
@@ -132,3 +136,13 @@ def test_real_torch_doctor_reads_torch_without_importing_it(real_torch):
     r = scn.run(["-c", "import sys, tms_autopreload.plan as p; p.survey(); print('torch' in sys.modules)"])
     assert r.stdout.strip() == "False", r.stderr
     assert os.path.basename(doc["plan"]["build"]) == "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+
+
+def test_runpath_build_needs_no_binding_beside_a_system_cuda13(real_torch):
+    """A hook whose RUNPATH names torch's pip runtime finds it before the system copy in ld.so.cache,
+    so the plan leaves LD_LIBRARY_PATH alone where a released build needs torch's directory first."""
+    doc = real_torch(("driver", "cuda13"), RUNPATH_BUILD).doctor()
+    assert doc["ok"], doc["error"]
+    assert "LD_LIBRARY_PATH" not in doc["plan"]["env"], doc["plan"]
+    chosen = next(c for c in doc["candidates"] if c["status"] == "chosen")
+    assert chosen["reason"].endswith(f"binds libcudart.so.13 to {doc['runtime']['library']}"), chosen

@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+import support
 from conftest import assert_applied, mode_env
 
 PROBE = """
@@ -53,10 +54,13 @@ def verdict(doc, name):
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 PLAIN = "torch_memory_saver_hook_mode_preload.abi3.so"
+# torch_memory_saver built here with an $ORIGIN-relative RUNPATH to the pip runtime (tools/tms_source.py).
+RUNPATH_BUILD = "0.0.10-source-runpath"
 
 
-def test_a_seed_cuda13_system_runtime(scenario, parts, mode):
-    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
+@pytest.mark.parametrize("tms", ["0.0.9.post1", RUNPATH_BUILD])
+def test_a_seed_cuda13_system_runtime(scenario, parts, tms, mode):
+    scn = scenario(tms=tms, torch="cu13-sys", host=("driver", "cuda13"))
     doc = scn.doctor()
     assert chosen(doc) == CU13
     assert doc["runtime"]["major"] == 13 and "torch.version.cuda='13.0'" in doc["runtime"]["source"]
@@ -68,18 +72,24 @@ def test_a_seed_cuda13_system_runtime(scenario, parts, mode):
     assert out["env"]["TMS_INIT_ENABLE"] == "1" and out["env"]["TMS_INIT_ENABLE_CPU_BACKUP"] == "1"
 
 
-def test_b_cuda13_from_pip_only(scenario, mode):
-    scn = scenario(tms="0.0.9.post1", torch="cu13-pip", pip=(13,), host=("driver",))
+@pytest.mark.parametrize("tms", ["0.0.9.post1", RUNPATH_BUILD])
+def test_b_cuda13_from_pip_only(scenario, tms, mode):
+    """The pip runtime is found by the LD_LIBRARY_PATH binding, or by the build's own RUNPATH (then no binding)."""
+    scn = scenario(tms=tms, torch="cu13-pip", pip=(13,), host=("driver",))
     doc = scn.doctor()
     assert chosen(doc) == CU13
     pip_dir = str(scn.site / "nvidia" / "cu13" / "lib")
-    assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == pip_dir
+    if tms == RUNPATH_BUILD:
+        assert "LD_LIBRARY_PATH" not in doc["plan"]["env"], doc["plan"]
+    else:
+        assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == pip_dir
     out = hooked(scn, mode=mode)
     assert mapped(out, "libcudart") == [os.path.join(pip_dir, "libcudart.so.13")]
 
 
-def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario, mode):
-    scn = scenario(tms="0.0.10", torch="cu12-pip", pip=(12,), host=("driver",))
+@pytest.mark.parametrize("tms", ["0.0.10", RUNPATH_BUILD])
+def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario, tms, mode):
+    scn = scenario(tms=tms, torch="cu12-pip", pip=(12,), host=("driver",))
     assert chosen(scn.doctor()) == CU12
     out = hooked(scn, mode=mode)
     assert [os.path.basename(m) for m in mapped(out, "torch_memory_saver")] == [CU12]
@@ -203,3 +213,23 @@ def test_path_with_space_works_through_library_path(scenario, tmp_path, mode):
     (colon / CU13).write_bytes(target.read_bytes())
     doc = scn.doctor({"TMS_AUTOPRELOAD_PATH": str(colon / CU13)})
     assert not doc["ok"] and "':' or ';'" in doc["error"]
+
+
+def test_runpath_build_apart_from_torchs_runtime_still_gets_the_binding(scenario, parts, mode):
+    """Split site-packages (torch and its pip runtime in one directory on sys.path, torch_memory_saver in
+    the venv): the build's $ORIGIN RUNPATH names a directory without the runtime, so the hook alone
+    dies in the loader, and the plan binds torch's runtime directory on LD_LIBRARY_PATH."""
+    scn = scenario(tms=RUNPATH_BUILD, torch=None, host=("driver",), tag="split-site")
+    system = scn.venv.path.parent / "system" / "site-packages"
+    if not (system / "torch").exists():
+        support.write_torch_standin(system, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
+        support.extract(support.runtime_wheel(13), "nvidia/cu13/lib/libcudart.so.13", system / "nvidia" / "cu13" / "lib")
+    env = {"PYTHONPATH": str(system)}
+    r = scn.host.run(["bash", "-c", "true"], {"PATH": os.environ["PATH"], "LD_PRELOAD": str(scn.site / CU13)})
+    assert r.returncode == 127 and "libcudart.so.13: cannot open shared object file" in r.stderr, r.stderr
+    doc = scn.doctor(env)
+    assert chosen(doc) == CU13
+    runtime_dir = str(system / "nvidia" / "cu13" / "lib")
+    assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == runtime_dir
+    out = hooked(scn, env, mode)
+    assert mapped(out, "libcudart") == [os.path.join(runtime_dir, "libcudart.so.13")]

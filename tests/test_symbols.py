@@ -24,13 +24,14 @@ from tms_autopreload import elf  # noqa: E402
 from tms_autopreload.builds import interposed  # noqa: E402
 
 VERSIONS = ["0.0.8", "0.0.9", "0.0.9.post1", "0.0.10"]
+SOURCE_BUILDS = ["0.0.10-source", "0.0.10-source-runpath"]  # built here from the sdist (tools/tms_source.py)
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("symbols")
     out: dict[str, Path] = {}
-    for version in VERSIONS:
+    for version in VERSIONS + SOURCE_BUILDS:
         with zipfile.ZipFile(tms_wheel(version)) as z:
             for name in z.namelist():
                 if name.startswith(("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")):
@@ -74,12 +75,29 @@ def test_read_symbols_agrees_with_nm(files):
     assert checked >= 100
 
 
-@pytest.mark.parametrize("version", ["0.0.9.post1", "0.0.10"])
+@pytest.mark.parametrize("version", ["0.0.9.post1", "0.0.10", *SOURCE_BUILDS])
 def test_preload_builds_interpose_cuda_malloc_and_free(files, version):
     for major in (12, 13):
         got = interposed(str(files[f"{version}/torch_memory_saver_hook_mode_preload_cu{major}.abi3.so"]),
                          str(files[f"libcudart.so.{major}"]))
         assert {"cudaMalloc", "cudaFree"} <= set(got), got
+
+
+def test_source_builds_link_as_the_release_does(files):
+    """Built here from the sdist against NVIDIA's pip headers: the driver and runtime the released 0.0.10
+    builds need; the RUNPATH model adds only ``$ORIGIN/<the pip runtime directory>``, as DT_RUNPATH
+    (LD_LIBRARY_PATH keeps precedence); the unsuffixed name holds the cu12 build, as in the release."""
+    for major, runtime_dir in ((12, "nvidia/cuda_runtime/lib"), (13, "nvidia/cu13/lib")):
+        name = f"torch_memory_saver_hook_mode_preload_cu{major}.abi3.so"
+        cuda = [n for n in elf.read_dynamic(str(files[f"0.0.10/{name}"])).needed if n.startswith("libcud")]
+        assert cuda == ["libcuda.so.1", f"libcudart.so.{major}"]
+        for build, runpath in (("0.0.10-source", ()), ("0.0.10-source-runpath", (f"$ORIGIN/{runtime_dir}",))):
+            info = elf.read_dynamic(str(files[f"{build}/{name}"]))
+            assert [n for n in info.needed if n.startswith("libcud")] == cuda
+            assert (info.rpath, info.runpath) == ((), runpath), build
+    for build in SOURCE_BUILDS:
+        plain = files[f"{build}/torch_memory_saver_hook_mode_preload.abi3.so"].read_bytes()
+        assert plain == files[f"{build}/torch_memory_saver_hook_mode_preload_cu12.abi3.so"].read_bytes()
 
 
 def test_driver_only_build_interposes_what_the_runtime_defines(files):

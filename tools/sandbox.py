@@ -76,6 +76,11 @@ def wheel(spec: str) -> Path:
 
 
 def tms_wheel(version: str) -> Path:
+    """A released torch_memory_saver wheel, or a build of its source (a name of tms_source.SOURCE_BUILDS)."""
+    if "-source" in version:
+        from tms_source import source_wheel
+
+        return source_wheel(version)
     return wheel(f"torch-memory-saver=={version}")
 
 
