@@ -2,12 +2,21 @@
 PYTHON ?= python3
 VENV ?= .venv-test
 
-.PHONY: test demo demo-clean bench fuzz clean
+.PHONY: test check prereqs-test prereqs-check demo demo-clean bench fuzz clean
 
-# The test command (CI runs it through .ci/run): a venv with the test tools, then the whole suite.
+# The test command (CI runs it through .ci/run): what the machine must have, checked first and said
+# in one message; a venv with the test tools; then the whole suite.
 # TMS_TEST_STRICT=1 turns every skip into a failure: green means every scenario ran.
-test: $(VENV)/.ready
+test: prereqs-test $(VENV)/.ready
 	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs
+
+# The fast lane for the edit loop: every test not marked slow (no real torch or Ray, no other
+# interpreters, no root file systems; tests/conftest.py marks those).
+check: prereqs-check $(VENV)/.ready
+	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs -m "not slow"
+
+prereqs-test prereqs-check:
+	$(PYTHON) tools/prereqs.py $(@:prereqs-%=%)
 
 $(VENV)/.ready: tests/requirements.txt
 	$(PYTHON) -m venv $(VENV)

@@ -51,6 +51,21 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped under TMS_TEST_STRICT=1 (every scenario must run in CI): {reason}"
 
 
+# What only the whole suite sets up: a test using one of these fixtures, or parametrized over an
+# interpreter other than the one running the tests, is marked slow and left out of `make check`.
+SLOW_FIXTURES = {"real_torch", "ray_cluster"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Mark slow what needs the whole suite's set-up, before ``-m "not slow"`` deselects."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        python = params.params.get("python", DEFAULT_PYTHON) if params else DEFAULT_PYTHON
+        if SLOW_FIXTURES & set(item.fixturenames) or python != DEFAULT_PYTHON:
+            item.add_marker(pytest.mark.slow)
+
+
 def need(fn, *args, **kw):
     """Call a setup step; a missing capability of this machine skips (a failure under STRICT)."""
     try:

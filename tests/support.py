@@ -2,7 +2,8 @@
 
 A *host* is what the dynamic loader can see: we write an ``ld.so.conf`` naming exactly the
 directories we want, build a cache from it with ``ldconfig -C``, and run every process of
-the scenario inside a private mount namespace (``unshare -m``) with that cache bind-mounted
+the scenario inside a private mount namespace (``unshare -m``; for a user other than root, inside a
+user namespace) with that cache bind-mounted
 over ``/etc/ld.so.cache``. The machine's own CUDA (if any) is then invisible, whatever the
 machine has. Stand-ins exist only for what cannot be real here: the driver (``libcuda.so.1``),
 torch builds without a wheel for this machine (CUDA 12, ROCm, CPU) and ROCm itself.
@@ -18,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from sandbox import (CACHE, RUNTIME_WHEELS, TORCH_VERSION, Venv, build_own_wheel, clean_env,  # noqa: E402,F401
-                     extract, find_python, locate_python, private_copy, ray_venv, run, runtime_wheel, tms_wheel,
-                     torch_venv, uv, wheel)
+from sandbox import (CACHE, RUNTIME_WHEELS, TORCH_VERSION, Venv, build_own_wheel, check_namespaces,  # noqa: E402,F401
+                     clean_env, extract, find_python, locate_python, private_copy, ray_venv, run, runtime_wheel,
+                     tms_wheel, torch_venv, unshare_mounts, uv, wheel)
 from standins import SetupError, cc, driver_stub, global_deps, hip_stub, write_torch_standin  # noqa: E402,F401
 # ---------------------------------------------------------------- hosts
 
@@ -45,7 +46,7 @@ class Host:
         namespace first (more mounts, say).
         """
         script = 'mount --bind "$0" /etc/ld.so.cache && ' + (f"{setup} && " if setup else "") + 'exec env -i "$@"'
-        return ["unshare", "-m", "sh", "-c", script, str(self.cache), *(f"{k}={v}" for k, v in env.items()),
+        return [*unshare_mounts(), "sh", "-c", script, str(self.cache), *(f"{k}={v}" for k, v in env.items()),
                 *map(str, argv)]
 
     def run(self, argv: list[str], env: dict[str, str], setup: str = "", **kw) -> subprocess.CompletedProcess:
@@ -53,17 +54,6 @@ class Host:
         kw.setdefault("text", True)
         kw.setdefault("timeout", 120)
         return subprocess.run(self.wrap(argv, env, setup), env=clean_env(), **kw)
-
-
-def check_namespaces() -> None:
-    """Raise SetupError unless private mount namespaces with a bind mount work here."""
-    try:
-        r = subprocess.run(["unshare", "-m", "sh", "-c", "mount --bind /etc/ld.so.cache /etc/ld.so.cache"],
-                           capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SetupError(f"cannot run unshare: {exc}") from None
-    if r.returncode != 0:
-        raise SetupError(f"private mount namespaces do not work here (need root): {r.stderr.strip()}")
 
 
 def allocator_bindings(log_dir: Path) -> dict[str, dict[str, str]]:

@@ -46,6 +46,26 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# ---------------------------------------------------------------- private mount namespaces
+
+def unshare_mounts() -> list[str]:
+    """The command that runs a program in a private mount namespace where this user may bind-mount:
+    root's own, or for any other user a user namespace mapping them to root (which the kernel must
+    allow: unprivileged user namespaces)."""
+    return ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "-m"]
+
+
+def check_namespaces() -> None:
+    """Raise SetupError unless :func:`unshare_mounts` with a bind mount works here."""
+    try:
+        r = subprocess.run([*unshare_mounts(), "sh", "-c", "mount --bind /etc/ld.so.cache /etc/ld.so.cache"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SetupError(f"cannot run unshare: {exc}") from None
+    if r.returncode != 0:
+        raise SetupError(f"private mount namespaces do not work here: {r.stderr.strip()}")
+
+
 # ---------------------------------------------------------------- downloads (cached)
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["SetupError", "DRIVER_SYMBOLS", "cc", "driver_stub", "hip_stub", "global_deps", "write_torch_standin"]
+__all__ = ["SetupError", "DRIVER_SYMBOLS", "cc", "compiler", "driver_stub", "hip_stub", "global_deps", "write_torch_standin"]
 
 # Functions the preload builds import from the driver (nm -D --undefined-only, all released
 # versions), plus the two every driver user calls first. Each returns CUDA_ERROR_NO_DEVICE (100).
@@ -27,18 +27,23 @@ class SetupError(RuntimeError):
     """This machine lacks something a scenario needs; the message says what."""
 
 
+def compiler() -> str | None:
+    """The system C compiler: gcc, else cc, on PATH."""
+    return shutil.which("gcc") or shutil.which("cc")
+
+
 def cc(out: Path, source: str, *args: str) -> Path:
     """Compile ``source`` (C) into the shared object ``out`` with the system C compiler."""
-    compiler = shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
+    compiler_path = compiler()
+    if compiler_path is None:
         raise SetupError("no C compiler (gcc or cc) on PATH: install one (Debian: apt-get install gcc)")
     out.parent.mkdir(parents=True, exist_ok=True)
     src = out.with_name(out.name + ".c")
     src.write_text(source)
-    r = subprocess.run([compiler, "-shared", "-fPIC", "-o", str(out), str(src), *args],
+    r = subprocess.run([compiler_path, "-shared", "-fPIC", "-o", str(out), str(src), *args],
                        capture_output=True, text=True)
     if r.returncode != 0:
-        raise SetupError(f"{compiler} failed building {out}:\n{r.stderr}")
+        raise SetupError(f"{compiler_path} failed building {out}:\n{r.stderr}")
     return out
 
 

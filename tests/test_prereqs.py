@@ -1,0 +1,72 @@
+"""The check `make test` and `make check` run first: everything missing, in one message, with how to get it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import ROOT, clean_env, unshare_mounts
+
+PREREQS = ROOT / "tools" / "prereqs.py"
+
+
+def path_without(tmp_path: Path, *names: str) -> str:
+    """A PATH of one directory linking every program of this PATH except ``names``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(directory):
+            continue
+        for entry in os.scandir(directory):
+            link = bin_dir / entry.name
+            if entry.name not in names and not link.exists() and os.access(entry.path, os.X_OK):
+                link.symlink_to(entry.path)
+    return str(bin_dir)
+
+
+def prereqs(lane: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(PREREQS), lane], capture_output=True, text=True, timeout=120,
+                          env=clean_env(**env))
+
+
+@pytest.mark.parametrize("lane", ["check", "test"])
+def test_this_machine_has_everything(lane):
+    r = prereqs(lane)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize("lane", ["check", "test"])
+def test_missing_compiler_is_one_message_naming_gcc(tmp_path, lane):
+    r = prereqs(lane, PATH=path_without(tmp_path, "gcc", "cc"))
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        f"prereqs: `make {lane}` cannot run here; missing:",
+        "  - a C compiler: no C compiler (gcc or cc) on PATH",
+        "      get it: Debian: apt-get install gcc",
+    ]
+
+
+def test_everything_missing_is_listed_at_once(tmp_path):
+    r = prereqs("test", PATH=path_without(tmp_path, "gcc", "cc", "unshare"))
+    assert r.returncode == 1
+    assert r.stderr.count("prereqs: ") == 1, r.stderr
+    assert "  - unshare: no unshare on PATH\n      get it: Debian: apt-get install util-linux" in r.stderr
+    assert "  - a C compiler: no C compiler (gcc or cc) on PATH" in r.stderr
+    # the namespace probe needs unshare too, and says so instead of raising
+    assert "  - private mount namespaces: cannot run unshare:" in r.stderr
+
+
+def test_a_full_disk_is_named_with_what_is_needed(tmp_path):
+    """A 16 MiB tmpfs as the download cache, in a private mount namespace."""
+    small = tmp_path / "small"
+    small.mkdir()
+    script = f'mount -t tmpfs -o size=16m tmpfs "{small}" && exec "$@"'
+    r = subprocess.run([*unshare_mounts(), "sh", "-c", script, "sh", sys.executable, str(PREREQS), "check"],
+                       capture_output=True, text=True, timeout=120,
+                       env=clean_env(TMS_TEST_CACHE=str(small / "cache")))
+    assert r.returncode == 1
+    assert f"  - disk space: 0.0 GiB free under {small}, 1.0 GiB needed\n" in r.stderr, r.stderr
+    assert "TMS_TEST_CACHE" in r.stderr

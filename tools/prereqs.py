@@ -1,0 +1,179 @@
+"""What the tests need from the machine, checked before any test runs and said in one message.
+
+Without this, a missing compiler or interpreter shows up as dozens of failing scenarios, each
+naming the same cause. ``make test`` and ``make check`` run this module first; it asks the same
+functions the tests use (``find_python``, the C compiler, the namespace probe), so that what it
+accepts is exactly what the suite can use.
+
+Each requirement is one row of :data:`NEEDS`: what it is, which lanes need it (``check``, the
+fast lane without downloads of torch or Ray, and ``test``, the whole suite), how to tell whether
+this machine has it and how to get it. Adding a requirement is adding a row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from sandbox import CACHE, SetupError, check_namespaces, find_python  # noqa: E402
+from standins import compiler  # noqa: E402
+
+GIB = 1 << 30
+# CPython versions the whole suite runs on this machine's own glibc (tests/test_hook.py's matrix).
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+# Free space each lane needs, measured after a cold run: the download cache holds the pinned wheels
+# (10 MB), the real-torch venv (5.5 GB) and the Ray venvs; the temporary directory holds the venvs
+# of the scenarios (pytest keeps its last three runs there).
+CACHE_SPACE = {"check": 1 * GIB, "test": 12 * GIB}
+TEMP_SPACE = 1 * GIB
+
+
+@dataclass(frozen=True)
+class Need:
+    """One requirement: ``missing()`` says why this machine lacks it (None when it has it)."""
+
+    what: str
+    lanes: tuple[str, ...]
+    missing: Callable[[str], str | None]
+    fix: str
+
+
+def _program(*names: str) -> Callable[[str], str | None]:
+    """Any one of ``names`` on PATH."""
+    def missing(lane: str) -> str | None:
+        if any(shutil.which(n) for n in names):
+            return None
+        hidden = [f"/usr/sbin/{n}" for n in names if os.path.exists(f"/usr/sbin/{n}")]
+        if hidden:
+            return f"{hidden[0]} exists but /usr/sbin is not on PATH"
+        return f"no {' or '.join(names)} on PATH"
+    return missing
+
+
+def _compiler(lane: str) -> str | None:
+    return None if compiler() else "no C compiler (gcc or cc) on PATH"
+
+
+def _namespaces(lane: str) -> str | None:
+    try:
+        check_namespaces()
+    except SetupError as exc:
+        return str(exc)
+    return None
+
+
+def _pythons(lane: str) -> str | None:
+    absent = [f"python{v}" for v in PYTHONS if find_python(v) is None]
+    return f"not found on PATH nor under pyenv: {', '.join(absent)}" if absent else None
+
+
+def _installable_debootstrap(lane: str) -> str | None:
+    """debootstrap or mmdebstrap, or what the set-up needs to install debootstrap itself."""
+    if _program("debootstrap", "mmdebstrap")(lane) is None:
+        return None
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        return None  # the set-up installs debootstrap from Debian's packages
+    return "no debootstrap or mmdebstrap, and no apt-get run as root to install one"
+
+
+def _space(lane: str) -> str | None:
+    """Free space for what the lane still has to download and build (what the cache holds counts),
+    and for the scenario venvs in the temporary directory."""
+    want: dict[int, list] = {}  # file system -> [bytes wanted, where]
+    cache_want = max(CACHE_SPACE[lane] - _size(CACHE, limit=CACHE_SPACE[lane]), 0)
+    for where, size in ((_existing(CACHE), cache_want), (Path(tempfile.gettempdir()), TEMP_SPACE)):
+        entry = want.setdefault(os.stat(where).st_dev, [0, where])
+        entry[0] += size
+    short = [f"{shutil.disk_usage(where).free / GIB:.1f} GiB free under {where}, {size / GIB:.1f} GiB needed"
+             for size, where in want.values() if shutil.disk_usage(where).free < size]
+    return "; ".join(short) or None
+
+
+def _existing(path: Path) -> Path:
+    """``path`` or its nearest existing parent (the cache is made on first use)."""
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _size(root: Path, limit: int) -> int:
+    """Bytes under ``root``, counted up to ``limit`` (past it, the exact figure does not matter)."""
+    total = 0
+    for path, dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(path, name)).st_blocks * 512
+            except OSError:
+                continue
+        if total >= limit:
+            break
+    return total
+
+
+def _venv_module(lane: str) -> str | None:
+    lacking = [m for m in ("venv", "ensurepip") if importlib.util.find_spec(m) is None]
+    return f"{sys.executable} has no {' or '.join(lacking)} module" if lacking else None
+
+
+NEEDS = (
+    Need("venv with pip for this Python", ("check", "test"), _venv_module,
+         f"Debian: apt-get install python{sys.version_info.major}.{sys.version_info.minor}-venv"),
+    Need("private mount namespaces", ("check", "test"), _namespaces,
+         "run as root, or as a user the kernel allows user namespaces "
+         "(sysctl kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0)"),
+    Need("unshare", ("check", "test"), _program("unshare"), "Debian: apt-get install util-linux"),
+    Need("ldconfig", ("check", "test"), _program("ldconfig"),
+         "Debian: apt-get install libc-bin, and /usr/sbin on PATH"),
+    Need("a C compiler", ("check", "test"), _compiler, "Debian: apt-get install gcc"),
+    Need("debootstrap or mmdebstrap", ("test",), _installable_debootstrap,
+         "Debian: apt-get install debootstrap (or run the tests as root with apt-get, which installs it)"),
+    Need(f"CPython {PYTHONS[0]}-{PYTHONS[-1]}", ("test",), _pythons,
+         "install each missing version with pyenv (pyenv install 3.12) or your distribution's "
+         "python3.12 package with its venv module (Debian: python3.12-venv)"),
+    Need("disk space", ("check", "test"), _space,
+         "free space there, or point TMS_TEST_CACHE (the download cache) or TMPDIR at a larger file system"),
+)
+
+
+def missing(lane: str) -> list[tuple[Need, str]]:
+    """Every requirement of ``lane`` this machine lacks, with why."""
+    found = []
+    for need in NEEDS:
+        if lane in need.lanes:
+            why = need.missing(lane)
+            if why:
+                found.append((need, why))
+    return found
+
+
+def message(lane: str, lacking: list[tuple[Need, str]]) -> str:
+    """The one message that lists everything missing and how to get each."""
+    lines = [f"prereqs: `make {lane}` cannot run here; missing:"]
+    for need, why in lacking:
+        lines += [f"  - {need.what}: {why}", f"      get it: {need.fix}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lane", choices=("check", "test"), nargs="?", default="test")
+    lane = parser.parse_args(argv).lane
+    lacking = missing(lane)
+    if lacking:
+        print(message(lane, lacking), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
