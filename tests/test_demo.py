@@ -5,9 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from support import ROOT, clean_env
 
 
+@pytest.mark.slow  # the whole demo, with its own downloads and venvs
 def test_demo_end_to_end(tmp_path):
     sandbox = tmp_path / "demo"
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "demo.py"), "--dir", str(sandbox)],

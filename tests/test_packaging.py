@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import shutil
 import sys
 import tarfile
@@ -9,11 +11,21 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import ROOT, Venv, find_python, run
+from packaging.metadata import Metadata
+from support import ROOT, Venv, find_python, run, wheel
 from support import uv as sandbox_uv
 
-# No PEP 829 .start: see test_startup_files.py.
-STARTUP = {"tms_autopreload.pth"}
+
+def _startup_files() -> set[str]:
+    """setup.py's STARTUP_FILES: what the wheel puts at the root of site-packages (the ``.pth`` alone:
+    no PEP 829 ``.start``, see test_startup_files.py)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    value = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == "STARTUP_FILES" for t in node.targets))
+    return set(ast.literal_eval(value))
+
+
+STARTUP = _startup_files()
 PROBE = "import os; print(os.environ.get('TMS_AUTOPRELOAD_STATE', ''))"
 
 
@@ -37,6 +49,7 @@ def test_wheel_carries_the_pth_alone_at_its_root(parts):
     assert "Requires-Dist" not in metadata  # nothing that could swap the user's torch build
 
 
+@pytest.mark.slow  # builds in an isolated environment from the index
 def test_sdist_builds_the_same_wheel(parts, tmp_path):
     run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path), str(ROOT)])
     sdist = next(tmp_path.glob("tms_autopreload-*.tar.gz"))
@@ -78,6 +91,7 @@ def test_uv_install_hooks(scenario, tmp_path):
     assert r.returncode == 0 and r.stdout.strip().endswith("_cu13.abi3.so"), r.stderr
 
 
+@pytest.mark.slow  # CPython 3.12 and an editable install
 def test_editable_install_hooks(scenario, tmp_path):
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python="3.12")
     src = tmp_path / "src"
@@ -94,3 +108,72 @@ def test_editable_install_hooks(scenario, tmp_path):
     finally:
         run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "uninstall", "-y", "-q", "tms-autopreload"])
         scn.venv.install(scn.parts.own_wheel)
+
+
+# ---------------------------------------------------------------- what a packager expects
+
+PACKAGE = {f"tms_autopreload/{p.name}" for p in (ROOT / "tms_autopreload").glob("*.py")}
+DIST_INFO = {"METADATA", "WHEEL", "RECORD", "entry_points.txt", "top_level.txt", "licenses/LICENSE"}
+SDIST_TOP = {"LICENSE", "CHANGELOG.md", "README.md", "PKG-INFO", "pyproject.toml", "setup.cfg", "setup.py",
+             "MANIFEST.in"}
+EGG_INFO = {"PKG-INFO", "SOURCES.txt", "dependency_links.txt", "entry_points.txt", "top_level.txt"}
+
+
+def _metadata(text: str) -> Metadata:
+    """Core metadata parsed and validated by packaging (what twine and the index check)."""
+    meta = Metadata.from_email(text, validate=True)
+    assert meta.metadata_version == "2.4"  # License-Expression needs 2.4 (PEP 639)
+    assert (meta.name, meta.license_expression, meta.license_files) == ("tms-autopreload", "Apache-2.0", ["LICENSE"])
+    assert meta.license is None and not [c for c in meta.classifiers or () if c.startswith("License ::")]
+    assert not meta.requires_dist  # nothing that could swap the user's torch build
+    assert str(meta.requires_python) == ">=3.10" and meta.description_content_type == "text/markdown"
+    assert meta.description.strip() == (ROOT / "README.md").read_text().strip()
+    return meta
+
+
+@pytest.mark.slow  # builds in an isolated environment from the index
+def test_sdist_and_wheel_hold_the_package_its_license_and_nothing_else(tmp_path):
+    """Built as a packager builds (``python -m build``: the sdist, then the wheel from the sdist) from a
+    checkout that has been used: bytecode and test caches lie around in it."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info"))
+    for litter in ("tms_autopreload/__pycache__/plan.cpython-311.pyc", ".pytest_cache/v/cache/lastfailed",
+                   "tests/__pycache__/conftest.cpython-311.pyc", ".hypothesis/examples/x"):
+        (src / litter).parent.mkdir(parents=True, exist_ok=True)
+        (src / litter).write_bytes(b"x")
+    run([sys.executable, "-m", "build", "--outdir", str(tmp_path / "out"), str(src)])
+    license_text = (ROOT / "LICENSE").read_bytes()
+    assert license_text.startswith(b"\n                                 Apache License\n")
+
+    (whl,) = (tmp_path / "out").glob("tms_autopreload-*.whl")
+    with zipfile.ZipFile(whl) as z:
+        names = set(z.namelist())
+        dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+        assert names == STARTUP | PACKAGE | {f"{dist_info}/{n}" for n in DIST_INFO}
+        assert z.read(f"{dist_info}/licenses/LICENSE") == license_text
+        wheel_meta = _metadata(z.read(f"{dist_info}/METADATA").decode())
+
+    (sdist,) = (tmp_path / "out").glob("tms_autopreload-*.tar.gz")
+    with tarfile.open(sdist) as t:
+        top = f"tms_autopreload-{wheel_meta.version}"
+        files = {m.name.removeprefix(f"{top}/") for m in t.getmembers() if m.isfile()}
+        assert files == SDIST_TOP | STARTUP | PACKAGE | {f"tms_autopreload.egg-info/{n}" for n in EGG_INFO}
+        assert t.extractfile(f"{top}/LICENSE").read() == license_text
+        sdist_meta = _metadata(t.extractfile(f"{top}/PKG-INFO").read().decode())
+    assert sdist_meta.version == wheel_meta.version
+
+
+@pytest.mark.slow  # downloads setuptools
+def test_install_without_build_isolation_on_the_declared_setuptools_floor(tmp_path):
+    """``pip install --no-build-isolation .`` with exactly the oldest setuptools pyproject.toml allows."""
+    (floor,) = re.findall(r'^requires = \["setuptools>=([\d.]+)"\]$', (ROOT / "pyproject.toml").read_text(), re.M)
+    venv = Venv(tmp_path / "v", sys.executable, [wheel(f"setuptools=={floor}")])
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info",
+                                                             "__pycache__"))
+    run([sys.executable, "-m", "pip", "--python", str(venv.python), "install", "-q", "--no-build-isolation",
+         "--no-deps", "--no-index", str(src)])
+    assert STARTUP <= {p.name for p in venv.site.iterdir()}
+    (dist_info,) = venv.site.glob("tms_autopreload-*.dist-info")
+    assert (dist_info / "licenses" / "LICENSE").read_bytes() == (ROOT / "LICENSE").read_bytes()
+    assert "License-Expression: Apache-2.0" in (dist_info / "METADATA").read_text()

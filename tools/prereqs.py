@@ -125,15 +125,27 @@ def _venv_module(lane: str) -> str | None:
     return f"{sys.executable} has no {' or '.join(lacking)} module" if lacking else None
 
 
+# Programs the tests start: name -> (Debian package, lanes that need it).
+PROGRAMS = {
+    "unshare": ("util-linux", ("check", "test")),
+    "mount": ("mount", ("check", "test")),
+    "setpriv": ("util-linux", ("check", "test")),
+    "ldconfig": ("libc-bin", ("check", "test")),
+    "nm": ("binutils", ("check", "test")),
+    "git": ("git", ("check", "test")),
+    "pgrep": ("procps", ("check", "test")),
+    "bash": ("bash", ("check", "test")),
+    "script": ("bsdutils", ("test",)),
+}
+
 NEEDS = (
     Need("venv with pip for this Python", ("check", "test"), _venv_module,
          f"Debian: apt-get install python{sys.version_info.major}.{sys.version_info.minor}-venv"),
     Need("private mount namespaces", ("check", "test"), _namespaces,
          "run as root, or as a user the kernel allows user namespaces "
          "(sysctl kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0)"),
-    Need("unshare", ("check", "test"), _program("unshare"), "Debian: apt-get install util-linux"),
-    Need("ldconfig", ("check", "test"), _program("ldconfig"),
-         "Debian: apt-get install libc-bin, and /usr/sbin on PATH"),
+    *(Need(name, lanes, _program(name), f"Debian: apt-get install {package}")
+      for name, (package, lanes) in PROGRAMS.items()),
     Need("a C compiler", ("check", "test"), _compiler, "Debian: apt-get install gcc"),
     Need("debootstrap or mmdebstrap", ("test",), _installable_debootstrap,
          "Debian: apt-get install debootstrap (or run the tests as root with apt-get, which installs it)"),
