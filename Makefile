@@ -10,8 +10,8 @@ VENV ?= .venv-test
 test: prereqs-test $(VENV)/.ready
 	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs
 
-# The fast lane for the edit loop: every test not marked slow (no real torch or Ray, no other
-# interpreters, no root file systems; tests/conftest.py marks those).
+# The fast lane for the edit loop: every test not marked slow (slow: real torch or Ray, other
+# interpreters, root file systems, builds from the package index; see tests/conftest.py).
 check: prereqs-check $(VENV)/.ready
 	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs -m "not slow"
 

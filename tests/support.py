@@ -2,8 +2,7 @@
 
 A *host* is what the dynamic loader can see: we write an ``ld.so.conf`` naming exactly the
 directories we want, build a cache from it with ``ldconfig -C``, and run every process of
-the scenario inside a private mount namespace (``unshare -m``; for a user other than root, inside a
-user namespace) with that cache bind-mounted
+the scenario inside a private mount namespace (``unshare -m``) with that cache bind-mounted
 over ``/etc/ld.so.cache``. The machine's own CUDA (if any) is then invisible, whatever the
 machine has. Stand-ins exist only for what cannot be real here: the driver (``libcuda.so.1``),
 torch builds without a wheel for this machine (CUDA 12, ROCm, CPU) and ROCm itself.

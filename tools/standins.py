@@ -13,7 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["SetupError", "DRIVER_SYMBOLS", "cc", "compiler", "driver_stub", "hip_stub", "global_deps", "write_torch_standin"]
+__all__ = ["SetupError", "DRIVER_SYMBOLS", "cc", "compiler", "driver_stub", "hip_stub", "global_deps",
+           "write_torch_standin"]
 
 # Functions the preload builds import from the driver (nm -D --undefined-only, all released
 # versions), plus the two every driver user calls first. Each returns CUDA_ERROR_NO_DEVICE (100).
