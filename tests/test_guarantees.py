@@ -415,6 +415,7 @@ def _storm(scn, env, n=200):
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow  # 200 starts: a stress test, not the edit loop
 def test_storm_of_200_flagged_starts_all_hooked_once(scenario):
     scn = seed(scenario, "")
     res = _storm(scn, {"SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"})
@@ -423,6 +424,7 @@ def test_storm_of_200_flagged_starts_all_hooked_once(scenario):
     assert [execs(x["err"]) for x in res] == [1] * 200  # zero loops, zero skipped
 
 
+@pytest.mark.slow  # 200 starts: a stress test, not the edit loop
 def test_storm_of_200_failing_starts_all_stop_clearly(scenario):
     scn = seed(scenario, "", host=("cuda13",))  # no driver: every verification fails
     res = _storm(scn, {"SLIME_OFFLOAD_TRAIN": "1"})
