@@ -110,7 +110,7 @@ def _existing(path: Path) -> Path:
 def _size(root: Path, limit: int) -> int:
     """Bytes under ``root``, counted up to ``limit`` (past it, the exact figure does not matter)."""
     total = 0
-    for path, dirs, files in os.walk(root):
+    for path, _, files in os.walk(root):
         for name in files:
             try:
                 total += os.lstat(os.path.join(path, name)).st_blocks * 512
