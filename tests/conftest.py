@@ -53,7 +53,7 @@ def pytest_runtest_makereport(item, call):
 
 # What only the whole suite sets up: a test using one of these fixtures, or parametrized over an
 # interpreter other than the one running the tests, is marked slow and left out of `make check`.
-SLOW_FIXTURES = {"real_torch", "ray_cluster"}
+SLOW_FIXTURES = {"real_torch", "ray_cluster", "cluster"}  # real torch, Ray, Slurm (test_slurm.py)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -28,6 +28,9 @@ sys.path.insert(0, str(HERE))
 from sandbox import CACHE, SetupError, check_namespaces, find_python  # noqa: E402
 from standins import compiler  # noqa: E402
 
+sys.path.insert(0, str(HERE.parent / "tests"))
+from slurm import PACKAGES as SLURM_PACKAGES, PROGRAMS as SLURM_PROGRAMS  # noqa: E402
+
 GIB = 1 << 30
 # CPython versions the whole suite runs on this machine's own glibc (tests/test_hook.py's matrix).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -78,13 +81,16 @@ def _pythons(lane: str) -> str | None:
     return f"not found on PATH nor under pyenv: {', '.join(absent)}" if absent else None
 
 
-def _installable_debootstrap(lane: str) -> str | None:
-    """debootstrap or mmdebstrap, or what the set-up needs to install debootstrap itself."""
-    if _program("debootstrap", "mmdebstrap")(lane) is None:
-        return None
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        return None  # the set-up installs debootstrap from Debian's packages
-    return "no debootstrap or mmdebstrap, and no apt-get run as root to install one"
+def _installable(*programs: str, any_of: bool = False) -> Callable[[str], str | None]:
+    """``programs`` on PATH (all, or ``any_of`` them), or what the set-up needs to install them
+    from Debian's packages itself: root and apt-get."""
+    def missing(lane: str) -> str | None:
+        found = [p for p in programs if shutil.which(p)]
+        if (found if any_of else len(found) == len(programs)) or (os.geteuid() == 0 and shutil.which("apt-get")):
+            return None
+        absent = " or ".join(programs) if any_of else ", ".join(p for p in programs if p not in found)
+        return f"no {absent} on PATH, and no apt-get run as root to install them"
+    return missing
 
 
 def _space(lane: str) -> str | None:
@@ -148,8 +154,11 @@ NEEDS = (
     *(Need(name, lanes, _program(name), f"Debian: apt-get install {package}")
       for name, (package, lanes) in PROGRAMS.items()),
     Need("a C compiler", ("check", "test"), _compiler, "Debian: apt-get install gcc"),
-    Need("debootstrap or mmdebstrap", ("test",), _installable_debootstrap,
+    Need("debootstrap or mmdebstrap", ("test",), _installable("debootstrap", "mmdebstrap", any_of=True),
          "Debian: apt-get install debootstrap (or run the tests as root with apt-get, which installs it)"),
+    Need("Slurm", ("test",), _installable(*SLURM_PROGRAMS),
+         f"Debian: apt-get install {' '.join(SLURM_PACKAGES)} (or run the tests as root with apt-get, "
+         "which installs them)"),
     Need(f"CPython {PYTHONS[0]}-{PYTHONS[-1]}", ("test",), _pythons,
          "install each missing version with pyenv (pyenv install 3.12) or your distribution's "
          "python3.12 package with its venv module (Debian: python3.12-venv)"),
