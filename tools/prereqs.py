@@ -52,15 +52,14 @@ class Need:
     fix: str
 
 
-def _program(*names: str) -> Callable[[str], str | None]:
-    """Any one of ``names`` on PATH."""
+def _program(name: str) -> Callable[[str], str | None]:
+    """``name`` on PATH (a user's PATH often lacks /usr/sbin, where ldconfig lives)."""
     def missing(lane: str) -> str | None:
-        if any(shutil.which(n) for n in names):
+        if shutil.which(name):
             return None
-        hidden = [f"/usr/sbin/{n}" for n in names if os.path.exists(f"/usr/sbin/{n}")]
-        if hidden:
-            return f"{hidden[0]} exists but /usr/sbin is not on PATH"
-        return f"no {' or '.join(names)} on PATH"
+        if os.path.exists(f"/usr/sbin/{name}"):
+            return f"/usr/sbin/{name} exists but /usr/sbin is not on PATH (add it: PATH=\"$PATH:/usr/sbin\")"
+        return f"no {name} on PATH"
     return missing
 
 
