@@ -2,21 +2,21 @@
 PYTHON ?= python3
 VENV ?= .venv-test
 
-.PHONY: test check prereqs-test prereqs-check demo demo-clean bench fuzz clean
+.PHONY: test check demo demo-clean bench fuzz clean
 
-# The test command (CI runs it through .ci/run): what the machine must have, checked first and said
-# in one message; a venv with the test tools; then the whole suite.
+# The test command (CI runs it through .ci/run): a venv with the test tools (uv among them, which
+# finds or installs interpreters); what the machine must have, checked before any test and said in
+# one message; then the whole suite.
 # TMS_TEST_STRICT=1 turns every skip into a failure: green means every scenario ran.
-test: prereqs-test $(VENV)/.ready
+test: $(VENV)/.ready
+	$(VENV)/bin/python tools/prereqs.py test
 	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs
 
 # The fast lane for the edit loop: every test not marked slow (slow: real torch or Ray, other
 # interpreters, root file systems, builds from the package index; see tests/conftest.py).
-check: prereqs-check $(VENV)/.ready
+check: $(VENV)/.ready
+	$(VENV)/bin/python tools/prereqs.py check
 	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs -m "not slow"
-
-prereqs-test prereqs-check:
-	$(PYTHON) tools/prereqs.py $(@:prereqs-%=%)
 
 $(VENV)/.ready: tests/requirements.txt
 	$(PYTHON) -m venv $(VENV)

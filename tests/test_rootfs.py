@@ -18,6 +18,9 @@ from rootfs import SUITES, mirror
 from support import SetupError, locate_python
 from test_guarantees import _elf32
 
+# Every test here builds or enters a Debian root file system: left out of `make check`.
+pytestmark = pytest.mark.slow
+
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 # One interpreter per glibc: this machine's, trixie's and sid's.

@@ -1,9 +1,10 @@
 """What the tests need from the machine, checked before any test runs and said in one message.
 
 Without this, a missing compiler or interpreter shows up as dozens of failing scenarios, each
-naming the same cause. ``make test`` and ``make check`` run this module first; it asks the same
-functions the tests use (``find_python``, the C compiler, the namespace probe), so that what it
-accepts is exactly what the suite can use.
+naming the same cause. ``make test`` and ``make check`` run this module (with the test venv's
+Python, whose uv finds or installs interpreters) before any test; it asks the same
+functions the tests use (``locate_python``, the C compiler, the namespace probe, the set-up steps
+that install Debian's packages), so that what it accepts is exactly what the suite can use.
 
 Each requirement is one row of :data:`NEEDS`: what it is, which lanes need it (``check``, the
 fast lane without downloads of torch or Ray, and ``test``, the whole suite), how to tell whether
@@ -13,7 +14,6 @@ this machine has it and how to get it. Adding a requirement is adding a row.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import sys
@@ -25,11 +25,12 @@ from typing import Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sandbox import CACHE, SetupError, check_namespaces, find_python  # noqa: E402
+from rootfs import bootstrapper  # noqa: E402
+from sandbox import CACHE, SetupError, check_namespaces, locate_python  # noqa: E402
 from standins import compiler  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "tests"))
-from slurm import PACKAGES as SLURM_PACKAGES, PROGRAMS as SLURM_PROGRAMS  # noqa: E402
+import slurm  # noqa: E402
 
 GIB = 1 << 30
 # CPython versions the whole suite runs on this machine's own glibc (tests/test_hook.py's matrix).
@@ -67,29 +68,27 @@ def _compiler(lane: str) -> str | None:
     return None if compiler() else "no C compiler (gcc or cc) on PATH"
 
 
-def _namespaces(lane: str) -> str | None:
-    try:
-        check_namespaces()
-    except SetupError as exc:
-        return str(exc)
-    return None
+def _setup_step(step: Callable[[], object]) -> Callable[[str], str | None]:
+    """The suite's own set-up step (which installs what it can: Debian packages as root): its
+    SetupError's words, or None when it succeeds."""
+    def missing(lane: str) -> str | None:
+        try:
+            step()
+        except SetupError as exc:
+            return str(exc)
+        return None
+    return missing
 
 
 def _pythons(lane: str) -> str | None:
-    absent = [f"python{v}" for v in PYTHONS if find_python(v) is None]
-    return f"not found on PATH nor under pyenv: {', '.join(absent)}" if absent else None
-
-
-def _installable(*programs: str, any_of: bool = False) -> Callable[[str], str | None]:
-    """``programs`` on PATH (all, or ``any_of`` them), or what the set-up needs to install them
-    from Debian's packages itself: root and apt-get."""
-    def missing(lane: str) -> str | None:
-        found = [p for p in programs if shutil.which(p)]
-        if (found if any_of else len(found) == len(programs)) or (os.geteuid() == 0 and shutil.which("apt-get")):
-            return None
-        absent = " or ".join(programs) if any_of else ", ".join(p for p in programs if p not in found)
-        return f"no {absent} on PATH, and no apt-get run as root to install them"
-    return missing
+    """Each of :data:`PYTHONS` as the suite finds it (PATH, pyenv, uv, or installed by uv)."""
+    absent = []
+    for version in PYTHONS:
+        try:
+            locate_python(version)
+        except SetupError as exc:
+            absent.append(str(exc))
+    return "; ".join(absent) or None
 
 
 def _space(lane: str) -> str | None:
@@ -126,11 +125,6 @@ def _size(root: Path, limit: int) -> int:
     return total
 
 
-def _venv_module(lane: str) -> str | None:
-    lacking = [m for m in ("venv", "ensurepip") if importlib.util.find_spec(m) is None]
-    return f"{sys.executable} has no {' or '.join(lacking)} module" if lacking else None
-
-
 # Programs the tests start: name -> (Debian package, lanes that need it).
 PROGRAMS = {
     "unshare": ("util-linux", ("check", "test")),
@@ -145,22 +139,19 @@ PROGRAMS = {
 }
 
 NEEDS = (
-    Need("venv with pip for this Python", ("check", "test"), _venv_module,
-         f"Debian: apt-get install python{sys.version_info.major}.{sys.version_info.minor}-venv"),
-    Need("private mount namespaces", ("check", "test"), _namespaces,
+    Need("private mount namespaces", ("check", "test"), _setup_step(check_namespaces),
          "run as root, or as a user the kernel allows user namespaces "
          "(sysctl kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0)"),
     *(Need(name, lanes, _program(name), f"Debian: apt-get install {package}")
       for name, (package, lanes) in PROGRAMS.items()),
     Need("a C compiler", ("check", "test"), _compiler, "Debian: apt-get install gcc"),
-    Need("debootstrap or mmdebstrap", ("test",), _installable("debootstrap", "mmdebstrap", any_of=True),
-         "Debian: apt-get install debootstrap (or run the tests as root with apt-get, which installs it)"),
-    Need("Slurm", ("test",), _installable(*SLURM_PROGRAMS),
-         f"Debian: apt-get install {' '.join(SLURM_PACKAGES)} (or run the tests as root with apt-get, "
-         "which installs them)"),
+    Need("debootstrap or mmdebstrap", ("test",), _setup_step(bootstrapper),
+         "Debian: apt-get install debootstrap (run as root with apt-get, make test installs it)"),
+    Need("Slurm", ("test",), _setup_step(slurm.ensure_installed),
+         f"Debian: apt-get install {' '.join(slurm.PACKAGES)} (run as root with apt-get, make test installs them)"),
     Need(f"CPython {PYTHONS[0]}-{PYTHONS[-1]}", ("test",), _pythons,
-         "install each missing version with pyenv (pyenv install 3.12) or your distribution's "
-         "python3.12 package with its venv module (Debian: python3.12-venv)"),
+         "install each missing version with uv (uv python install 3.12), pyenv (pyenv install 3.12) or "
+         "your distribution's python3.12 package with its venv module (Debian: python3.12-venv)"),
     Need("disk space", ("check", "test"), _space,
          "free space there, or point TMS_TEST_CACHE (the download cache) or TMPDIR at a larger file system"),
 )
