@@ -20,7 +20,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from sandbox import CACHE, Venv, cache_lock, clean_env, run
+from sandbox import CACHE, Venv, cache_lock, clean_env, run, unshare_mounts
 from standins import SetupError
 
 # The Debian suites the tests use, and the CPython packages each brings (with its venv module).
@@ -142,7 +142,7 @@ class Rootfs:
             lines.append(setup)
         # The working directory carries over where the root shows it (a shared path), as it would on a host.
         lines += ['W="$(pwd)"', '[ -d "$ROOT$W" ] || W=/', 'exec chroot "$ROOT" env -i -C "$W" "$@"']
-        return ["unshare", "-m", "sh", "-ec", "\n".join(lines), "rootfs",
+        return [*unshare_mounts(), "sh", "-ec", "\n".join(lines), "rootfs",
                 *(f"{k}={v}" for k, v in env.items()), *map(str, argv)]
 
     def run(self, argv: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
