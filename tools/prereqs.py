@@ -133,6 +133,7 @@ PROGRAMS = {
     "ldconfig": ("libc-bin", ("check", "test")),
     "nm": ("binutils", ("check", "test")),
     "git": ("git", ("check", "test")),
+    "g++": ("g++", ("check", "test")),  # torch_memory_saver built from its sdist (tools/tms_source.py)
     "pgrep": ("procps", ("check", "test")),
     "bash": ("bash", ("check", "test")),
     "script": ("bsdutils", ("test",)),
