@@ -55,6 +55,43 @@ class Host:
         return subprocess.run(self.wrap(argv, env, setup), env=clean_env(), **kw)
 
 
+def marked_processes(marker: str) -> list[int]:
+    """PIDs of the processes whose environment holds ``marker`` (a ``NAME=value`` string)."""
+    want = marker.encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if want in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def end_marked_processes(marker: str, grace: float = 30) -> None:
+    """End exactly the processes a test started under ``marker`` in their environment (a Ray cluster's
+    daemons and the workers they spawned inherit it): SIGTERM, then SIGKILL after ``grace`` seconds.
+
+    Never ``ray stop --force``: it ends every Ray process on the machine, another run's too.
+    """
+    import os
+    import signal
+    import time
+
+    deadline = time.monotonic() + grace
+    sig = signal.SIGTERM
+    while pids := [p for p in marked_processes(marker) if p != os.getpid()]:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            sig = signal.SIGKILL
+        time.sleep(0.2)
+
+
 def allocator_bindings(log_dir: Path) -> dict[str, dict[str, str]]:
     """{library name: {symbol: file it was bound to}} for cudaMalloc/cudaFree, from the loader's own
     ``LD_DEBUG=bindings`` log files in ``log_dir``, read with the package's own parser."""

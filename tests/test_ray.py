@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import textwrap
 import time
+import uuid
 
 import pytest
 from conftest import Scenario, need
-from support import Host, clean_env, private_copy, ray_venv, runtime_wheel, tms_wheel, write_torch_standin
+from support import Host, clean_env, end_marked_processes, private_copy, ray_venv, runtime_wheel, tms_wheel, write_torch_standin
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -80,14 +80,22 @@ def _ray_world(parts, tmp_path_factory, world: str, major: int) -> Scenario:
     return Scenario(venv, need(Host, tmp_path_factory.mktemp(f"ray-{world}"), parts.host_dirs(("driver",))), parts)
 
 
+# Every daemon of this run's cluster (and every worker they spawn) carries this in its environment,
+# so that the cluster ends by exactly those PIDs (support.end_marked_processes).
+CLUSTER_MARK = ("TMS_TEST_RAY_CLUSTER", uuid.uuid4().hex)
+
+
+def node_env() -> dict[str, str]:
+    return clean_env(RAY_USAGE_STATS_ENABLED="0", **dict([CLUSTER_MARK]))
+
+
 RAY_NODE = ["--num-cpus=1", "--disable-usage-stats", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1"]
 
 
 def join(world: Scenario, address: str, resource: str) -> None:
     """Start a Ray worker node from ``world``'s venv, in its own namespace, joined to the cluster at ``address``."""
     r = world.host.run([str(world.venv.path / "bin" / "ray"), "start", f"--address={address}",
-                        f'--resources={{"{resource}": 1}}', *RAY_NODE], clean_env(RAY_USAGE_STATS_ENABLED="0"),
-                       timeout=180)
+                        f'--resources={{"{resource}": 1}}', *RAY_NODE], node_env(), timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -97,7 +105,7 @@ def ray_cluster(parts, tmp_path_factory):
     b = _ray_world(parts, tmp_path_factory, "cu12", 12)
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    env = clean_env(RAY_USAGE_STATS_ENABLED="0")
+    env = node_env()
     try:
         r = a.host.run([str(a.venv.path / "bin" / "ray"), "start", "--head", f"--port={port}",
                         "--include-dashboard=false", '--resources={"cu13node": 1}', *RAY_NODE], env, timeout=180)
@@ -105,8 +113,7 @@ def ray_cluster(parts, tmp_path_factory):
         join(b, address, "cu12node")
         yield a, b, address
     finally:
-        subprocess.run([str(a.venv.path / "bin" / "ray"), "stop", "--force"], env=env, capture_output=True,
-                       timeout=120)
+        end_marked_processes("=".join(CLUSTER_MARK))
 
 
 def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path, mode):
