@@ -1,0 +1,248 @@
+"""AReaL's ``get_tms_env_vars()`` (``areal/utils/offload.py``), its real file, before and after
+``patches/areal/main-4aef98d8d.patch``.
+
+The file comes from AReaL's own wheel on the package index (``areal==1.0.4``, whose
+``offload.py`` is the blob the patch names); the patched copy is what ``git apply`` makes of it.
+A launcher process imports each copy as it is (the file imports only ``os``, ``contextlib`` and,
+guarded, ``torch_memory_saver``: nothing of AReaL is stubbed), calls ``get_tms_env_vars()`` and
+starts a trainer stand-in with that environment through ``bash``, as AReaL's launchers start
+trainers through a shell. The trainer reports what it mapped, asks torch_memory_saver's own
+preload-mode check (``HookUtilModePreload().get_path_binary()`` and the ``ctypes.CDLL`` that
+follows it) and AReaL's own ``is_tms_enabled()`` from the same file.
+
+Hosts: real torch 2.14.1+cu130 with a system CUDA 13 and with only torch's pip runtime; a CUDA 12
+torch (a stand-in: no CUDA 12 torch wheel installs here) with a system CUDA 12 and with only the
+pip runtime. The driver is the only other stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import DEFAULT_PYTHON, Scenario, need
+from support import Host, Venv, clean_env, find_python, tms_wheel, torch_venv, wheel
+
+ROOT = Path(__file__).resolve().parent.parent
+PATCH = ROOT / "patches" / "areal" / "main-4aef98d8d.patch"
+AREAL = "areal==1.0.4"
+MEMBER = "areal/utils/offload.py"
+CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+
+LAUNCHER = r"""
+import importlib.util, json, os, subprocess, sys
+offload_file, worker, kind = sys.argv[1:4]
+if kind == 'standin':
+    # The torch stand-in cannot be imported, and torch_memory_saver's __init__ imports torch. The
+    # unpatched function reads only the package's __file__: a bare package with the real one.
+    import types
+    site = next(p for p in sys.path if p.endswith('site-packages'))
+    package = types.ModuleType('torch_memory_saver')
+    package.__path__ = [os.path.join(site, 'torch_memory_saver')]
+    package.__file__ = os.path.join(site, 'torch_memory_saver', '__init__.py')
+    sys.modules['torch_memory_saver'] = package
+spec = importlib.util.spec_from_file_location('areal_offload', offload_file)
+offload = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(offload)
+env = offload.get_tms_env_vars()
+r = subprocess.run(['bash', '-c', 'exec "$0" "$@"', sys.executable, worker, kind, offload_file],
+                   env={**os.environ, **env}, capture_output=True, text=True)
+print(json.dumps({'env': env, 'rc': r.returncode, 'out': r.stdout, 'err': r.stderr}))
+"""
+
+WORKER = r"""
+import ctypes, importlib.util, json, os, sys, types
+kind, offload_file = sys.argv[1:3]
+maps = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6 and '.so' in f[5]})
+hooks = [m for m in maps if 'torch_memory_saver' in os.path.basename(m)]
+site = next(p for p in sys.path if p.endswith('site-packages'))
+if kind == 'real':
+    import torch
+    cuda = torch.version.cuda
+else:
+    # The torch stand-in cannot be imported, and torch_memory_saver's __init__ imports torch; its
+    # preload check (hooks/mode_preload.py, hooks/base.py, utils.py) does not, so load just those.
+    cuda = None
+    package = types.ModuleType('torch_memory_saver')
+    package.__path__ = [os.path.join(site, 'torch_memory_saver')]
+    sys.modules['torch_memory_saver'] = package
+from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
+try:
+    accepted = HookUtilModePreload().get_path_binary()
+    ctypes.CDLL(accepted)  # what torch_memory_saver's BinaryWrapper does with it
+    verdict = 'accepted'
+except (AssertionError, OSError) as exc:
+    accepted, verdict = None, f'refused: {exc}'
+spec = importlib.util.spec_from_file_location('areal_offload', offload_file)
+offload = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(offload)
+after = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6 and '.so' in f[5]})
+print(json.dumps({'hooks': hooks, 'accepted': accepted, 'verdict': verdict, 'cuda': cuda,
+                  'cudart': [m for m in after if os.path.basename(m).startswith('libcudart')],
+                  'is_tms_enabled': offload.is_tms_enabled(),
+                  'tms_init': [os.environ.get('TMS_INIT_ENABLE'), os.environ.get('TMS_INIT_ENABLE_CPU_BACKUP')]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def offload(tmp_path_factory) -> dict[str, Path]:
+    """{'unpatched': AReaL's released offload.py, 'patched': the same after ``git apply`` of the patch}."""
+    root = tmp_path_factory.mktemp("areal")
+    with zipfile.ZipFile(need(wheel, AREAL)) as z:
+        text = z.read(MEMBER)
+    src = root / "tree"
+    (src / MEMBER).parent.mkdir(parents=True)
+    (src / MEMBER).write_bytes(text)
+    (root / "unpatched.py").write_bytes(text)
+    subprocess.run(["git", "init", "-q"], cwd=src, check=True)
+    r = subprocess.run(["git", "apply", str(PATCH)], cwd=src, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (root / "patched.py").write_bytes((src / MEMBER).read_bytes())
+    (root / "launcher.py").write_text(LAUNCHER)
+    (root / "worker.py").write_text(WORKER)
+    return {"unpatched": root / "unpatched.py", "patched": root / "patched.py", "dir": root}
+
+
+def launch(scn, offload, which: str, kind: str) -> dict:
+    """Run the launcher (unflagged, as AReaL's launchers run) with one copy of offload.py."""
+    d = offload["dir"]
+    r = scn.host.run([str(scn.venv.python), str(d / "launcher.py"), str(offload[which]), str(d / "worker.py"), kind],
+                     clean_env(), timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def worker_report(out: dict) -> dict:
+    assert out["rc"] == 0, out["err"][-3000:]
+    return json.loads(out["out"].strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def areal_torch(parts, tmp_path_factory):
+    """Factory: real torch 2.14.1+cu130 under a venv of this module's own, on a host.
+
+    The venv holds our wheel and the torch_memory_saver asked for; a ``.pth`` file (sorted before
+    ``tms_autopreload.pth``) puts the cached torch venv's site-packages after its own, so torch and
+    NVIDIA's runtime wheel are the cached ones, while the torch_memory_saver release (0.0.9 among
+    them) is switched here without reinstalling it in the venv other tests share.
+    """
+    shared = need(torch_venv, find_python(DEFAULT_PYTHON))
+    venvs: dict[str, Venv] = {}
+    made: dict[tuple, Scenario] = {}
+
+    def make(host: tuple[str, ...], tms: str) -> Scenario:
+        if tms not in venvs:
+            venv = need(Venv, tmp_path_factory.mktemp("areal-venv") / "venv", find_python(DEFAULT_PYTHON),
+                        [parts.own_wheel, tms_wheel(tms)])
+            (venv.site / "00_torch_venv.pth").write_text(f"{shared.site}\n")
+            venvs[tms] = venv
+        if (host, tms) not in made:
+            made[host, tms] = Scenario(venvs[tms], need(Host, tmp_path_factory.mktemp("areal-host"),
+                                                        parts.host_dirs(host)), parts)
+        return made[host, tms]
+
+    make.torch_site = shared.site
+    return make
+
+
+# host id: (real torch or a stand-in, what builds the host)
+HOSTS = {
+    "cuda13-system": ("real", ("driver", "cuda13")),
+    "cuda13-pip-only": ("real", ("driver",)),
+    "cuda12-system": ("standin", ("cu12-sys", (), ("driver", "cuda12"))),
+    "cuda12-pip-only": ("standin", ("cu12-pip", (12,), ("driver",))),
+}
+TMS_VERSIONS = ["0.0.9.post1", "0.0.10"]  # the first with a CUDA 13 build; the newest release
+
+
+def host_for(name: str, tms: str, areal_torch, scenario):
+    kind, spec = HOSTS[name]
+    if kind == "real":
+        return kind, areal_torch(spec, tms=tms)
+    torch, pip, host = spec
+    return kind, scenario(tms=tms, torch=torch, pip=pip, host=host)
+
+
+def expected(name: str, scn, parts, torch_site: Path) -> tuple[str, str]:
+    """(the hook, the one libcudart) a worker on this host must map."""
+    major = 13 if name.startswith("cuda13") else 12
+    build = str(scn.site / (CU13 if major == 13 else CU12))
+    if major == 13:  # torch's own runtime, whatever else the host has
+        return build, str(torch_site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    if name == "cuda12-system":
+        return build, str(parts.rt[12] / "libcudart.so.12")
+    return build, str(scn.site / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12")
+
+
+def test_the_patch_applies_to_arealss_released_file(offload):
+    """The patch's pre-image is AReaL's released file, byte for byte (the blob its index line names)."""
+    r = subprocess.run(["git", "hash-object", str(offload["unpatched"])], capture_output=True, text=True, check=True)
+    index = next(line for line in PATCH.read_text().splitlines() if line.startswith("index "))
+    assert index.split()[1].split("..")[0] == r.stdout[:7]
+    text = offload["patched"].read_text()
+    assert "TMS_AUTOPRELOAD" in text and "LD_PRELOAD\":" not in text and "import torch_memory_saver as" not in text
+
+
+@pytest.mark.parametrize("tms", TMS_VERSIONS)
+@pytest.mark.parametrize("host", list(HOSTS))
+def test_areal_trainer_before_and_after_the_patch(areal_torch, scenario, parts, offload, host, tms):
+    kind, scn = host_for(host, tms, areal_torch, scenario)
+    hook, cudart = expected(host, scn, parts, areal_torch.torch_site)
+
+    before = launch(scn, offload, "unpatched", kind)
+    assert before["env"] == {"LD_PRELOAD": str(scn.site / "torch_memory_saver_hook_mode_preload.abi3.so"),
+                             "TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_CPU_BACKUP": "1"}
+    if host == "cuda12-system":
+        # The unsuffixed name is the CUDA 12 build: it loads where the loader finds libcudart.so.12.
+        got = worker_report(before)
+        assert got["hooks"] == [before["env"]["LD_PRELOAD"]] and got["verdict"] == "accepted", got
+    else:
+        # The report: CUDA 13 hosts (and a CUDA 12 pip install) kill the trainer in the loader.
+        assert before["rc"] == 127, before
+        assert "libcudart.so.12: cannot open shared object file" in before["err"], before["err"]
+
+    after = launch(scn, offload, "patched", kind)
+    assert after["env"] == {"TMS_AUTOPRELOAD": "1", "TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_CPU_BACKUP": "1"}
+    got = worker_report(after)
+    assert got["hooks"] == [hook], got
+    assert got["cudart"] == [cudart], got
+    assert got["verdict"] == "accepted" and got["accepted"] == hook, got
+    assert got["is_tms_enabled"] is True and got["tms_init"] == ["1", "1"]
+    if kind == "real":
+        assert got["cuda"] == "13.0"
+
+
+def test_patched_get_tms_env_vars_does_not_import_torch_memory_saver(areal_torch, offload):
+    """The function no longer imports torch_memory_saver (and torch) to build a path; the module's own
+    guarded import, which AReaL's engines use for the singleton, is unchanged by the patch."""
+    scn = areal_torch(("driver",), tms="0.0.10")
+    code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('o', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(s); sys.modules['torch_memory_saver'] = None; "
+            "s.loader.exec_module(m); print(sorted(m.get_tms_env_vars())); print('torch' in sys.modules)")
+    r = scn.run(["-c", code, str(offload["patched"])])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["['TMS_AUTOPRELOAD', 'TMS_INIT_ENABLE', 'TMS_INIT_ENABLE_CPU_BACKUP']", "False"]
+    r = scn.run(["-c", code, str(offload["unpatched"])])
+    assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr  # the old one needs torch_memory_saver
+
+
+def test_areal_pin_0_0_9_on_cuda13_is_a_clear_error(areal_torch, offload):
+    """AReaL pins torch_memory_saver 0.0.9, which has no CUDA 13 build: before, the trainer dies in the
+    loader; after, it stops before any user code with one message naming the cause and the upgrade."""
+    scn = areal_torch(("driver", "cuda13"), tms="0.0.9")
+    before = launch(scn, offload, "unpatched", "real")
+    assert before["rc"] == 127 and "libcudart.so.12: cannot open shared object file" in before["err"], before
+    after = launch(scn, offload, "patched", "real")
+    print(after["err"])
+    assert after["rc"] == 78 and after["out"] == "", after
+    err = after["err"]
+    assert err.startswith("tms-autopreload: ") and "Traceback" not in err
+    assert "error while loading shared libraries" not in err
+    assert "no torch_memory_saver preload build fits CUDA 13" in err, err
+    assert "install a torch_memory_saver that ships a CUDA 13 build: " \
+           "pip install 'torch-memory-saver>=0.0.9.post1'" in err, err
