@@ -118,3 +118,37 @@ def test_torch_memory_saver_patches_apply_to_its_released_source(tmp_path):
     for patch in sorted(patches):
         r = git(src, "apply", "--check", str(patch))
         assert r.returncode == 0, (patch.name, r.stderr)
+
+
+# ---------------------------------------------------------------- AReaL and miles
+
+def test_there_are_patches_for_every_areal_and_miles_shape():
+    names = {f"{p.parent.name}/{p.name}" for p in PATCHES if p.parent.name in ("areal", "miles")}
+    assert names == {"areal/228d46192.patch", "areal/main-4aef98d8d.patch",
+                     "miles/06de48eec.patch", "miles/main-31f1ca961.patch"}
+
+
+def test_areal_main_patch_applies_to_areals_released_file(tmp_path):
+    """AReaL publishes wheels: its ``areal/utils/offload.py`` of ``areal==1.0.4`` is the blob the main
+    patch was made from (its index line), and ``git apply --check`` takes the patch on that real file."""
+    import zipfile
+
+    from support import wheel
+
+    patch = ROOT / "patches" / "areal" / "main-4aef98d8d.patch"
+    target = tmp_path / "areal" / "utils" / "offload.py"
+    target.parent.mkdir(parents=True)
+    with zipfile.ZipFile(wheel("areal==1.0.4")) as z:
+        target.write_bytes(z.read("areal/utils/offload.py"))
+    assert git(tmp_path, "init", "-q").returncode == 0
+    index = next(line for line in patch.read_text().splitlines() if line.startswith("index "))
+    assert git(tmp_path, "hash-object", str(target)).stdout.startswith(index.split()[1].split("..")[0])
+    r = git(tmp_path, "apply", "--check", str(patch))
+    assert r.returncode == 0, r.stderr
+
+
+def test_patches_the_docs_name_exist():
+    """Every ``patches/...`` file README.md and docs/integrations.md tell users to apply is shipped."""
+    for doc in (ROOT / "README.md", ROOT / "docs" / "integrations.md"):
+        for name in set(re.findall(r"patches/[\w.-]+/[\w.-]+\.patch", doc.read_text())):
+            assert (ROOT / name).is_file(), f"{doc.name} names {name}, which is not shipped"
