@@ -35,8 +35,8 @@ CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 
 LAUNCHER = r"""
-import importlib.util, json, os, subprocess, sys
-offload_file, worker, kind = sys.argv[1:4]
+import importlib.util, json, os, shlex, subprocess, sys
+offload_file, worker, kind, shape = sys.argv[1:5]
 if kind == 'standin':
     # The torch stand-in cannot be imported, and torch_memory_saver's __init__ imports torch. The
     # unpatched function reads only the package's __file__: a bare package with the real one.
@@ -50,8 +50,13 @@ spec = importlib.util.spec_from_file_location('areal_offload', offload_file)
 offload = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(offload)
 env = offload.get_tms_env_vars()
-r = subprocess.run(['bash', '-c', 'exec "$0" "$@"', sys.executable, worker, kind, offload_file],
-                   env={**os.environ, **env}, capture_output=True, text=True)
+argv = [sys.executable, worker, kind, offload_file]
+if shape == 'stdbuf':  # AReaL's local launcher: "K=V ... stdbuf -oL <cmd>" through a shell
+    line = ' '.join(f'{k}={v}' for k, v in env.items()) + ' stdbuf -oL ' + shlex.join(argv)
+    r = subprocess.run(line, shell=True, capture_output=True, text=True)
+else:
+    r = subprocess.run(['bash', '-c', 'exec "$0" "$@"', *argv], env={**os.environ, **env},
+                       capture_output=True, text=True)
 print(json.dumps({'env': env, 'rc': r.returncode, 'out': r.stdout, 'err': r.stderr}))
 """
 
@@ -83,6 +88,7 @@ offload = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(offload)
 after = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6 and '.so' in f[5]})
 print(json.dumps({'hooks': hooks, 'accepted': accepted, 'verdict': verdict, 'cuda': cuda,
+                  'preload': os.environ.get('LD_PRELOAD'),
                   'cudart': [m for m in after if os.path.basename(m).startswith('libcudart')],
                   'is_tms_enabled': offload.is_tms_enabled(),
                   'tms_init': [os.environ.get('TMS_INIT_ENABLE'), os.environ.get('TMS_INIT_ENABLE_CPU_BACKUP')]}))
@@ -108,11 +114,11 @@ def offload(tmp_path_factory) -> dict[str, Path]:
     return {"unpatched": root / "unpatched.py", "patched": root / "patched.py", "dir": root}
 
 
-def launch(scn, offload, which: str, kind: str) -> dict:
+def launch(scn, offload, which: str, kind: str, shape: str = "bash") -> dict:
     """Run the launcher (unflagged, as AReaL's launchers run) with one copy of offload.py."""
     d = offload["dir"]
-    r = scn.host.run([str(scn.venv.python), str(d / "launcher.py"), str(offload[which]), str(d / "worker.py"), kind],
-                     clean_env(), timeout=300)
+    r = scn.host.run([str(scn.venv.python), str(d / "launcher.py"), str(offload[which]), str(d / "worker.py"), kind,
+                      shape], clean_env(), timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -237,3 +243,23 @@ def test_areal_pin_0_0_9_on_cuda13_is_a_clear_error(areal_torch, offload):
     assert "no torch_memory_saver preload build fits CUDA 13" in err, err
     assert "install a torch_memory_saver that ships a CUDA 13 build: " \
            "pip install 'torch-memory-saver>=0.0.9.post1'" in err, err
+
+
+STDBUF_VERDICTS = {"0.0.9.post1": "refused", "0.0.10": "accepted"}
+
+
+@pytest.mark.parametrize("tms", list(STDBUF_VERDICTS))
+def test_areal_local_launcher_through_stdbuf(areal_torch, offload, tms):
+    """AReaL's local launcher runs ``K=V ... stdbuf -oL <cmd>``, and stdbuf appends its libstdbuf.so to
+    LD_PRELOAD (AReaL #1482). After the patch the trainer is hooked with its own build, the hook first and
+    libstdbuf kept; torch_memory_saver 0.0.10 accepts one torch_memory_saver entry among others, while
+    0.0.9.post1 reads the whole value as one path and refuses it, and tms-autopreload says so with the fix."""
+    scn = areal_torch(("driver",), tms=tms)
+    got = worker_report(after := launch(scn, offload, "patched", "real", "stdbuf"))
+    hook = str(scn.site / CU13)
+    assert got["hooks"] == [hook], got
+    entries = got["preload"].split(":")
+    assert entries[0] == hook and len(entries) == 2 and entries[1].endswith("/libstdbuf.so"), got
+    assert got["verdict"].startswith(STDBUF_VERDICTS[tms]), got
+    if tms == "0.0.9.post1":
+        assert "pip install 'torch-memory-saver>=0.0.10'" in after["err"], after["err"]
