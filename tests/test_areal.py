@@ -18,14 +18,13 @@ pip runtime. The driver is the only other stand-in.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import DEFAULT_PYTHON, Scenario, need
-from support import Host, Venv, clean_env, find_python, tms_wheel, torch_venv, wheel
+from conftest import need
+from support import clean_env, wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCH = ROOT / "patches" / "areal" / "main-4aef98d8d.patch"
@@ -128,34 +127,6 @@ def worker_report(out: dict) -> dict:
     return json.loads(out["out"].strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def areal_torch(parts, tmp_path_factory):
-    """Factory: real torch 2.14.1+cu130 under a venv of this module's own, on a host.
-
-    The venv holds our wheel and the torch_memory_saver asked for; a ``.pth`` file (sorted before
-    ``tms_autopreload.pth``) puts the cached torch venv's site-packages after its own, so torch and
-    NVIDIA's runtime wheel are the cached ones, while the torch_memory_saver release (0.0.9 among
-    them) is switched here without reinstalling it in the venv other tests share.
-    """
-    shared = need(torch_venv, find_python(DEFAULT_PYTHON))
-    venvs: dict[str, Venv] = {}
-    made: dict[tuple, Scenario] = {}
-
-    def make(host: tuple[str, ...], tms: str) -> Scenario:
-        if tms not in venvs:
-            venv = need(Venv, tmp_path_factory.mktemp("areal-venv") / "venv", find_python(DEFAULT_PYTHON),
-                        [parts.own_wheel, tms_wheel(tms)])
-            (venv.site / "00_torch_venv.pth").write_text(f"{shared.site}\n")
-            venvs[tms] = venv
-        if (host, tms) not in made:
-            made[host, tms] = Scenario(venvs[tms], need(Host, tmp_path_factory.mktemp("areal-host"),
-                                                        parts.host_dirs(host)), parts)
-        return made[host, tms]
-
-    make.torch_site = shared.site
-    return make
-
-
 # host id: (real torch or a stand-in, what builds the host)
 HOSTS = {
     "cuda13-system": ("real", ("driver", "cuda13")),
@@ -166,20 +137,20 @@ HOSTS = {
 TMS_VERSIONS = ["0.0.9.post1", "0.0.10"]  # the first with a CUDA 13 build; the newest release
 
 
-def host_for(name: str, tms: str, areal_torch, scenario):
+def host_for(name: str, tms: str, real_torch, scenario):
     kind, spec = HOSTS[name]
     if kind == "real":
-        return kind, areal_torch(spec, tms=tms)
+        return kind, real_torch(spec, tms=tms)
     torch, pip, host = spec
     return kind, scenario(tms=tms, torch=torch, pip=pip, host=host)
 
 
-def expected(name: str, scn, parts, torch_site: Path) -> tuple[str, str]:
+def expected(name: str, scn, parts) -> tuple[str, str]:
     """(the hook, the one libcudart) a worker on this host must map."""
     major = 13 if name.startswith("cuda13") else 12
     build = str(scn.site / (CU13 if major == 13 else CU12))
     if major == 13:  # torch's own runtime, whatever else the host has
-        return build, str(torch_site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+        return build, str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
     if name == "cuda12-system":
         return build, str(parts.rt[12] / "libcudart.so.12")
     return build, str(scn.site / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12")
@@ -187,9 +158,9 @@ def expected(name: str, scn, parts, torch_site: Path) -> tuple[str, str]:
 
 @pytest.mark.parametrize("tms", TMS_VERSIONS)
 @pytest.mark.parametrize("host", list(HOSTS))
-def test_areal_trainer_before_and_after_the_patch(areal_torch, scenario, parts, offload, host, tms):
-    kind, scn = host_for(host, tms, areal_torch, scenario)
-    hook, cudart = expected(host, scn, parts, areal_torch.torch_site)
+def test_areal_trainer_before_and_after_the_patch(real_torch, scenario, parts, offload, host, tms):
+    kind, scn = host_for(host, tms, real_torch, scenario)
+    hook, cudart = expected(host, scn, parts)
 
     before = launch(scn, offload, "unpatched", kind)
     assert before["env"] == {"LD_PRELOAD": str(scn.site / "torch_memory_saver_hook_mode_preload.abi3.so"),
@@ -214,10 +185,10 @@ def test_areal_trainer_before_and_after_the_patch(areal_torch, scenario, parts, 
         assert got["cuda"] == "13.0"
 
 
-def test_patched_get_tms_env_vars_does_not_import_torch_memory_saver(areal_torch, offload):
+def test_patched_get_tms_env_vars_does_not_import_torch_memory_saver(real_torch, offload):
     """The function no longer imports torch_memory_saver (and torch) to build a path; the module's own
     guarded import, which AReaL's engines use for the singleton, is unchanged by the patch."""
-    scn = areal_torch(("driver",), tms="0.0.10")
+    scn = real_torch(("driver",), tms="0.0.10")
     code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('o', sys.argv[1]); "
             "m = importlib.util.module_from_spec(s); sys.modules['torch_memory_saver'] = None; "
             "s.loader.exec_module(m); print(sorted(m.get_tms_env_vars())); print('torch' in sys.modules)")
@@ -228,10 +199,10 @@ def test_patched_get_tms_env_vars_does_not_import_torch_memory_saver(areal_torch
     assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr  # the old one needs torch_memory_saver
 
 
-def test_areal_pin_0_0_9_on_cuda13_is_a_clear_error(areal_torch, offload):
+def test_areal_pin_0_0_9_on_cuda13_is_a_clear_error(real_torch, offload):
     """AReaL pins torch_memory_saver 0.0.9, which has no CUDA 13 build: before, the trainer dies in the
     loader; after, it stops before any user code with one message naming the cause and the upgrade."""
-    scn = areal_torch(("driver", "cuda13"), tms="0.0.9")
+    scn = real_torch(("driver", "cuda13"), tms="0.0.9")
     before = launch(scn, offload, "unpatched", "real")
     assert before["rc"] == 127 and "libcudart.so.12: cannot open shared object file" in before["err"], before
     after = launch(scn, offload, "patched", "real")
@@ -249,12 +220,12 @@ STDBUF_VERDICTS = {"0.0.9.post1": "refused", "0.0.10": "accepted"}
 
 
 @pytest.mark.parametrize("tms", list(STDBUF_VERDICTS))
-def test_areal_local_launcher_through_stdbuf(areal_torch, offload, tms):
+def test_areal_local_launcher_through_stdbuf(real_torch, offload, tms):
     """AReaL's local launcher runs ``K=V ... stdbuf -oL <cmd>``, and stdbuf appends its libstdbuf.so to
     LD_PRELOAD (AReaL #1482). After the patch the trainer is hooked with its own build, the hook first and
     libstdbuf kept; torch_memory_saver 0.0.10 accepts one torch_memory_saver entry among others, while
     0.0.9.post1 reads the whole value as one path and refuses it, and tms-autopreload says so with the fix."""
-    scn = areal_torch(("driver",), tms=tms)
+    scn = real_torch(("driver",), tms=tms)
     got = worker_report(after := launch(scn, offload, "patched", "real", "stdbuf"))
     hook = str(scn.site / CU13)
     assert got["hooks"] == [hook], got

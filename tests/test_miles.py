@@ -8,9 +8,9 @@ with ``git apply --check`` there, and here against their own pre-image by test_p
 runs on the driver as ``exec`` of its own text with miles' ``args`` fields, then one actor is started on
 each node with the ``runtime_env`` it built, as miles starts its train actors.
 
-The cluster: node A (the driver's) is a CUDA 13 pip install, node B a CUDA 12 pip install (each a venv
-of this module's own with torch_memory_saver 0.0.10, NVIDIA's runtime wheel, our wheel and a torch
-stand-in; Ray from the cached Ray venv). Their loaders see only the driver stub. Every daemon and worker
+The cluster: node A (the driver's) is a CUDA 13 pip install, node B a CUDA 12 pip install (each a
+private copy of the cached Ray venv with torch_memory_saver 0.0.10, NVIDIA's runtime wheel, our wheel
+and a torch stand-in). Their loaders see only the driver stub. Every daemon and worker
 carries a marker variable, and only those are ended afterwards.
 """
 
@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 from conftest import Scenario, need
-from support import Host, Venv, clean_env, find_python, ray_venv, runtime_wheel, tms_wheel, write_torch_standin
+from support import (Host, clean_env, find_python, private_copy, ray_venv, runtime_wheel, tms_wheel,
+                     write_torch_standin)
 from test_patches import parse
 from test_ray import RAY_NODE, _free_port
 
@@ -52,8 +53,6 @@ def offload_block(patch: Path, side: str) -> str:
     end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() and not lines[j].startswith("     "))
     return textwrap.dedent("\n".join(lines[i:end])) + "\n"
 
-
-RAY = ["-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"]
 
 DRIVER = r"""
 import ctypes, importlib.machinery, importlib.util, json, os, sys, types
@@ -107,13 +106,12 @@ print(json.dumps(out))
 """
 
 
-def _world(parts, base: Venv, root: Path, major: int) -> Scenario:
-    """A node's venv: our wheel, torch_memory_saver, NVIDIA's runtime wheel for ``major``, a torch
-    stand-in for ``major``, then (a ``.pth`` sorted before ours) the cached Ray venv's site-packages."""
-    venv = need(Venv, root / "venv", find_python("3.11"),
-                [parts.own_wheel, tms_wheel(TMS), runtime_wheel(major)])
+def _world(parts, root: Path, world: str, major: int) -> Scenario:
+    """A node's venv: a private copy of the cached Ray venv with our wheel, torch_memory_saver, NVIDIA's
+    runtime wheel for ``major`` and a torch stand-in for ``major``."""
+    venv = need(private_copy, need(ray_venv, find_python("3.11"), world), root / "venv")
+    need(venv.install, parts.own_wheel, tms_wheel(TMS), runtime_wheel(major))
     write_torch_standin(venv.site, cuda=f"{major}.0", hip=None, deps_lib=parts.global_deps(f"cu{major}-pip"))
-    (venv.site / "00_ray_venv.pth").write_text(f"{base.site}\n")
     return Scenario(venv, need(Host, root / "host", parts.host_dirs(("driver",))), parts)
 
 
@@ -158,19 +156,18 @@ def worker_ports() -> list[str]:
 
 @pytest.fixture(scope="module")
 def miles_cluster(parts, tmp_path_factory):
-    base = need(ray_venv, find_python("3.11"), "cu13")
-    a = _world(parts, base, tmp_path_factory.mktemp("miles-cu13"), 13)
-    b = _world(parts, base, tmp_path_factory.mktemp("miles-cu12"), 12)
+    a = _world(parts, tmp_path_factory.mktemp("miles-cu13"), "cu13", 13)
+    b = _world(parts, tmp_path_factory.mktemp("miles-cu12"), "cu12", 12)
     mark = uuid.uuid4().hex
     env = clean_env(RAY_USAGE_STATS_ENABLED="0", **{MARKER: mark})
     temp = Path(tempfile.mkdtemp(prefix="tmsm-"))  # short: Ray's socket paths live under it
     address = f"127.0.0.1:{_free_port()}"
     try:
-        r = a.host.run([str(a.venv.python), *RAY, "start", "--head", f"--port={address.split(':')[1]}",
+        r = a.host.run([str(a.venv.path / "bin" / "ray"), "start", "--head", f"--port={address.split(':')[1]}",
                         f"--temp-dir={temp / 'a'}", "--include-dashboard=false", '--resources={"cu13node": 1}',
                         *RAY_NODE, *worker_ports()], env, timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
-        r = b.host.run([str(b.venv.python), *RAY, "start", f"--address={address}", f"--temp-dir={temp / 'b'}",
+        r = b.host.run([str(b.venv.path / "bin" / "ray"), "start", f"--address={address}", f"--temp-dir={temp / 'b'}",
                         '--resources={"cu12node": 1}', *RAY_NODE, *worker_ports()], env, timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
         yield a, b, address, temp
