@@ -59,6 +59,7 @@ import ctypes, importlib.machinery, importlib.util, json, os, sys, types
 from pathlib import Path
 import ray
 
+RESULT = 'miles-test-result: '  # Ray's own lines may follow on stdout
 block_file, target, disk_dir, shape = sys.argv[1:5]
 site = next(p for p in sys.path if p.endswith('site-packages'))
 # What `import torch` loads first on the driver (the stand-in torch cannot be imported): it links
@@ -102,7 +103,7 @@ for rank, node in enumerate(('cu13node', 'cu12node')):
     except Exception as exc:
         out[node] = {'died': f'{type(exc).__name__}: {str(exc)[:300]}'}
     ray.kill(actor)
-print(json.dumps(out))
+print(RESULT + json.dumps(out), flush=True)
 """
 
 
@@ -191,7 +192,8 @@ def drive(cluster, tmp_path, shape: str, side: str, target: str, actor_timeout: 
     r = a.host.run([str(a.venv.python), str(script), str(block), target, str(tmp_path / "disk"), shape],
                    clean_env(RAY_ADDRESS_FOR_TEST=address, ACTOR_TIMEOUT_FOR_TEST=str(actor_timeout)), timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    line = next(line for line in r.stdout.splitlines() if line.startswith("miles-test-result: "))
+    return json.loads(line.split(": ", 1)[1])
 
 
 def test_the_blocks_are_whole():
