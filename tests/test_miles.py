@@ -17,20 +17,17 @@ carries a marker variable, and only those are ended afterwards.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import signal
 import tempfile
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 from conftest import Scenario, need
-from support import (Host, clean_env, find_python, private_copy, ray_venv, runtime_wheel, tms_wheel,
-                     write_torch_standin)
+from support import (Host, clean_env, end_marked_processes, find_python, private_copy, ray_venv, runtime_wheel,
+                     tms_wheel, write_torch_standin)
 from test_patches import parse
 from test_ray import RAY_NODE, _free_port
 
@@ -116,37 +113,6 @@ def _world(parts, root: Path, world: str, major: int) -> Scenario:
     return Scenario(venv, need(Host, root / "host", parts.host_dirs(("driver",))), parts)
 
 
-def end_marked(value: str, grace: float = 20.0) -> None:
-    """End every process whose environment holds ``MARKER=value``, by PID: the daemons and workers of
-    the cluster this module started, and nobody else's (never ``ray stop``, which ends every Ray
-    process of the machine). SIGTERM, then SIGKILL for those still there after ``grace`` seconds."""
-    needle = f"{MARKER}={value}".encode()
-
-    def marked() -> list[int]:
-        found = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as fh:
-                    if needle in fh.read().split(b"\0"):
-                        found.append(int(pid))
-            except OSError:
-                continue
-        return found
-
-    def signal_all(pids: list[int], sig: int) -> None:
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-
-    signal_all(marked(), signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while marked() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    signal_all(marked(), signal.SIGKILL)
-
-
 def worker_ports() -> list[str]:
     """A window of worker ports of this cluster's own: Ray's default window (10002-19999), shared by
     every cluster on the machine, made a driver collide with another run's worker ("Failed to start
@@ -173,7 +139,7 @@ def miles_cluster(parts, tmp_path_factory):
         assert r.returncode == 0, r.stdout + r.stderr
         yield a, b, address, temp
     finally:
-        end_marked(mark)
+        end_marked_processes(f"{MARKER}={mark}")  # exactly this cluster's processes, never `ray stop`
         shutil.rmtree(temp, ignore_errors=True)
 
 
