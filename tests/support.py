@@ -6,13 +6,29 @@ the scenario inside a private mount namespace (``unshare -m``) with that cache b
 over ``/etc/ld.so.cache``. The machine's own CUDA (if any) is then invisible, whatever the
 machine has. Stand-ins exist only for what cannot be real here: the driver (``libcuda.so.1``),
 torch builds without a wheel for this machine (CUDA 12, ROCm, CPU) and ROCm itself.
+
+Where the torch stand-in (``tools/standins.py``: ``torch/version.py`` and
+``torch/lib/libtorch_global_deps.so`` only; ``import torch`` raises) is used, and nowhere else:
+
+* every venv made by the ``scenario`` fixture with ``torch=...`` (conftest.py): test_cli, test_guarantees,
+  test_hook, test_inputs, test_packaging, test_resolver, and in test_inprocess and test_launchers the
+  tests that take ``scenario`` (the toy-hook bindings, embedding, ``configure_subprocess()``'s contract,
+  ``kernel`` without Jupyter);
+* the Ray cluster's node venvs in test_ray (torch 2.14.1 has no CUDA 12 build for this machine);
+* ``tools/demo.py`` without ``--real-torch`` and ``tools/bench.py``'s P1-P3.
+
+Real torch 2.14.1 (the ``real_torch`` fixture) is what test_real_torch, test_launchers' SGLang,
+torchrun and Jupyter tests, and test_inprocess's ``activate()`` tests import.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,8 +111,6 @@ def end_marked_processes(marker: str, grace: float = 30) -> None:
 def allocator_bindings(log_dir: Path) -> dict[str, dict[str, str]]:
     """{library name: {symbol: file it was bound to}} for cudaMalloc/cudaFree, from the loader's own
     ``LD_DEBUG=bindings`` log files in ``log_dir``, read with the package's own parser."""
-    import os
-
     sys.path.insert(0, str(ROOT))
     from tms_autopreload.bindings import parse_binding
 
@@ -130,3 +144,71 @@ def run(code):
     assert reply['content']['status'] == 'ok', reply['content']
     return ''.join(m['content'].get('text', '') for m in out if m['msg_type'] == 'stream').strip()
 """
+
+
+# ---------------------------------------------------------------- what a start did, from the process itself
+
+EXEC_MARKER = "TMS_AUTOPRELOAD_EXEC_PID"
+
+# Python source, defined once, run both here and inside the probes tests start (which cannot import
+# this module): whether a process's current image was started by the start-up hook's re-exec.
+# /proc/<pid>/environ holds the environment the kernel gave the current image at execve; later
+# changes to os.environ (the hook removes the marker from it) do not touch it. The hook's exec alone
+# writes TMS_AUTOPRELOAD_EXEC_PID=<the PID that exec'd>, and an exec keeps the PID, so an image whose
+# start environment holds its own PID there was started by the hook. This reads no log line: it
+# holds whatever TMS_AUTOPRELOAD_VERBOSE says.
+REEXECD = r"""
+def reexecd(pid=None):
+    import os
+    pid = os.getpid() if pid is None else pid
+    with open(f'/proc/{pid}/environ', 'rb') as f:
+        return f'TMS_AUTOPRELOAD_EXEC_PID={pid}'.encode() in f.read().split(b'\0')
+"""
+exec(REEXECD)  # defines reexecd(pid) here, for processes the test itself can still see
+
+
+def execs(*images: bool) -> int:
+    """How many of these process images the hook's re-exec started (each ``reexecd()`` from a probe)."""
+    assert all(isinstance(i, bool) for i in images), images
+    return sum(images)
+
+
+def names(text: str, variable: str) -> bool:
+    """True when ``text`` names the environment variable ``variable`` as a whole token:
+    ``TMS_AUTOPRELOAD`` is not named by ``TMS_AUTOPRELOAD_PATH=...``."""
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(variable)}(?![A-Za-z0-9_])", text) is not None
+
+
+def assert_stopped(r, *words: str, code: int = 78, verbose: bool = False) -> str:
+    """The documented stop: exit ``code`` (78, or 130 when interrupted) before any user code ran, one
+    ``tms-autopreload:`` message (warnings aside, and with ``verbose`` the notes TMS_AUTOPRELOAD_VERBOSE
+    prints before it), ``words`` in what it printed, no traceback, no loader error. Returns the message
+    (from its first line on). ``r`` is a CompletedProcess, text or bytes."""
+    out = r.stdout.decode("utf-8", "replace") if isinstance(r.stdout, bytes) else r.stdout
+    err = r.stderr.decode("utf-8", "replace") if isinstance(r.stderr, bytes) else r.stderr
+    assert r.returncode == code, (r.returncode, err[-3000:])
+    assert out == "" and "Traceback" not in err and "error while loading shared libraries" not in err, err[-3000:]
+    first = err.find("tms-autopreload: ")
+    # Before it, only the loader's own notices about LD_PRELOAD entries it ignored (the user's input).
+    assert first >= 0 and all(line.startswith("ERROR: ld.so: object ") for line in err[:first].splitlines()), \
+        err[-3000:]
+    ours = [line for line in err.splitlines()
+            if line.startswith("tms-autopreload: ") and not line.startswith("tms-autopreload: warning:")]
+    assert len(ours) == 1 or (verbose and ours), err[-3000:]
+    message = err[err.index(ours[-1]):]
+    for w in words:
+        assert w in err, (w, err[-3000:])
+    return message
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until ``path`` exists (a readiness marker the process writes); fails if it ends first or
+    ``timeout`` passes (a timeout, not a bound on how fast it should be)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the process ended ({proc.returncode}) before it was ready: "
+                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no readiness marker {path} within {timeout} s")
+        time.sleep(0.01)

@@ -84,10 +84,19 @@ def test_console_script_is_installed(scenario):
     assert r.returncode == 0 and r.stdout.strip().endswith(CU13), r.stderr
 
 
-def test_gpu_check_says_clearly_when_there_is_no_gpu():
+def _has_nvidia_gpu() -> bool:
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.may_skip("the real GPU check needs an NVIDIA GPU; on a machine without one it can only say so")
+def test_gpu_check_runs_on_a_gpu_and_says_clearly_when_there_is_none():
     r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh")], capture_output=True, text=True,
-                       env=clean_env(), timeout=120)
-    assert r.returncode in (0, 2), r.stdout + r.stderr  # 0: a GPU machine ran the real check
-    if r.returncode == 2:
-        assert r.stderr.startswith("gpu-check: ") and ("no NVIDIA GPU here" in r.stderr or "wheels missing" in r.stderr
-                                                       or "no CUDA 13 torch" in r.stderr), r.stderr
+                       env=clean_env(), timeout=600)
+    if _has_nvidia_gpu():  # the real check must run and pass: a missing wheel or torch here is a failure
+        assert r.returncode == 0, r.stdout + r.stderr
+        return
+    assert r.returncode == 2 and r.stderr.startswith("gpu-check: no NVIDIA GPU here"), r.stdout + r.stderr
+    pytest.skip("no NVIDIA GPU on this machine: gpu-check said so (exit 2) and checked nothing")

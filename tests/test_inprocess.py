@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 from conftest import DEFAULT_PYTHON, assert_applied, mode_env
-from support import KERNEL_CLIENT, allocator_bindings, cc, clean_env
+from support import KERNEL_CLIENT, REEXECD, allocator_bindings, cc, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TOY_HOOK = r"""
@@ -51,7 +51,7 @@ __thread char toy_big_tls[1 << 16] __attribute__((tls_model("initial-exec")));
 int toy_touch_tls(void) { toy_big_tls[0] = 1; return toy_big_tls[0]; }
 """
 
-PROBE = r"""
+PROBE = REEXECD + r"""
 import ctypes, json, os, subprocess, sys
 runtime, consumer = sys.argv[1], sys.argv[2]
 deepbind = len(sys.argv) > 3 and sys.argv[3] == 'deepbind'
@@ -61,11 +61,11 @@ hooks = sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 
 saw = ctypes.CDLL(hooks[0]).toy_constructor_saw if hooks and 'toy' in hooks[0] else None
 if saw:
     saw.restype = ctypes.c_char_p
-child = subprocess.run([sys.executable, '-c', "print(sum('torch_memory_saver' in l for l in open('/proc/self/maps')) > 0)"],
-                       capture_output=True, text=True)
+child = subprocess.run([sys.executable, '-c', "import json; print(json.dumps(sorted({l.split(None, 5)[5].strip() "
+                        "for l in open('/proc/self/maps') if 'torch_memory_saver' in l})))"], capture_output=True, text=True)
 print(json.dumps({'pid': os.getpid(), 'hooks': hooks, 'consumer': lib.consumer_alloc(), 'real': real,
-                  'saw': saw().decode() if saw else None, 'child_hooked': child.stdout.strip(),
-                  'preload': os.environ.get('LD_PRELOAD'), 'exec_env_preload': b'LD_PRELOAD=' in open('/proc/self/environ', 'rb').read()}))
+                  'saw': saw().decode() if saw else None, 'child_hooks': json.loads(child.stdout or 'null'),
+                  'preload': os.environ.get('LD_PRELOAD'), 'reexecd': reexecd()}))
 """
 
 
@@ -114,11 +114,9 @@ def test_hook_intercepts_forwards_and_sees_tms_variables_in_both_modes(scenario,
     real LD_PRELOAD; with and without LD_BIND_NOW; on this machine's glibc and on sid's (2.43)."""
     scn = seed(scenario, python=python)
     out, err = probe(scn, parts, toys, mode, {"LD_BIND_NOW": "1"} if bind_now else None)
-    assert_applied(mode, err)
-    assert out["hooks"] == [str(toys["hook"])]
+    assert_applied(mode, out["reexecd"], out["hooks"], toys["hook"])
     assert out["real"] not in (None, -1000) and out["consumer"] == out["real"] + 100, out
-    assert out["saw"] == "1" and out["child_hooked"] == "True" and out["preload"] == str(toys["hook"])
-    assert out["exec_env_preload"] is (mode == "exec")
+    assert out["saw"] == "1" and out["child_hooks"] == [str(toys["hook"])] and out["preload"] == str(toys["hook"])
 
 
 def test_deepbind_bypasses_the_hook_in_both_modes_alike(scenario, parts, toys, mode):
@@ -126,7 +124,7 @@ def test_deepbind_bypasses_the_hook_in_both_modes_alike(scenario, parts, toys, m
     whether the hook was preloaded or loaded in-process. Not a difference between the modes."""
     scn = seed(scenario)
     out, err = probe(scn, parts, toys, mode, deepbind=True)
-    assert_applied(mode, err)
+    assert_applied(mode, out["reexecd"], out["hooks"], toys["hook"])
     assert out["consumer"] == out["real"], out
 
 
@@ -138,7 +136,7 @@ def test_the_plans_library_path_reaches_children_only_in_dlopen_mode(scenario, p
     extra = lib_dir / toys["extra"].name
     if not extra.exists():
         cc(extra, "int toy_only_on_llp(void) { return 7; }\n")
-    code = textwrap.dedent(f"""
+    code = REEXECD + textwrap.dedent(f"""
         import ctypes, subprocess, sys
         def found():
             try:
@@ -147,12 +145,14 @@ def test_the_plans_library_path_reaches_children_only_in_dlopen_mode(scenario, p
             except OSError:
                 return False
         child = subprocess.run([sys.executable, '-c', 'import ctypes; ctypes.CDLL("{extra.name}")']).returncode
-        print(found(), child == 0)
+        hooks = sorted({{l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l}})
+        print(found(), child == 0, reexecd(), *hooks)
     """)
     r = scn.run(["-c", code], {"TMS_AUTOPRELOAD": "1", **mode_env(mode)})
     assert r.returncode == 0, r.stderr
-    assert_applied(mode, r.stderr)
-    assert r.stdout.split() == (["True", "True"] if mode == "exec" else ["False", "True"])
+    found, child, reexecd, *hooks = r.stdout.split()
+    assert_applied(mode, reexecd == "True", hooks, scn.site / CU13)
+    assert [found, child] == (["True", "True"] if mode == "exec" else ["False", "True"])
 
 
 # ---------------------------------------------------------------- dlopen mode falls back to exec
@@ -165,7 +165,8 @@ def test_falls_back_when_a_runtime_library_is_already_loaded(scenario, parts, to
     pth.write_text(f"import ctypes; ctypes.CDLL({str(parts.rt[13] / 'libcudart.so.13')!r})\n")
     out, err = probe(scn, parts, toys, "dlopen")
     assert "a runtime library is already loaded" in fallback_line(err)[0], err
-    assert out["exec_env_preload"] and out["consumer"] == out["real"] + 100
+    assert_applied("exec", out["reexecd"], out["hooks"], toys["hook"])
+    assert out["consumer"] == out["real"] + 100
 
 
 def test_falls_back_when_an_interposed_symbol_is_already_global(scenario, parts, toys):
@@ -174,7 +175,8 @@ def test_falls_back_when_an_interposed_symbol_is_already_global(scenario, parts,
     scn = seed(scenario)
     out, err = probe(scn, parts, toys, "dlopen", {"LD_PRELOAD": str(toys["defines"])})
     assert "cudaMalloc is already defined in the global scope" in fallback_line(err)[0], err
-    assert out["exec_env_preload"] and out["preload"] == f"{toys['hook']}:{toys['defines']}"
+    assert_applied("exec", out["reexecd"], out["hooks"], toys["hook"])
+    assert out["preload"] == f"{toys['hook']}:{toys['defines']}"
     assert out["consumer"] >= 100  # the hook first; its RTLD_NEXT finds the next definition
 
 
@@ -182,11 +184,13 @@ def test_falls_back_when_the_plan_has_no_runtime_library_file(scenario):
     """torch_memory_saver 0.0.8's driver-only build, on a host where torch's libcudart is not visible:
     the plan loads, but names no runtime library to load before the hook."""
     scn = scenario(tms="0.0.8", torch="cu13-sys", host=("driver",))
-    r = scn.run(["-c", "print(sum('torch_memory_saver_cpp' in l for l in open('/proc/self/maps')) > 0)"],
-                {"TMS_AUTOPRELOAD": "1", **mode_env("dlopen")})
-    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr
+    code = REEXECD + ("print(reexecd(), *sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') "
+                      "if 'torch_memory_saver' in l}))")
+    r = scn.run(["-c", code], {"TMS_AUTOPRELOAD": "1", **mode_env("dlopen")})
+    assert r.returncode == 0, r.stderr
     assert "the plan names no runtime library file" in fallback_line(r.stderr)[0], r.stderr
-    assert_applied("exec", r.stderr)
+    reexecd, *hooks = r.stdout.split()
+    assert_applied("exec", reexecd == "True", hooks, scn.site / "torch_memory_saver_cpp.abi3.so")
 
 
 def test_falls_back_when_dlopen_itself_fails(scenario, parts, toys):
@@ -196,14 +200,14 @@ def test_falls_back_when_dlopen_itself_fails(scenario, parts, toys):
     out, err = probe(scn, parts, toys, "dlopen", hook="tls")
     line = fallback_line(err)[0]
     assert "dlopen failed:" in line and "cannot allocate memory in static TLS block" in line, err
-    assert out["hooks"] == [str(toys["tls"])] and out["exec_env_preload"]
+    assert_applied("exec", out["reexecd"], out["hooks"], toys["tls"])
 
 
 def test_unknown_mode_warns_and_execs(scenario, parts, toys):
     scn = seed(scenario)
     out, err = probe(scn, parts, toys, "fork")
     assert "TMS_AUTOPRELOAD_MODE='fork' is not a recognised value (use exec or dlopen); using exec" in err
-    assert_applied("exec", err)
+    assert_applied("exec", out["reexecd"], out["hooks"], toys["hook"])
 
 
 # ---------------------------------------------------------------- activate()
@@ -234,9 +238,9 @@ def test_activate_binds_in_process_once(scenario, parts, toys):
 def test_activate_in_a_process_started_hooked_changes_nothing(scenario):
     scn = seed(scenario)
     code = ("import os, tms_autopreload; before = dict(os.environ); p = tms_autopreload.activate(); "
-            "print(p.build.endswith('_cu13.abi3.so'), dict(os.environ) == before)")
+            "print(p.build, dict(os.environ) == before)")
     r = scn.run(["-c", code], {"TMS_AUTOPRELOAD": "1"})
-    assert r.returncode == 0 and r.stdout.split() == ["True", "True"], r.stderr
+    assert r.returncode == 0 and r.stdout.split() == [str(scn.site / CU13), "True"], r.stderr
 
 
 def test_activate_after_the_runtime_is_loaded_says_restart(scenario, parts):
@@ -310,9 +314,8 @@ def test_embedded_interpreter_is_hooked_in_process(scenario, parts, toys, embedd
     r = scn.host.run([str(embedder), str(scn.venv.python), code], env)
     assert r.returncode == 0, r.stdout + r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert_applied("dlopen", r.stderr)
-    assert out["hooks"] == [str(toys["hook"])] and not out["exec_env_preload"]
-    assert out["consumer"] == out["real"] + 100 and out["saw"] == "1" and out["child_hooked"] == "True"
+    assert_applied("dlopen", out["reexecd"], out["hooks"], toys["hook"])
+    assert out["consumer"] == out["real"] + 100 and out["saw"] == "1" and out["child_hooks"] == [str(toys["hook"])]
 
 
 # ---------------------------------------------------------------- activate() with real torch and a real Jupyter kernel

