@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shutil
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from packaging.metadata import Metadata
-from support import ROOT, Venv, find_python, run, wheel
+from support import REEXECD, ROOT, Venv, execs, find_python, run, wheel
 from support import uv as sandbox_uv
 
 
@@ -26,7 +27,19 @@ def _startup_files() -> set[str]:
 
 
 STARTUP = _startup_files()
-PROBE = "import os; print(os.environ.get('TMS_AUTOPRELOAD_STATE', ''))"
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+PROBE = REEXECD + """
+import json
+print(json.dumps([reexecd(), sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps')
+                                     if 'torch_memory_saver' in l})]))
+"""
+
+
+def assert_hooked(scn, r):
+    """Exactly the installed CUDA 13 build mapped, after one re-exec."""
+    assert r.returncode == 0, r.stderr
+    reexecd, hooks = json.loads(r.stdout.strip().splitlines()[-1])
+    assert hooks == [str(scn.site / CU13)] and execs(reexecd) == 1, (hooks, reexecd, r.stderr)
 
 
 def _root_files(whl: Path) -> set[str]:
@@ -87,8 +100,7 @@ def test_uv_install_hooks(scenario, tmp_path):
     uv = sandbox_uv()
     run([uv, "pip", "install", "-q", "--reinstall", "--python", str(scn.venv.python), "--no-deps",
          str(scn.parts.own_wheel)])
-    r = scn.flagged(PROBE)
-    assert r.returncode == 0 and r.stdout.strip().endswith("_cu13.abi3.so"), r.stderr
+    assert_hooked(scn, scn.flagged(PROBE))
 
 
 @pytest.mark.slow  # CPython 3.12 and an editable install
@@ -101,8 +113,7 @@ def test_editable_install_hooks(scenario, tmp_path):
     try:
         run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "install", "-q", "-e", str(src)])
         assert (scn.site / "tms_autopreload.pth").exists()
-        r = scn.flagged(PROBE)
-        assert r.returncode == 0 and r.stdout.strip().endswith("_cu13.abi3.so"), r.stderr
+        assert_hooked(scn, scn.flagged(PROBE))
         r = scn.run(["-c", "import tms_autopreload; print(tms_autopreload.__file__)"], cwd=tmp_path)
         assert r.stdout.startswith(str(src)), r.stdout
     finally:
