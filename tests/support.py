@@ -148,10 +148,8 @@ def run(code):
 
 # ---------------------------------------------------------------- what a start did, from the process itself
 
-EXEC_MARKER = "TMS_AUTOPRELOAD_EXEC_PID"
-
-# Python source, defined once, run both here and inside the probes tests start (which cannot import
-# this module): whether a process's current image was started by the start-up hook's re-exec.
+# Python source, defined once, for the probes tests start (they cannot import this module): whether a
+# process's current image was started by the start-up hook's re-exec.
 # /proc/<pid>/environ holds the environment the kernel gave the current image at execve; later
 # changes to os.environ (the hook removes the marker from it) do not touch it. The hook's exec alone
 # writes TMS_AUTOPRELOAD_EXEC_PID=<the PID that exec'd>, and an exec keeps the PID, so an image whose
@@ -164,7 +162,6 @@ def reexecd(pid=None):
     with open(f'/proc/{pid}/environ', 'rb') as f:
         return f'TMS_AUTOPRELOAD_EXEC_PID={pid}'.encode() in f.read().split(b'\0')
 """
-exec(REEXECD)  # defines reexecd(pid) here, for processes the test itself can still see
 
 
 def execs(*images: bool) -> int:
