@@ -272,6 +272,7 @@ def test_flagged_starts_answer_every_environment(world):
         env = {**env, "TMS_AUTOPRELOAD": env.get("TMS_AUTOPRELOAD", "1")}
         benv = {k.encode(): v.encode("utf-8", "surrogateescape") for k, v in env.items()}
         benv = {k: v for k, v in benv.items() if len(k) + len(v) + 2 <= MAX_ARG_STRLEN}  # what exec can carry
+        env = {k.decode(): v.decode("utf-8", "surrogateescape") for k, v in benv.items()}  # what the start gets
         benv[b"TMS_TEST_BYTES"] = b"\xff\xfe undecodable \x80"
         cmd = [*scn.host.wrap([], {}), *(k + b"=" + v for k, v in benv.items()), str(scn.venv.python), "-c",
                E2E_PROBE, *argv]
