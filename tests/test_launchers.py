@@ -424,12 +424,13 @@ res['torch'] = json.loads(run("import json, os, torch\n"
                               "print(json.dumps([torch.version.cuda, sorted({l.split(None, 5)[5].strip() "
                               "for l in open('/proc/self/maps') if '/libcudart' in l}), "
                               "HookUtilModePreload().get_path_binary()]))"))
-msg_id = kc.execute("import time; print('sleeping', flush=True); time.sleep(120)")
-while True:  # the readiness marker: the cell is running
-    msg = kc.get_iopub_msg(timeout=120)
-    if (msg['parent_header'].get('msg_id') == msg_id and msg['msg_type'] == 'stream'
-            and 'sleeping' in msg['content']['text']):
-        break
+ready = sys.argv[1] + '/cell-running'  # the readiness marker: a file, no output stream in between
+# stop_on_error=False: the interrupted cell's error must not abort the cells sent after it
+msg_id = kc.execute(f"import time; open({ready!r}, 'w').close(); time.sleep(120)", stop_on_error=False)
+deadline = time.monotonic() + 120
+while not __import__('os').path.exists(ready):
+    assert time.monotonic() < deadline, 'the cell never started'
+    time.sleep(0.01)
 km.interrupt_kernel()
 while True:
     reply = kc.get_shell_msg(timeout=60)
