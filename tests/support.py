@@ -209,3 +209,54 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"no readiness marker {path} within {timeout} s")
         time.sleep(0.01)
+
+
+# ---------------------------------------------------------------- Ray clusters a test starts
+
+RAY_NODE = ["--num-cpus=1", "--disable-usage-stats", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1"]
+MARKER_VAR = "TMS_TEST_RAY_CLUSTER"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayCluster:
+    """Ray nodes one test starts, each from its own venv in its own mount namespace.
+
+    Every process of the cluster (``ray start``'s GCS, raylet, agents, and the workers they start) inherits
+    a marker variable naming this cluster; :meth:`stop` ends exactly the processes that carry it, by PID
+    (:func:`end_marked_processes`), never ``ray stop``.
+    """
+
+    def __init__(self) -> None:
+        import uuid
+
+        self.marker = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return clean_env(RAY_USAGE_STATS_ENABLED="0", **{MARKER_VAR: self.marker}, **extra)
+
+    def start(self, host: Host, venv_path: Path, *args: str, head: bool = False, env: dict[str, str] | None = None,
+              timeout: int = 180) -> None:
+        """``ray start`` from ``venv_path`` on ``host``: the head (``head=True``), or a node joining it;
+        ``env``: more variables for the node's daemons (and so for every worker they start)."""
+        where = (["--head", f"--port={self.port}", "--include-dashboard=false"] if head
+                 else [f"--address={self.address}"])
+        r = host.run([str(venv_path / "bin" / "ray"), "start", *where, *RAY_NODE, *args], self.env(**(env or {})),
+                     timeout=timeout)
+        if r.returncode != 0:
+            raise AssertionError(f"ray start failed:\n{r.stdout}\n{r.stderr}")
+
+    def pids(self) -> list[int]:
+        return [pid for pid in marked_processes(f"{MARKER_VAR}={self.marker}") if pid != os.getpid()]
+
+    def stop(self, grace: float = 10.0) -> None:
+        """End this cluster's processes (:func:`end_marked_processes`)."""
+        end_marked_processes(f"{MARKER_VAR}={self.marker}", grace)

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload  # noqa: E402
-from tms_autopreload import bindings, cli, elf, environ, ldcache, nodes, preflight, runtime, trace  # noqa: E402
+from tms_autopreload import bindings, cli, driver, elf, environ, ldcache, nodes, preflight, runtime, trace  # noqa: E402
+from tms_autopreload.rows import document_rows  # noqa: E402
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=500, suppress_health_check=list(HealthCheck), database=None)
@@ -84,6 +85,48 @@ def test_ld_cache_parser_never_raises(data, name):
 
 
 @FUZZ
+@given(st.one_of(st.text(max_size=512),
+                 st.builds(lambda a, b: f"NVRM version: NVIDIA UNIX x86_64 Kernel Module {a} {b}",
+                           st.text(max_size=40), st.text(max_size=40))))
+def test_kernel_module_version_parser_never_raises(text):
+    """/proc/driver/nvidia/version: a version-shaped word or None, whatever the bytes."""
+    found = _bounded(driver.parse_module_version, text)
+    assert found is None or driver.version_key(found) is not None
+    assert driver.newest_major(found or "") in (None, *driver.MINIMUM_DRIVER)
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=300), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=12).map(lambda v: __import__("json").dumps({"env_vars": v}))), st.text(max_size=60))
+def test_preflight_options_are_a_usage_error_or_accepted(runtime_env, address):
+    """doctor --ray's --runtime-env and --address: accepted as Ray would take them, or UsageError; nothing else."""
+    try:
+        env = _bounded(preflight.check_runtime_env, runtime_env)
+    except preflight.UsageError:
+        pass
+    else:
+        assert isinstance(env, dict)
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in (env.get("env_vars") or {}).items())
+    try:
+        preflight.check_address(address, {})
+    except preflight.UsageError:
+        pass
+    else:
+        assert address == "auto" or ":" in address
+
+
+def test_kernel_module_version_parser_reads_both_module_kinds():
+    assert driver.parse_module_version(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n") == "535.104.05"
+    assert driver.parse_module_version(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16)\n"
+    ) == "580.95.05"
+    assert driver.newest_major("535.104.05") == 12 and driver.newest_major("580.95.05") == 13
+    assert driver.newest_major("525.60.11") == 11 and driver.newest_major("418.39") is None
+
+@FUZZ
 @given(st.text(max_size=2000))
 def test_torch_version_parser_never_raises(text):
     values = _bounded(runtime._parse_version_py, text)
@@ -132,7 +175,7 @@ REAL_NODE = "\n".join(f"0: {line}" for line in json.dumps(
        st.booleans())
 def test_node_documents_reader_never_raises(text, as_json):
     """`doctor --nodes` input: any text gives rows, and the table (or the --json document) shows them."""
-    rows = _bounded(preflight.document_rows, text)
+    rows = _bounded(document_rows, text)
     for row in rows:
         assert isinstance(row["ok"], bool) and (row["ok"] or isinstance(row["error"], str)), row
     TMP.write_bytes(text.encode())

@@ -202,6 +202,25 @@ def test_another_libcudart_13_first_on_library_path_is_not_bound(scenario, parts
     assert out["cudart"] == [str(other / "libcudart.so.13")]
 
 
+@pytest.mark.parametrize("tms", ["0.0.9.post1", "0.0.10"])
+def test_stdbuf_preload_is_kept_and_old_tms_gets_the_warning_with_the_fix(scenario, tms):
+    """AReaL #1482: `stdbuf -oL python ...` puts coreutils' libstdbuf.so in LD_PRELOAD. The hook keeps it
+    (after itself); torch_memory_saver <= 0.0.9.post1 reads LD_PRELOAD as one path, so that start is warned,
+    naming the fix. 0.0.10 splits on ':' and needs no warning."""
+    stdbuf = shutil.which("stdbuf")
+    if stdbuf is None:
+        pytest.skip("stdbuf (coreutils) is not installed")
+    scn = seed(scenario, "", tms=tms)
+    r, out = start(scn, prefix=(stdbuf, "-oL"))
+    assert_hooked(r, out, scn)
+    hook, *kept = out["preload"].split(":")
+    assert hook == str(scn.site / CU13) and [os.path.basename(k) for k in kept] == ["libstdbuf.so"], out
+    warned = "reads LD_PRELOAD as a single path" in r.stderr
+    assert warned is (tms == "0.0.9.post1"), r.stderr
+    if warned:
+        assert "drop those entries or pip install 'torch-memory-saver>=0.0.10'" in r.stderr, r.stderr
+
+
 def test_home_unset(scenario):
     scn = seed(scenario, "")
     env = clean_env(SLIME_OFFLOAD_TRAIN="1")

@@ -26,10 +26,9 @@ from pathlib import Path
 
 import pytest
 from conftest import Scenario, need
-from support import (Host, clean_env, end_marked_processes, find_python, private_copy, ray_venv, runtime_wheel,
-                     tms_wheel, write_torch_standin)
+from support import (RAY_NODE, Host, clean_env, end_marked_processes, find_python, free_port, private_copy, ray_venv,
+                     runtime_wheel, tms_wheel, write_torch_standin)
 from test_patches import parse
-from test_ray import RAY_NODE, _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCHES = {"06de48eec": ROOT / "patches" / "miles" / "06de48eec.patch",
@@ -128,7 +127,7 @@ def miles_cluster(parts, tmp_path_factory):
     mark = uuid.uuid4().hex
     env = clean_env(RAY_USAGE_STATS_ENABLED="0", **{MARKER: mark})
     temp = Path(tempfile.mkdtemp(prefix="tmsm-"))  # short: Ray's socket paths live under it
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     try:
         r = a.host.run([str(a.venv.path / "bin" / "ray"), "start", "--head", f"--port={address.split(':')[1]}",
                         f"--temp-dir={temp / 'a'}", "--include-dashboard=false", '--resources={"cu13node": 1}',

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import textwrap
-import uuid
 
 import pytest
 from conftest import Scenario, assert_applied, need
-from support import (REEXECD, Host, clean_env, end_marked_processes, private_copy, ray_venv, runtime_wheel, tms_wheel,
+from support import (REEXECD, Host, RayCluster, clean_env, private_copy, ray_venv, runtime_wheel, tms_wheel,
                      write_torch_standin)
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
@@ -61,12 +59,6 @@ print(json.dumps(out))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ray_world(parts, tmp_path_factory, world: str, major: int) -> Scenario:
     from support import find_python
 
@@ -78,44 +70,30 @@ def _ray_world(parts, tmp_path_factory, world: str, major: int) -> Scenario:
     return Scenario(venv, need(Host, tmp_path_factory.mktemp(f"ray-{world}"), parts.host_dirs(("driver",))), parts)
 
 
-# Every daemon of this run's cluster (and every worker they spawn) carries this in its environment,
-# so that the cluster ends by exactly those PIDs (support.end_marked_processes).
-CLUSTER_MARK = ("TMS_TEST_RAY_CLUSTER", uuid.uuid4().hex)
+# Every node here offers Ray one GPU (`ray start --num-gpus=1`), as GPU nodes do: the preflight counts them.
+GPU = "--num-gpus=1"
 
 
-def node_env() -> dict[str, str]:
-    return clean_env(RAY_USAGE_STATS_ENABLED="0", **dict([CLUSTER_MARK]))
-
-
-RAY_NODE = ["--num-cpus=1", "--disable-usage-stats", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1"]
-
-
-def join(world: Scenario, address: str, resource: str) -> None:
-    """Start a Ray worker node from ``world``'s venv, in its own namespace, joined to the cluster at ``address``."""
-    r = world.host.run([str(world.venv.path / "bin" / "ray"), "start", f"--address={address}",
-                        f'--resources={{"{resource}": 1}}', *RAY_NODE], node_env(), timeout=180)
-    assert r.returncode == 0, r.stdout + r.stderr
+def join(cluster: RayCluster, world: Scenario, resource: str, *args: str) -> None:
+    """Start a Ray node from ``world``'s venv, in its own namespace, joined to ``cluster``."""
+    cluster.start(world.host, world.venv.path, f'--resources={{"{resource}": 1}}', *args)
 
 
 @pytest.fixture(scope="module")
 def ray_cluster(parts, tmp_path_factory):
     a = _ray_world(parts, tmp_path_factory, "cu13", 13)
     b = _ray_world(parts, tmp_path_factory, "cu12", 12)
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    env = node_env()
+    cluster = RayCluster()
     try:
-        r = a.host.run([str(a.venv.path / "bin" / "ray"), "start", "--head", f"--port={port}",
-                        "--include-dashboard=false", '--resources={"cu13node": 1}', *RAY_NODE], env, timeout=180)
-        assert r.returncode == 0, r.stdout + r.stderr
-        join(b, address, "cu12node")
-        yield a, b, address
+        cluster.start(a.host, a.venv.path, '--resources={"cu13node": 1}', GPU, head=True)
+        join(cluster, b, "cu12node", GPU)
+        yield a, b, cluster.address, cluster
     finally:
-        end_marked_processes("=".join(CLUSTER_MARK))
+        cluster.stop()
 
 
 def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path, mode):
-    a, b, address = ray_cluster
+    a, b, address, _ = ray_cluster
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent(ACTOR))
     r = a.host.run([str(a.venv.python), str(script)], clean_env(RAY_ADDRESS_FOR_TEST=address, MODE_FOR_TEST=mode),
@@ -142,7 +120,7 @@ def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path, mode)
 
 def test_local_actor_pid_and_no_stray_process(ray_cluster, tmp_path):
     """The exec keeps the PID Ray started: no second process appears for the worker."""
-    a, _, address = ray_cluster
+    a, _, address, _ = ray_cluster
     code = REEXECD + textwrap.dedent("""
         import json, os, ray
         ray.init(address=os.environ['RAY_ADDRESS_FOR_TEST'], log_to_driver=False)
@@ -205,7 +183,7 @@ def rows_by_build(doc):
 
 
 def test_preflight_every_node_answers_with_its_own_build(ray_cluster):
-    a, b, address = ray_cluster
+    a, b, address, _ = ray_cluster
     _, doc = table_then_document(a, address, 0, "2 nodes: 2 ok, 0 failing")
     assert doc["ok"] and len(doc["nodes"]) == 2
     got = rows_by_build(doc)
@@ -223,7 +201,7 @@ def test_preflight_every_node_answers_with_its_own_build(ray_cluster):
 def driverless_node(ray_cluster, parts, tmp_path_factory):
     """A third node whose driver is not mounted (its loader sees no libcuda.so.1). Its venv also hangs a
     worker's start when HANG is set, standing in for a node whose workers cannot start."""
-    a, _, address = ray_cluster
+    a, _, address, cluster = ray_cluster
     from support import find_python
 
     venv = need(private_copy, need(ray_venv, find_python("3.11"), "nodriver"),
@@ -233,12 +211,12 @@ def driverless_node(ray_cluster, parts, tmp_path_factory):
     (venv.site / "aa_tms_test_hang.pth").write_text(
         f"import os, time; os.environ.get({HANG!r}) and time.sleep(100000)\n")
     c = Scenario(venv, need(Host, tmp_path_factory.mktemp("ray-nodriver"), []), parts)
-    join(c, address, "nodrivernode")
+    join(cluster, c, "nodrivernode", GPU)
     return c
 
 
 def test_preflight_shows_the_driverless_node_failing(ray_cluster, driverless_node):
-    a, _, address = ray_cluster
+    a, _, address, _ = ray_cluster
     table, doc = table_then_document(a, address, 1, "3 nodes: 2 ok, 1 failing")
     assert not doc["ok"]
     got = rows_by_build(doc)
@@ -252,7 +230,7 @@ def test_preflight_shows_the_driverless_node_failing(ray_cluster, driverless_nod
 
 
 def test_preflight_ends_within_its_timeout_when_a_worker_cannot_start(ray_cluster, driverless_node):
-    a, _, address = ray_cluster
+    a, _, address, _ = ray_cluster
     # A timeout, not a bound on speed: if --timeout 20 did not end the wait, the run's timeout fails the test.
     r = preflight(a, address, "--timeout", "20", "--json", "--runtime-env", json.dumps({"env_vars": {HANG: "1"}}),
                   timeout=180)
@@ -277,7 +255,7 @@ def test_preflight_shows_progress_on_a_terminal(ray_cluster):
 
     if shutil.which("script") is None:
         pytest.skip("script(1) from util-linux is needed for a pty")
-    a, _, address = ray_cluster
+    a, _, address, _ = ray_cluster
     cmd = shlex.join([str(a.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address", address])
     r = a.host.run(["script", "-q", "-e", "-c", cmd, "/dev/null"], clean_env(RAY_USAGE_STATS_ENABLED="0"),
                    timeout=300)

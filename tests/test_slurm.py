@@ -26,7 +26,8 @@ from support import ROOT, Host, Venv, find_python, runtime_wheel, tms_wheel
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-HEADER = "node  ip  python  torch (runtime)  hooked  build, or the first line of the error"
+HEADER = ("node  ip  GPUs  python  tms_autopreload  torch_memory_saver  torch (runtime)  driver  hooked  build, or the "
+          "first line of the error")
 
 # What a task reports: where it runs, what is mapped, whether its start re-exec'd once.
 PROBE = r"""
@@ -206,7 +207,7 @@ def test_preflight_shows_the_driverless_node_and_the_node_without_the_package(cl
                f"{slurm.shared}/bin")
     assert r.returncode == 1, r.stdout + r.stderr
     doc = json.loads(r.stdout)
-    assert set(doc) == {"ok", "nodes", "summary"} and not doc["ok"] and doc["summary"] == "4 nodes: 2 ok, 2 failing"
+    assert set(doc) == {"ok", "nodes", "summary", "notes"} and not doc["ok"] and doc["summary"] == "4 nodes: 2 ok, 2 failing"
     by_name = {row["name"]: row for row in doc["nodes"]}
     for name, build in (("n1", CU13), ("n2", CU12)):
         survey = by_name[name]["answer"]["survey"]

@@ -29,64 +29,15 @@ EXIT_USAGE = 2
 # One table, shown by --help and copied into the README's (a test compares them).
 EXIT_CODES = (
     ("0", "the plan exists, or the command did what was asked"),
-    ("1", "no plan (the reason is printed), a failing check, a kernel action refused or failed, a write error"),
-    ("2", "usage error (an unreadable doctor --nodes FILE too), or a tool the command needs (Ray, "
-          "jupyter_client) is not installed"),
+    ("1", "no plan (the reason is printed), a failing check (doctor: a driver that cannot run torch's CUDA too), "
+          "a kernel action refused or failed, a write error"),
+    ("2", "usage error (an unreadable doctor --nodes FILE too), a tool the command needs (Ray, jupyter_client) "
+          "is not installed, or doctor --ray reached no cluster"),
     ("78", "the start-up hook of a flagged process: no plan (EX_CONFIG), before user code runs"),
     ("126/127", "run: the command could not be executed / was not found"),
     ("129/130/143", "ended by SIGHUP / SIGINT (Ctrl-C) / SIGTERM; doctor --deep first ends its child and "
                     "deletes its log (130 also: the start-up hook interrupted while resolving)"),
 )
-
-
-def _runtime_line(report: Report) -> str:
-    rt = report.runtime
-    if rt is None:
-        return "runtime:  not decided"
-    lib = f"{rt.library} ({rt.library_rule})" if rt.library else "not found"
-    return f"runtime:  {rt.describe()}\nlibrary:  {rt.soname} -> {lib}"
-
-
-def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
-
-
-def _interposes(report: Report) -> "dict[str, list[str] | None]":
-    """Per candidate path: what it defines that the process's runtime library defines (None: unknown)."""
-    from .builds import interposed
-    from .elf import ElfError
-
-    library = report.runtime.library if report.runtime else None
-    out: "dict[str, list[str] | None]" = {}
-    for v in report.verdicts:
-        try:
-            out[v.build.path] = list(interposed(v.build.path, library)) if library and v.build.info else None
-        except (OSError, ElfError):
-            out[v.build.path] = None
-    return out
-
-
-def _doctor_text(report: Report, interposes: "dict[str, list[str] | None]") -> str:
-    out = [f"python:   {report.executable}",
-           f"package:  {report.package_dir or 'torch_memory_saver not found'}",
-           _runtime_line(report), ""]
-    if report.verdicts:
-        rows = [("candidate", "built for", "interposes", "loads?", "verdict", "why")]
-        for v in report.verdicts:
-            loads = {True: "yes", False: "NO", None: "-"}[v.loads]
-            symbols = interposes.get(v.build.path)
-            rows.append((v.build.name, v.build.target(), ", ".join(symbols) if symbols else "-", loads,
-                         v.status.upper(), v.reason))
-        out += [_table(rows), ""]
-    for w in report.warnings + (report.plan.warnings if report.plan else ()):
-        out.append(f"warning: {w}")
-    if report.plan is not None:
-        out.append(f"chosen:   {report.plan.build}")
-        out += [f"set:      {k}={v}" for k, v in report.plan.changes().items()]
-    else:
-        out.append(f"NO PLAN:  {report.error}")
-    return "\n".join(out)
 
 
 def _plan_or_fail(report: Report) -> bool:
@@ -98,16 +49,6 @@ def _plan_or_fail(report: Report) -> bool:
     return True
 
 
-def doctor_document(report: Report) -> dict:
-    """The ``doctor --json`` document: the survey, with what each candidate interposes, and which node
-    and Python said it (``doctor --nodes`` reads many nodes' documents together)."""
-    interposes = _interposes(report)
-    doc = {"hostname": os.uname().nodename, "python": sys.version.split()[0], **report.to_dict()}
-    for candidate in doc["candidates"]:
-        candidate["interposes"] = interposes.get(candidate["path"])
-    return doc
-
-
 def _cmd_doctor(args: argparse.Namespace) -> int:
     if args.deep:
         return _deep(args)
@@ -115,24 +56,24 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         return _ray(args)
     if args.nodes is not None:
         return _nodes(args)
-    report = survey(check_all=True)
-    if args.json:
-        print(json.dumps(doctor_document(report), indent=2))
-    else:
-        print(_doctor_text(report, _interposes(report)))
-    return EXIT_OK if report.plan else EXIT_NO_PLAN
+    from . import doctor
+
+    doc = doctor.document(survey(check_all=True))
+    print(json.dumps(doc, indent=2) if args.json else doctor.text(doc))
+    return EXIT_OK if doc["ok"] else EXIT_NO_PLAN
 
 
 def _ray(args: argparse.Namespace) -> int:
     """``doctor --ray``: one row per node of a Ray cluster, from a real worker on each."""
-    from .preflight import NoRay, Unreachable, run
+    from .preflight import NoRay, Unreachable, UsageError, check_address, check_runtime_env, run
 
     try:
-        job_env = json.loads(args.runtime_env) if args.runtime_env else None
-        if job_env is not None and not isinstance(job_env, dict):
-            raise ValueError("not a JSON object")
-    except ValueError as exc:
-        print(f"tms-autopreload doctor --ray: --runtime-env is not a JSON object ({exc})", file=sys.stderr)
+        check_address(args.address)
+        job_env = check_runtime_env(args.runtime_env)
+        if not args.timeout > 0:
+            raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    except UsageError as exc:
+        print(f"tms-autopreload doctor --ray: {exc}", file=sys.stderr)
         return EXIT_USAGE
     tty = sys.stderr.isatty()
 
@@ -143,20 +84,21 @@ def _ray(args: argparse.Namespace) -> int:
     start = time.monotonic()
     try:
         rows = run(args.address, job_env, args.timeout, progress)
-    except NoRay as exc:
+    except (NoRay, Unreachable, UsageError) as exc:
+        if tty:
+            print(file=sys.stderr)
         print(f"tms-autopreload doctor --ray: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except Unreachable as exc:
-        print(f"tms-autopreload doctor --ray: {exc}", file=sys.stderr)
-        return EXIT_NO_PLAN
     if tty:
         print(file=sys.stderr)
-    return _show_nodes(rows, args.json, f" ({time.monotonic() - start:.1f} s)")
+    from .doctor import versions
+
+    return _show_nodes(rows, args, f" ({time.monotonic() - start:.1f} s)", versions())
 
 
 def _nodes(args: argparse.Namespace) -> int:
     """``doctor --nodes FILE|-``: the same rows from ``doctor --json`` documents that every node printed."""
-    from .preflight import document_rows
+    from .rows import document_rows
 
     try:
         if args.nodes == "-":
@@ -167,35 +109,25 @@ def _nodes(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"tms-autopreload doctor --nodes: cannot read {args.nodes}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
-    return _show_nodes(document_rows(data.decode("utf-8", "replace")), args.json, "")
+    return _show_nodes(document_rows(data.decode("utf-8", "replace")), args, "")
 
 
-def _show_nodes(rows: "list[dict]", as_json: bool, took: str) -> int:
-    """The per-node table (or ``--json`` document) and the summary line; exit 0 only when every node is ok."""
-    failing = sum(not row["ok"] for row in rows)
-    summary = f"{len(rows)} nodes: {len(rows) - failing} ok, {failing} failing{took}"
-    if as_json:
-        print(json.dumps({"ok": not failing and bool(rows), "nodes": rows, "summary": summary}, indent=2))
+def _show_nodes(rows: "list[dict]", args: argparse.Namespace, took: str,
+                here: "dict[str, str | None] | None" = None) -> int:
+    """The per-node table (or ``--json`` document), then the notes (nodes whose versions differ from
+    ``here``'s) and the summary line; exit 0 only when every counted node is ok (nodes that offer no GPU
+    count with ``--all-nodes``)."""
+    from . import rows as table
+
+    lines = table.summary(rows, here, args.all_nodes)
+    lines[0] += took
+    ok = bool(rows) and not table.failing(rows, args.all_nodes)
+    if args.json:
+        print(json.dumps({"ok": ok, "nodes": rows, "summary": lines[0], "notes": lines[1:]}, indent=2))
     else:
-        print(_ray_table(rows))
-        print(summary)
-    return EXIT_OK if rows and not failing else EXIT_NO_PLAN
-
-
-def _ray_table(rows: "list[dict]") -> str:
-    table = [("node", "ip", "python", "torch (runtime)", "hooked", "build, or the first line of the error")]
-    for row in rows:
-        answer = row["answer"] or {}
-        rt = (answer.get("survey") or {}).get("runtime") or {}
-        torch = (f"{rt.get('torch_version') or 'no torch'} ({'CUDA' if rt.get('kind') == 'cuda' else 'ROCm/HIP'} "
-                 f"{rt.get('major')})" if rt else "-")
-        plan = (answer.get("survey") or {}).get("plan")
-        what = os.path.basename(plan["build"]) if plan and row["ok"] else (row["error"] or "-").splitlines()[0]
-        name = row["name"] if row["name"] and row["name"] != row["ip"] else ""
-        node = f"{name} {(row['node_id'] or '')[:8]}".strip() or "?"
-        table.append((node, row["ip"] or "-", answer.get("python") or "-", torch,
-                      "yes" if row["ok"] else "NO", what if len(what) <= 160 else what[:157] + "..."))
-    return _table(table)
+        print(table.render(rows))
+        print("\n".join(reversed(lines)))
+    return EXIT_OK if ok else EXIT_NO_PLAN
 
 
 def _deep(args: argparse.Namespace) -> int:
@@ -367,6 +299,8 @@ def _check_doctor(args: argparse.Namespace) -> None:
     """
     misplaced = [f"{option} only with {mode}" for option, dest, mode in _DOCTOR_MODE_OPTIONS
                  if getattr(args, dest) not in (None, False) and not getattr(args, mode[2:])]
+    if args.all_nodes and not (args.ray or args.nodes is not None):
+        misplaced.append("--all-nodes only with --ray or --nodes")
     if misplaced:
         args.parser.error("; ".join(misplaced))
     if args.as_is and args.mode == "dlopen":
@@ -413,10 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("exec", "dlopen"),
                    help="with --deep: the plan as LD_PRELOAD gives it (exec, default), or as "
                         "TMS_AUTOPRELOAD_MODE=dlopen loads it into a running interpreter")
-    p.add_argument("--address", help="with --ray: the cluster's address (default: auto, as ray's CLI)")
+    p.add_argument("--address", help="with --ray: a running cluster's address, HOST:PORT or ray://HOST:PORT "
+                                     "(default: auto, as ray's CLI); never one that starts a new cluster (local)")
     p.add_argument("--runtime-env", metavar="JSON", help="with --ray: the job's runtime_env, merged into the workers'")
     p.add_argument("--timeout", type=float, metavar="S",
-                   help="with --ray: seconds to wait for every node (default 60); silent nodes are failing rows")
+                   help="with --ray: the preflight ends within S seconds (default 60); silent nodes are failing rows")
+    p.add_argument("--all-nodes", action="store_true",
+                   help="with --ray or --nodes: nodes that offer Ray no GPU count too (by default they are shown, "
+                        "not counted)")
     command(sub, "which", _cmd_which, "print the chosen build's path")
     p = command(sub, "env", _cmd_env, "print `export` lines for eval (or --json for a Ray runtime_env)")
     p.add_argument("--json", action="store_true", help='print {"LD_PRELOAD": ..., ...}')

@@ -1,29 +1,44 @@
 """``tms-autopreload doctor --ray``: ask every node of a Ray cluster, in a real worker, before a job starts.
 
-The rows and the table are shared with ``doctor --nodes``, which reads the ``doctor --json``
-documents another launcher (Slurm's ``srun``) collected from every node (:func:`document_rows`).
-
 Each node decides for itself at start (that is the point), so a node without a plan is found only when
 a job's worker dies there, minutes in. The preflight runs one task pinned to each alive node
 (``NodeAffinitySchedulingStrategy(soft=False)``) in a worker started the way the job's workers start:
 with the flag and the job's ``runtime_env``. ``TMS_AUTOPRELOAD_ON_ERROR=warn`` keeps a worker with no
-plan alive, so that it can report the error the job would have died with. Each task returns its
-worker's survey (the ``doctor --json`` document) and what really happened at its start.
+plan alive, so that it can report the error the job would have died with.
 
-Ray is imported only here; it is not a dependency of the package.
+The task is shipped by value (compiled from :data:`PROBE_SOURCE`, a module Ray cannot import by name),
+so it also runs on a node whose environment lacks this package, and says so: there the flag does
+nothing. Where the package is installed, it returns :func:`node_answer` (the ``doctor --json``
+document and what the start-up hook really did). Rows and the table are :mod:`tms_autopreload.rows`,
+shared with ``doctor --nodes``.
+
+Ray runs in a child process (:func:`_child`): a driver whose cluster vanishes can hang in Ray or be
+ended by Ray's core worker, and Ray's C++ side prints its connection retries on fd 2. The parent reads
+the child's events, keeps its stderr off the terminal, and ends it at the deadline.
+
+Ray is imported only in that child; it is not a dependency of the package.
 """
 
+import json
 import os
+import select
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import time
 
 from . import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects
+from .doctor import VERSIONED
+from .rows import node_row
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
-__all__ = ["probe", "run", "worker_runtime_env", "node_row", "document_answer", "document_rows", "NoRay", "Unreachable"]
+__all__ = ["run", "node_answer", "check_address", "check_runtime_env", "worker_runtime_env",
+           "PROBE_SOURCE", "NoRay", "Unreachable", "UsageError"]
 
 
 class NoRay(RuntimeError):
@@ -31,13 +46,67 @@ class NoRay(RuntimeError):
 
 
 class Unreachable(RuntimeError):
-    """No Ray cluster answers at the address; the message says where and Ray's own reason."""
+    """No Ray cluster answers at the address (or it stopped answering); the message says where and why."""
+
+
+class UsageError(ValueError):
+    """An option the preflight refuses before connecting; the message says which and the fix."""
+
+
+# What ray.init does with these: start a new, empty cluster on this machine (Ray's "local"; "" is
+# refused too), which the preflight would then report as if it were the user's.
+_NEW_CLUSTER = ("local", "")
+
+
+def check_address(address: str, environ: "dict[str, str] | None" = None) -> None:
+    """Raise UsageError unless ``address`` names an existing cluster: ``auto`` (with RAY_ADDRESS, if
+    set, naming one), ``HOST:PORT`` or ``ray://HOST:PORT``."""
+    env = os.environ if environ is None else environ
+    effective, via = address, "--address"
+    if address == "auto" and env.get("RAY_ADDRESS"):
+        effective, via = env["RAY_ADDRESS"], "RAY_ADDRESS"
+    if effective.strip().lower() in _NEW_CLUSTER:
+        raise UsageError(f"{via}={effective!r} would start a new, empty Ray cluster on this machine and check that "
+                         f"one, not yours. Fix: give the running cluster's address (HOST:PORT, as `ray start --head` "
+                         f"printed it) or auto")
+    if effective == "auto":
+        return
+    rest = effective[len("ray://"):] if effective.startswith("ray://") else effective
+    host, sep, port = rest.rpartition(":")
+    if "://" in rest or not sep or not host or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise UsageError(f"{via}={effective!r} is not a Ray cluster address. Fix: give HOST:PORT (the head's GCS "
+                         f"address, as `ray start --head` printed it), ray://HOST:PORT, or auto")
+
+
+def check_runtime_env(text: "str | None") -> "dict[str, Any] | None":
+    """The job's runtime_env from ``--runtime-env`` JSON, checked as Ray would check it, before connecting."""
+    if text is None:
+        return None
+    try:
+        env = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--runtime-env is not JSON ({exc})") from None
+    if not isinstance(env, dict):
+        raise UsageError(f"--runtime-env must be a JSON object (a runtime_env), not {type(env).__name__}")
+    env_vars = env.get("env_vars")
+    if env_vars is not None:
+        if not isinstance(env_vars, dict):
+            raise UsageError(f"--runtime-env: env_vars must be an object of names to strings, not "
+                             f"{type(env_vars).__name__} ({json.dumps(env_vars)[:60]})")
+        bad = [f"{k}={json.dumps(v)[:40]}" for k, v in env_vars.items() if not isinstance(v, str)]
+        if bad:
+            raise UsageError(f"--runtime-env: every env_vars value must be a string (Ray refuses others): "
+                             f"{', '.join(bad)}. Fix: quote them, e.g. \"1\"")
+        empty = [k for k in env_vars if not k or "=" in k or "\0" in k]
+        if empty:
+            raise UsageError(f"--runtime-env: env_vars names cannot be empty or hold '=': {empty!r}")
+    return env
 
 
 def worker_runtime_env(job_runtime_env: "dict[str, Any] | None") -> "dict[str, Any]":
     """The job's runtime_env, with the flag (unless it sets one) and ON_ERROR=warn in its env_vars."""
     env = dict(job_runtime_env or {})
-    env_vars = {str(k): str(v) for k, v in (env.get("env_vars") or {}).items()}
+    env_vars = dict(env.get("env_vars") or {})
     if not any(env_vars.get(name) for name in FLAG_VARS):
         env_vars[GENERIC_FLAG] = "1"
     env_vars[ON_ERROR_VAR] = "warn"
@@ -45,11 +114,48 @@ def worker_runtime_env(job_runtime_env: "dict[str, Any] | None") -> "dict[str, A
     return env
 
 
-def probe() -> "dict[str, Any]":
-    """Runs in the worker: its survey, and what its start-up hook did (hooked, build, runtimes, execs)."""
-    import socket
+# The task each node runs, given the distributions to report (doctor.VERSIONED). Only the standard library,
+# so that it runs where this package is missing.
+PROBE_SOURCE = '''
+def probe(names):
+    import os, sys
+    from importlib import metadata
 
-    from .cli import doctor_document
+    def version(name):
+        try:
+            return metadata.version(name.replace("_", "-"))
+        except Exception:
+            return None
+
+    answer = {"hostname": os.uname().nodename, "pid": os.getpid(), "python": sys.version.split()[0],
+              "executable": sys.executable, "prefix": sys.prefix,
+              "versions": {name: version(name) for name in names}}
+    try:
+        from tms_autopreload.preflight import node_answer
+    except ModuleNotFoundError as exc:
+        if exc.name != "tms_autopreload":
+            raise
+        answer["missing"] = str(exc)
+        return answer
+    except ImportError as exc:
+        answer["error"] = (f"the tms_autopreload installed there cannot answer this preflight ({exc}): "
+                           f"install the same version as here")
+        return answer
+    answer.update(node_answer())
+    return answer
+'''
+
+
+def _shipped_probe() -> "Callable[[tuple[str, ...]], dict[str, Any]]":
+    """:data:`PROBE_SOURCE` as a function of a module no node can import, so Ray pickles it by value."""
+    namespace: "dict[str, Any]" = {"__name__": "tms_autopreload_probe"}
+    exec(compile(PROBE_SOURCE, "<tms_autopreload preflight probe>", "exec"), namespace)
+    return namespace["probe"]
+
+
+def node_answer() -> "dict[str, Any]":
+    """Runs in the worker: its survey (the ``doctor --json`` document) and what its start-up hook did."""
+    from .doctor import document
     from .plan import survey
     from .sonames import runtime_of
 
@@ -61,101 +167,185 @@ def probe() -> "dict[str, Any]":
     except OSError:
         initial = []
     execs = int(f"TMS_AUTOPRELOAD_EXEC_PID={os.getpid()}".encode() in initial)
-    report = survey(check_all=True)
-    planned = report.plan.build if report.plan else None
-    return {
-        "hostname": socket.gethostname(), "pid": os.getpid(), "python": sys.version.split()[0],
-        "executable": sys.executable, "prefix": sys.prefix, "mode": os.environ.get(MODE_VAR) or "exec",
-        "started": {"hooked": bool(hooks) and hooks == [planned], "mapped": hooks, "libcudart": runtimes,
-                    "execs": execs},
-        "survey": doctor_document(report),
-    }
+    doc = document(survey(check_all=True))
+    planned = doc["plan"]["build"] if doc["plan"] else None
+    return {"mode": os.environ.get(MODE_VAR) or "exec",
+            "started": {"hooked": bool(hooks) and hooks == [planned], "mapped": hooks, "libcudart": runtimes,
+                        "execs": execs},
+            "survey": doc}
 
 
-def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer: "dict[str, Any] | None",
-             error: "str | None") -> "dict[str, Any]":
-    """One node's row of the preflight: ok, and the error to show.
+# ---------------------------------------------------------------- the child that talks to Ray
 
-    ``answer`` is what the node said: a Ray worker's :func:`probe` (its survey, and what its start-up
-    hook did), or :func:`document_answer` of a plain ``doctor --json`` document, which says what the
-    hook will do there. None when the node did not answer (``error`` says why).
-    """
-    row = {"node_id": node_id, "ip": ip, "name": name, "ok": False, "answer": answer, "error": error}
-    if answer is not None:
-        started, doc = answer.get("started"), answer["survey"]
-        row["ok"] = doc["ok"] if started is None else started["hooked"] and len(started["libcudart"]) <= 1
-        if doc["error"] and not row["error"]:
-            row["error"] = doc["error"]
-        elif not row["ok"] and not row["error"]:
-            row["error"] = ("its doctor found no plan" if started is None else
-                            f"the worker started unhooked (mapped: {started['mapped'] or 'none'}, "
-                            f"{len(started['libcudart'])} libcudart)")
-    return row
+# Seconds between checks that the cluster's GCS still accepts connections while nodes are awaited.
+_LIVENESS_EVERY = 5.0
+
+def _emit(event: "dict[str, Any]") -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
 
 
-def document_answer(doc: "dict[str, Any]") -> "dict[str, Any]":
-    """A node's plain ``doctor --json`` document in the shape of a worker's answer (no start facts)."""
-    return {"hostname": doc.get("hostname"), "python": doc.get("python"), "survey": doc}
-
-
-def document_rows(text: str) -> "list[dict[str, Any]]":
-    """One row per ``doctor --json`` document in ``text`` (many nodes' output, :mod:`.nodes` reads it)."""
-    from .nodes import read_documents
-
-    rows = []
-    for entry in read_documents(text):
-        doc = entry.document
-        name = (doc or {}).get("hostname") or (f"task {entry.task}" if entry.task is not None else None)
-        rows.append(node_row(name, None, None, None if doc is None else document_answer(doc), entry.error))
-    return rows
-
-
-def _row(node: "dict[str, Any]", answer: "dict[str, Any] | None", error: "str | None") -> "dict[str, Any]":
-    return node_row(node.get("NodeName") or node.get("NodeManagerHostname"), node.get("NodeManagerAddress"),
-                    node["NodeID"], answer, error)
-
-
-def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
-        progress: "Any" = None) -> "list[dict[str, Any]]":
-    """One row per alive node: its answer, or why there is none. ``progress(answered, total)`` while waiting."""
+def _child() -> None:
+    """Connect, probe every alive node, and emit JSON lines: connected, progress, rows."""
+    request = json.loads(sys.stdin.read())
     try:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     except ImportError:
-        raise NoRay(f"Ray is not installed for {sys.executable}: pip install ray") from None
+        _emit({"event": "noray"})
+        return
+    try:
+        from ray.runtime_env import RuntimeEnv
 
+        RuntimeEnv(**worker_runtime_env(request["runtime_env"]))  # Ray's own checks of every field, offline
+    except Exception as exc:  # noqa: BLE001 - Ray raises TypeError, ValueError, its own kinds
+        _emit({"event": "badenv", "why": _first_line(exc)})
+        return
     try:
-        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        ray.init(address=request["address"], log_to_driver=False, logging_level="ERROR")
     except Exception as exc:  # noqa: BLE001 - Ray raises several kinds for "no cluster there"
-        raise Unreachable(f"cannot reach the Ray cluster at {address}: {_first_line(exc)}") from None
+        _emit({"event": "unreachable", "why": _first_line(exc)})
+        return
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    _emit({"event": "connected", "gcs": ray.get_runtime_context().gcs_address, "nodes": len(nodes)})
+    task = ray.remote(_shipped_probe())
+    runtime_env = worker_runtime_env(request["runtime_env"])
+    pending = {task.options(num_cpus=0, max_retries=0, runtime_env=runtime_env,
+                            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
+               .remote(VERSIONED): n for n in nodes}
+    answers: "dict[str, tuple[dict | None, str | None]]" = {}
+    deadline = request["deadline"]
+    gcs = request["gcs_check"] or ray.get_runtime_context().gcs_address
+    next_check = time.time() + _LIVENESS_EVERY
+    while pending and time.time() < deadline:
+        if time.time() >= next_check:  # a head that died is said at once, not at the deadline
+            if not _answers(gcs, 2.0):
+                _emit({"event": "lost"})
+                return
+            next_check = time.time() + _LIVENESS_EVERY
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, min(1.0, deadline - time.time())))
+        for ref in done:
+            node = pending.pop(ref)
+            try:
+                answers[node["NodeID"]] = (ray.get(ref), None)
+            except Exception as exc:  # noqa: BLE001 - the task's own failure is that node's answer
+                answers[node["NodeID"]] = (None, f"the task failed on that node: {_first_line(exc)}")
+            _emit({"event": "progress", "answered": len(answers), "total": len(nodes)})
+    for ref, node in pending.items():
+        answers[node["NodeID"]] = (None, f"no answer within {request['timeout']:g} s: its worker did not start "
+                                         f"(or is still starting) with this runtime_env")
+    if pending and not _answers(gcs):
+        _emit({"event": "lost"})
+        return
+    rows = [node_row(n.get("NodeName") or n.get("NodeManagerHostname"), n.get("NodeManagerAddress"), n["NodeID"],
+                     *answers[n["NodeID"]], gpus=(n.get("Resources") or {}).get("GPU", 0)) for n in nodes]
+    _emit({"event": "rows", "rows": rows})
+    for ref in pending:
+        ray.cancel(ref, force=True)
+    ray.shutdown()
+    _emit({"event": "done"})
+
+
+def _answers(address: str, timeout: float = 3.0) -> bool:
+    """Whether something accepts a TCP connection at HOST:PORT (a Ray GCS or client server)."""
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
     try:
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        task = ray.remote(probe)
-        runtime_env = worker_runtime_env(job_runtime_env)
-        pending = {task.options(num_cpus=0, max_retries=0, runtime_env=runtime_env,
-                                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
-                   .remote(): n for n in nodes}
-        answers: "dict[str, tuple[dict | None, str | None]]" = {}
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
-            for ref in done:
-                node = pending.pop(ref)
-                try:
-                    answers[node["NodeID"]] = (ray.get(ref), None)
-                except Exception as exc:  # noqa: BLE001 - the task's own failure is that node's answer
-                    answers[node["NodeID"]] = (None, f"the task failed on that node: {_first_line(exc)}")
-            if progress is not None:
-                progress(len(answers), len(nodes))
-        for ref, node in pending.items():
-            answers[node["NodeID"]] = (None, f"no answer within {timeout:g} s: its worker did not start (or is "
-                                             f"still starting) with this runtime_env")
-            ray.cancel(ref, force=True)
-        return [_row(n, *answers[n["NodeID"]]) for n in nodes]
-    finally:
-        ray.shutdown()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _first_line(exc: BaseException) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return lines[-1].strip() if lines else type(exc).__name__
+
+
+def _ray_said(log: str) -> str:
+    """Ray's own stderr, summarised in a clause: its connection warnings counted, never printed."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    gcs = [line for line in lines if "Failed to connect to GCS" in line]
+    if gcs:
+        return f"; Ray: `Failed to connect to GCS ...` {len(gcs)} time{'s' if len(gcs) > 1 else ''}"
+    return ""
+
+
+def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
+        progress: "Callable[[int, int], None] | None" = None) -> "list[dict[str, Any]]":
+    """One row per alive node (:func:`tms_autopreload.nodes.row`), within ``timeout`` seconds in all.
+
+    Raises NoRay, or Unreachable when nothing answers at ``address`` or the cluster stops answering
+    before every node did (a head that died)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise NoRay(f"Ray is not installed for {sys.executable}: pip install ray")
+    start = time.time()
+    if address != "auto" and not address.startswith("ray://") and not _answers(address, min(5.0, timeout)):
+        raise Unreachable(f"cannot reach the Ray cluster at {address}: nothing accepts connections there "
+                          f"(no head started, a wrong port, or the head died)")
+    # Leave the child time to cancel, report and disconnect before the deadline.
+    request = {"address": address, "runtime_env": job_runtime_env, "timeout": timeout,
+               "deadline": start + max(timeout - min(5.0, timeout / 4), timeout / 2),
+               "gcs_check": None if address == "auto" or address.startswith("ray://") else address}
+    with tempfile.TemporaryFile() as log:
+        child = subprocess.Popen([sys.executable, "-c", "from tms_autopreload.preflight import _child; _child()"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                 start_new_session=True)
+        try:
+            events = _events(child, json.dumps(request), start + timeout, progress)
+        finally:
+            exited = child.poll() is not None
+            if not exited:
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            log.seek(0)
+            stderr = log.read().decode("utf-8", "replace")
+            said = _ray_said(stderr)
+    kinds = {e["event"]: e for e in events}
+    if "noray" in kinds:
+        raise NoRay(f"Ray is not installed for {sys.executable}: pip install ray")
+    if "badenv" in kinds:
+        raise UsageError(f"--runtime-env: Ray refuses it: {kinds['badenv']['why']}")
+    if "rows" in kinds:
+        return kinds["rows"]["rows"]
+    if "unreachable" in kinds:
+        raise Unreachable(f"cannot reach the Ray cluster at {address}: {kinds['unreachable']['why']}{said}")
+    if "connected" in kinds:
+        raise Unreachable(f"cannot reach the Ray cluster at {address}: it stopped answering during the preflight "
+                          f"(the head node died, or its network went away){said}")
+    if exited and not said:
+        last = [line.strip() for line in stderr.splitlines() if line.strip()][-1:] or [f"exit {child.returncode}"]
+        raise Unreachable(f"cannot reach the Ray cluster at {address}: Ray's client ended: {last[0]}")
+    raise Unreachable(f"cannot reach the Ray cluster at {address}: no answer within {timeout:g} s{said}")
+
+
+def _events(child: "subprocess.Popen[bytes]", request: str, deadline: float,
+            progress: "Callable[[int, int], None] | None") -> "list[dict[str, Any]]":
+    """The child's events until it is done, it exits, or the deadline passes."""
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(request.encode())
+    child.stdin.close()
+    events: "list[dict[str, Any]]" = []
+    buffer = b""
+    fd = child.stdout.fileno()
+    while time.time() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, min(1.0, deadline - time.time())))
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # not ours: something printed on the child's stdout
+            events.append(event)
+            if event["event"] == "progress" and progress is not None:
+                progress(event["answered"], event["total"])
+            if event["event"] in ("done", "noray", "badenv", "unreachable", "lost"):
+                return events
+    return events

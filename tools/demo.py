@@ -1,14 +1,24 @@
-"""The seed's crash and the fix, side by side, in a throwaway sandbox (``make demo``).
+"""Both halves of the bug and the fix, side by side, in a throwaway sandbox (``make demo``).
 
-Builds ``.demo/`` (or ``--dir``): a venv with the real torch_memory_saver 0.0.9.post1 wheel,
-NVIDIA's real CUDA 13 runtime wheel, this checkout installed, and a torch for CUDA 13 (real
-with ``--real-torch``; otherwise the tests' stand-in, which says so). Where no NVIDIA driver
-is visible, the tests' driver stub stands in (and says so). Then it shows, in order:
+Builds two venvs under ``.demo/`` (or ``--dir``), each with the real torch_memory_saver wheel, NVIDIA's
+real runtime wheel and this checkout installed:
 
-1. slime's pick today (first existing name) and what the loader does with it;
-2. the same start with ``SLIME_OFFLOAD_TRAIN=1`` and this package installed;
-3. ``tms-autopreload doctor`` for the sandbox;
-4. where the sandbox lives and how to remove it.
+* ``cuda13``: the original report's node: torch for CUDA 13 (real with ``--real-torch``; otherwise the
+  tests' stand-in, which says so), ``nvidia-cuda-runtime`` 13, torch_memory_saver 0.0.9.post1;
+* ``cuda12``: a CUDA 12 node: torch for CUDA 12 (stand-in), ``nvidia-cuda-runtime-cu12``,
+  torch_memory_saver 0.0.10 (one wheel with the cu12 and cu13 builds).
+
+Where no NVIDIA driver is visible, the tests' driver stub stands in (and says so). Then it shows:
+
+1. slime v0.2.4's pick (cu12 first) on the CUDA 13 node: its bash child dies, ``libcudart.so.12``;
+2. slime main's pick (cu13 first, commit a74ae3a0a) on the CUDA 12 node: ``libcudart.so.13``;
+3. both nodes started with ``SLIME_OFFLOAD_TRAIN=1`` and this package: each picks its own build;
+4. ``tms-autopreload doctor`` for the CUDA 13 node;
+5. where the sandbox lives and how to remove it.
+
+A node's loader finds only what it has: when this machine's loader cache lists the runtime the pick
+lacks (a CUDA toolkit installed system-wide), the crash is shown with the loader run without its cache
+(``ld.so --inhibit-cache``), as on a node without that toolkit, and the demo says so.
 
 Needs only Python >= 3.10, a C compiler and the package index.
 """
@@ -16,6 +26,7 @@ Needs only Python >= 3.10, a C compiler and the package index.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -29,11 +40,18 @@ sys.path.insert(0, str(HERE))
 
 from standins import SetupError, driver_stub, global_deps, write_torch_standin  # noqa: E402
 
-TMS = "torch-memory-saver==0.0.9.post1"
-RUNTIME = "nvidia-cuda-runtime==13.5.37"
 TORCH = "torch==2.14.1"
-# slime/ray/actor_group.py before the fix: the first of these names that exists.
-SLIME_NAMES = ("torch_memory_saver_hook_mode_preload_cu12.abi3.so", "torch_memory_saver_hook_mode_preload.abi3.so")
+# Per node: torch_memory_saver, NVIDIA's runtime wheel, the torch stand-in's CUDA, and where the runtime
+# wheel puts libcudart (torch's DT_RPATH names it).
+NODES = {
+    13: ("torch-memory-saver==0.0.9.post1", "nvidia-cuda-runtime==13.5.37", "13.0", "nvidia/cu13/lib"),
+    12: ("torch-memory-saver==0.0.10", "nvidia-cuda-runtime-cu12==12.9.79", "12.8", "nvidia/cuda_runtime/lib"),
+}
+HOOK = "torch_memory_saver_hook_mode_preload{}.abi3.so"
+# slime/ray/actor_group.py: LD_PRELOAD is the first of these names that exists.
+SLIME_V024 = (HOOK.format("_cu12"), HOOK.format(""))
+SLIME_MAIN = (HOOK.format("_cu13"), HOOK.format("_cu12"), HOOK.format(""))  # a74ae3a0a (slime #2262)
+LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
 
 PROBE = r"""
 import json, os, subprocess
@@ -61,29 +79,73 @@ def sh(cmd: list[str], env: dict[str, str] | None = None, check: bool = True) ->
     return r
 
 
-def build(sandbox: Path, real_torch: bool) -> tuple[Path, dict[str, str]]:
-    """The sandbox venv and the environment every demo process gets."""
-    venv = sandbox / "venv"
-    py = venv / "bin" / "python"
-    if not py.exists():
-        say(f"- creating a venv in {venv}")
-        sh([sys.executable, "-m", "venv", str(venv)])
-    say(f"- installing {TMS}, {RUNTIME} and this checkout (pip, from the package index)")
-    sh([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", TMS, RUNTIME, str(ROOT)])
-    site = Path(sh([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LD_", "TMS_", "SLIME_", "PYTHON"))}
-    if real_torch:
-        say(f"- installing real {TORCH} (the CUDA 13.0 build; several GB)")
-        sh([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", TORCH])
-    elif not (site / "torch" / "lib" / "libtorch_global_deps.so").exists() or \
-            "standin" not in (site / "torch" / "version.py").read_text():
-        say("- torch: using the tests' STAND-IN for torch 2.x+cu130 (torch/version.py says cuda='13.0'; "
-            "torch/lib/libtorch_global_deps.so links the real libcudart.so.13 via $ORIGIN/../../nvidia/cu13/lib; "
-            "importing it raises). Pass --real-torch to install the real one.")
-        deps = global_deps(sandbox / "build" / "libtorch_global_deps.so", site / "nvidia" / "cu13" / "lib",
-                           "libcudart.so.13", "$ORIGIN/../../nvidia/cu13/lib")
-        write_torch_standin(site, cuda="13.0", hip=None, deps_lib=deps)
+def venv_site(py: Path) -> Path:
+    return Path(sh([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+
+
+@functools.lru_cache(maxsize=None)
+def _own_pip() -> bool:
+    """Whether this interpreter has a pip that can install into another environment (``--python``, pip >= 22.3)."""
+    return subprocess.run([sys.executable, "-m", "pip", "--python", sys.executable, "--version"],
+                          capture_output=True).returncode == 0
+
+
+def _pip(py: Path) -> list[str]:
+    """pip for the venv of ``py``: this interpreter's own when it can (no pip copied into each venv), else the venv's."""
+    return [sys.executable, "-m", "pip", "--python", str(py)] if _own_pip() else [str(py), "-m", "pip"]
+
+
+def _together(jobs: dict[str, list[str]]) -> None:
+    """Run the commands at once (pip waits on the network, not the CPU); fail naming the first that failed."""
+    procs = {what: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for what, cmd in jobs.items()}
+    for what, proc in procs.items():
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            fail(f"{what} failed ({proc.returncode}):\n{out}{err}")
+
+
+def build(sandbox: Path, real_torch: bool) -> dict[int, Path]:
+    """Both nodes' venvs, with their wheels, this checkout and torch; returns each node's python."""
+    pys = {major: sandbox / f"cuda{major}" / "bin" / "python" for major in NODES}
+    for major, py in pys.items():
+        if not py.exists():
+            say(f"- creating a venv for the CUDA {major} node in {py.parent.parent}")
+            sh([sys.executable, "-m", "venv", *(["--without-pip"] if _own_pip() else []), str(py.parent.parent)])
+    quiet = ["install", "-q", "--disable-pip-version-check"]
+    jobs = {"building this checkout's wheel": [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                                               "--disable-pip-version-check", "-w", str(sandbox / "build"), str(ROOT)]}
+    for major, (tms, runtime, _, _) in NODES.items():
+        say(f"- CUDA {major} node: installing {tms} and {runtime} (pip, from the package index)")
+        jobs[f"installing into the CUDA {major} node"] = [*_pip(pys[major]), *quiet, tms, runtime]
+    say("- building and installing this checkout into both")
+    _together(jobs)
+    wheel = max((sandbox / "build").glob("tms_autopreload-*.whl"), key=lambda p: p.stat().st_mtime)
+    _together({f"installing this checkout into the CUDA {major} node":
+               [*_pip(py), *quiet, "--no-deps", "--force-reinstall", str(wheel)] for major, py in pys.items()})
+    for major, py in pys.items():
+        _, _, cuda, runtime_dir = NODES[major]
+        site = venv_site(py)
+        if real_torch and major == 13:
+            say(f"- installing real {TORCH} (the CUDA 13.0 build; several GB)")
+            sh([*_pip(py), *quiet, TORCH])
+        elif not (site / "torch" / "lib" / "libtorch_global_deps.so").exists() or \
+                "standin" not in (site / "torch" / "version.py").read_text():
+            soname = f"libcudart.so.{major}"
+            say(f"- torch: using the tests' STAND-IN for torch 2.x+cu{cuda.replace('.', '')} (torch/version.py says "
+                f"cuda='{cuda}'; torch/lib/libtorch_global_deps.so links the real {soname} via "
+                f"$ORIGIN/../../{runtime_dir}; importing it raises)" + (
+                    ". Pass --real-torch to install the real one." if major == 13 else ""))
+            deps = global_deps(sandbox / "build" / f"cu{major}" / "libtorch_global_deps.so", site / runtime_dir,
+                               soname, f"$ORIGIN/../../{runtime_dir}")
+            write_torch_standin(site, cuda=cuda, hip=None, deps_lib=deps)
+    return pys
+
+
+def demo_env(sandbox: Path, py: Path) -> dict[str, str]:
+    """The environment every demo process gets: the caller's, less LD_*/TMS_*/SLIME_*/PYTHON*, plus the
+    driver stub when this machine's loader finds no libcuda.so.1."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LD_", "TMS_", "SLIME_", "PYTHON"))}
     check = sh([str(py), "-c", "import sys; from tms_autopreload.ldso import Loader; "
                 "print(Loader.for_executable(sys.executable, '').find('libcuda.so.1') is not None)"], env=env)
     if check.stdout.strip() != "True":
@@ -91,7 +153,45 @@ def build(sandbox: Path, real_torch: bool) -> tuple[Path, dict[str, str]]:
         env["LD_LIBRARY_PATH"] = str(sandbox / "driver")
         say(f"- no NVIDIA driver here: a STAND-IN libcuda.so.1 ({sandbox / 'driver'}) is on LD_LIBRARY_PATH for "
             f"every demo process; its functions return CUDA_ERROR_NO_DEVICE")
-    return py, env
+    return env
+
+
+def slime_pick(py: Path, names: tuple[str, ...], env: dict[str, str], major: int) -> None:
+    """What slime's first-existing-name pick gives this node's train worker: its bash child, run by the loader."""
+    site = venv_site(py)
+    for name in names:
+        say(f"      {name}")
+    pick = next(site / n for n in names if (site / n).exists())
+    missing = "libcudart.so.13" if "_cu13" in pick.name else "libcudart.so.12"
+    say(f"   picked {pick.name} on this CUDA {major} node; the train worker's first child is a bash:")
+    argv = ["bash", "-c", "true"]
+    cached = sh([str(py), "-c", "import sys; from tms_autopreload.ldso import Loader; "
+                 f"print(Loader.for_executable(sys.executable, '').cache.lookup({missing!r}) or '')"], env=env)
+    loader = next((p for p in LOADERS if os.path.exists(p)), None)
+    if cached.stdout.strip() and loader:
+        say(f"   (this machine's loader cache lists {cached.stdout.strip()}, a toolkit this CUDA {major} node does "
+            f"not have: the loader runs without its cache, {loader} --inhibit-cache, as on that node)")
+        argv = [loader, "--inhibit-cache", shutil.which("bash") or "/bin/bash", "-c", "true"]
+    r = sh(argv, env={**env, "LD_PRELOAD": str(pick)}, check=False)
+    say(f"   $ LD_PRELOAD={pick.name} bash -c true")
+    say(f"   exit {r.returncode}: {r.stderr.strip() or '(no message)'}")
+    if r.returncode != 127:
+        say(f"   (this machine can load {missing}, so the crash does not reproduce here; the pick is still the "
+            f"wrong major for a CUDA {major} torch)")
+
+
+def fixed(py: Path, env: dict[str, str], major: int) -> bool:
+    """The same node's start with the flag: the hook it maps, its libcudart copies, its bash child."""
+    say(f"   CUDA {major} node:")
+    r = sh([str(py), "-c", PROBE], env={**env, "SLIME_OFFLOAD_TRAIN": "1"}, check=False)
+    if r.returncode != 0:
+        say(f"   exit {r.returncode}: {r.stderr.strip()}")
+        return False
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    say(f"   mapped hook: {', '.join(out['hook'])}")
+    say(f"   libcudart copies mapped: {len(out['cudart'])} ({', '.join(out['cudart']) or 'none yet'})")
+    say(f"   its bash child: exit {out['child']}{' ' + out['child_err'] if out['child_err'] else ''}")
+    return bool(out["hook"]) and out["child"] == 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,42 +208,28 @@ def main(argv: list[str] | None = None) -> int:
     if sys.version_info < (3, 10) or not sys.platform.startswith("linux"):
         fail("needs Linux and Python >= 3.10")
     if shutil.which("bash") is None:
-        fail("needs bash (the seed's crash is a bash child)")
+        fail("needs bash (the crash is a bash child)")
     say("== building the sandbox")
     try:
-        py, env = build(sandbox, args.real_torch)
+        py = build(sandbox, args.real_torch)
+        env = demo_env(sandbox, py[13])
     except SetupError as exc:
         fail(str(exc))
-    site = Path(sh([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
 
-    say("\n== 1. slime today: LD_PRELOAD = the first existing name of")
-    for name in SLIME_NAMES:
-        say(f"      {name}")
-    pick = next(site / n for n in SLIME_NAMES if (site / n).exists())
-    say(f"   picked {pick.name}; the train worker's first child is a bash:")
-    r = sh(["bash", "-c", "true"], env={**env, "LD_PRELOAD": str(pick)}, check=False)
-    say(f"   $ LD_PRELOAD={pick.name} bash -c true")
-    say(f"   exit {r.returncode}: {r.stderr.strip() or '(no message)'}")
-    if r.returncode != 127:
-        say("   (this machine can load a CUDA 12 runtime, so the crash does not reproduce here; the pick is "
-            "still the wrong major for a CUDA 13 torch)")
+    say("\n== 1. the original report: slime v0.2.4 on a CUDA 13 node; LD_PRELOAD = the first existing name of")
+    slime_pick(py[13], SLIME_V024, env, 13)
+    say("\n== 2. slime main (a74ae3a0a, cu13 first) on a CUDA 12 node; LD_PRELOAD = the first existing name of")
+    slime_pick(py[12], SLIME_MAIN, env, 12)
 
-    say("\n== 2. the same start with SLIME_OFFLOAD_TRAIN=1 and tms_autopreload installed")
-    r = sh([str(py), "-c", PROBE], env={**env, "SLIME_OFFLOAD_TRAIN": "1"}, check=False)
-    if r.returncode != 0:
-        say(f"   exit {r.returncode}: {r.stderr.strip()}")
-        fail("the flagged start failed; see `tms-autopreload doctor` below")
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    say(f"   mapped hook: {', '.join(out['hook'])}")
-    say(f"   libcudart copies mapped: {len(out['cudart'])} ({', '.join(out['cudart']) or 'none yet'})")
-    say(f"   its bash child: exit {out['child']}{' ' + out['child_err'] if out['child_err'] else ''}")
+    say("\n== 3. the same starts with SLIME_OFFLOAD_TRAIN=1 and tms_autopreload installed")
+    ok = all([fixed(py[13], env, 13), fixed(py[12], env, 12)])
 
-    say("\n== 3. tms-autopreload doctor")
-    r = sh([str(py), "-m", "tms_autopreload", "doctor"], env=env, check=False)
+    say("\n== 4. tms-autopreload doctor (the CUDA 13 node)")
+    r = sh([str(py[13]), "-m", "tms_autopreload", "doctor"], env=env, check=False)
     say("   " + r.stdout.rstrip().replace("\n", "\n   "))
 
-    say(f"\n== 4. the sandbox is {sandbox}; remove it with `make demo-clean` (or rm -rf {sandbox})")
-    return 0 if out["hook"] and out["child"] == 0 else 1
+    say(f"\n== 5. the sandbox is {sandbox}; remove it with `make demo-clean` (or rm -rf {sandbox})")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -48,10 +48,21 @@ def cc(out: Path, source: str, *args: str) -> Path:
     return out
 
 
-def driver_stub(directory: Path) -> Path:
-    """``libcuda.so.1`` defining the driver functions the hooks import, each failing with 100."""
+def driver_stub(directory: Path, version: str | None = None) -> Path:
+    """``libcuda.so.1`` defining the driver functions the hooks import, each failing with 100.
+
+    With ``version``, installed the way NVIDIA's installer does it: the file ``libcuda.so.<version>``
+    (SONAME ``libcuda.so.1``) and the link ``libcuda.so.1 -> libcuda.so.<version>``.
+    """
     body = "".join(f"int {s}(void) {{ return 100; }}\n" for s in DRIVER_SYMBOLS)
-    return cc(directory / "libcuda.so.1", body, "-Wl,-soname,libcuda.so.1")
+    if version is None:
+        return cc(directory / "libcuda.so.1", body, "-Wl,-soname,libcuda.so.1")
+    real = cc(directory / f"libcuda.so.{version}", body, "-Wl,-soname,libcuda.so.1")
+    link = directory / "libcuda.so.1"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(real.name)
+    return link
 
 
 def hip_stub(directory: Path, major: int = 6) -> Path:

@@ -1,0 +1,232 @@
+"""`doctor --ray` on the clusters users really have: a head left over from a venv with Ray only, a CPU-only
+node, a daemon with a stale LD_LIBRARY_PATH, an address where nothing answers, a head that dies.
+
+Real Ray 2.58.0, real torch_memory_saver 0.0.10 and NVIDIA's cu13 runtime wheel; GPUs are declared to
+Ray with `ray start --num-gpus` (there are none here), the driver is the tests' stub. Each Ray process
+carries the cluster's marker and is ended by PID (support.RayCluster), never by `ray stop`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import Scenario, need
+from support import ROOT, Host, RayCluster, clean_env, find_python, private_copy, ray_venv, runtime_wheel, \
+    tms_wheel, write_torch_standin
+
+sys.path.insert(0, str(ROOT))
+from tms_autopreload import rows  # noqa: E402
+
+HANG = "TMS_TEST_HANG_WORKER"
+RUNTIME13 = "nvidia/cu13/lib"
+
+
+def _world(parts, tmp_path_factory, world: str, host: tuple[str, ...]) -> Scenario:
+    """A node's venv: Ray, this package, torch_memory_saver 0.0.10, the cu13 runtime wheel, a torch for CUDA 13."""
+    venv = need(private_copy, need(ray_venv, find_python("3.11"), world), tmp_path_factory.mktemp(f"ray-venv-{world}")
+                / "venv")
+    need(venv.install, parts.own_wheel, tms_wheel("0.0.10"), runtime_wheel(13))
+    write_torch_standin(venv.site, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
+    (venv.site / "aa_tms_test_hang.pth").write_text(
+        f"import os, time; os.environ.get({HANG!r}) and time.sleep(100000)\n")
+    return Scenario(venv, need(Host, tmp_path_factory.mktemp(f"ray-{world}"), parts.host_dirs(host)), parts)
+
+
+@pytest.fixture(scope="module")
+def field(parts, tmp_path_factory):
+    """Head: a venv with Ray only (the leftover cluster of agentcore-rl-toolkit #78), one GPU declared.
+    ``stale``: a GPU node whose daemons carry LD_LIBRARY_PATH naming ANOTHER venv's nvidia/cu13/lib (UniRL,
+    agentcore #96). ``cpu``: a node offering Ray no GPU, and no driver (a CPU-only node where a driver runs)."""
+    bare = need(ray_venv, find_python("3.11"), "bare")
+    bare_host = need(Host, tmp_path_factory.mktemp("ray-bare"), parts.host_dirs(("driver",)))
+    stale = _world(parts, tmp_path_factory, "fieldstale", ("driver",))
+    cpu = _world(parts, tmp_path_factory, "fieldcpu", ())
+    cluster = RayCluster()
+    try:
+        cluster.start(bare_host, bare.path, "--num-gpus=1", head=True)
+        cluster.start(stale.host, stale.venv.path, "--num-gpus=1",
+                      env={"LD_LIBRARY_PATH": str(cpu.site / RUNTIME13)})
+        cluster.start(cpu.host, cpu.venv.path, "--num-gpus=0")
+        yield cluster, bare, stale, cpu
+    finally:
+        cluster.stop()
+
+
+def preflight(world: Scenario, address: str, *args: str, timeout: int = 300):
+    return world.host.run([str(world.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address", address,
+                           *args], clean_env(RAY_USAGE_STATS_ENABLED="0"), timeout=timeout)
+
+
+def by_prefix(doc: dict) -> dict:
+    return {row["answer"]["prefix"]: row for row in doc["nodes"] if row["answer"]}
+
+
+def test_node_without_the_package_and_a_cpu_only_node(field, capsys):
+    cluster, bare, stale, cpu = field
+    r = preflight(stale, cluster.address)
+    with capsys.disabled():
+        print("\n" + r.stdout)
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[-1].startswith("3 nodes: 1 ok, 1 failing, 1 without a GPU for Ray (shown, not counted: 1 of them "
+                                "failing; --all-nodes counts them)"), r.stdout
+    bare_python = str(bare.path / "bin" / "python")
+    row_line = next(line for line in lines if "NOT INSTALLED" in line)
+    assert f"tms_autopreload is not installed for {bare_python}: the flag does nothing there" in row_line, row_line
+    assert any(line.startswith("versions differ on ") and "tms_autopreload not installed" in line for line in lines)
+    doc = json.loads(preflight(stale, cluster.address, "--json").stdout)
+    assert not doc["ok"]
+    rows = by_prefix(doc)
+    missing = rows[str(bare.path)]
+    assert not missing["ok"] and missing["gpus"] == 1 and missing["answer"]["missing"]
+    assert missing["error"].startswith(f"tms_autopreload is not installed for {bare_python}: the flag does nothing "
+                                       f"there") and "pip install tms-autopreload" in missing["error"]
+    assert missing["answer"]["versions"] == {"tms_autopreload": None, "torch_memory_saver": None}
+    assert rows[str(stale.venv.path)]["ok"]
+    gpuless = rows[str(cpu.venv.path)]
+    assert gpuless["gpus"] == 0 and not gpuless["ok"]
+    assert gpuless["error"].startswith("the NVIDIA driver library libcuda.so.1 is not found by the loader")
+    # --all-nodes counts the CPU-only node too.
+    r = preflight(stale, cluster.address, "--all-nodes")
+    assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith("3 nodes: 1 ok, 2 failing"), r.stdout
+
+
+def test_stale_daemon_library_path_still_gives_one_libcudart(field):
+    """UniRL / agentcore #96: the node's Ray daemons were started with LD_LIBRARY_PATH naming ANOTHER venv's
+    nvidia/cu13/lib, and every worker inherits it. The worker still starts hooked and maps one libcudart,
+    its own venv's (the plan puts torch's runtime directory first), not the other venv's copy."""
+    cluster, _, stale, _ = field
+    doc = json.loads(preflight(stale, cluster.address, "--json").stdout)
+    good = by_prefix(doc)[str(stale.venv.path)]
+    started = good["answer"]["started"]
+    assert good["ok"] and started["hooked"] and started["execs"] == 1, good
+    assert started["libcudart"] == [str(stale.site / RUNTIME13 / "libcudart.so.13")], started
+    # The worker's own survey, made under the applied plan: torch's runtime is its own venv's copy.
+    assert good["answer"]["survey"]["runtime"]["library"] == str(stale.site / RUNTIME13 / "libcudart.so.13")
+    assert good["answer"]["versions"]["torch_memory_saver"] == "0.0.10"
+
+
+def test_cpu_only_nodes_do_not_fail_the_preflight():
+    """The verdict from plain documents, as a file of `doctor --json` answers would give them."""
+    ok = {"survey": {"plan": {"build": "/x/hook.so"}, "driver": {"verdict": "ok"}, "error": None},
+          "versions": {"tms_autopreload": "1", "torch_memory_saver": "0.0.10"}}
+    bad = {"survey": {"plan": None, "driver": None, "error": "the NVIDIA driver library libcuda.so.1 is not found"},
+           "versions": {"tms_autopreload": "1", "torch_memory_saver": "0.0.9"}}
+    got = [rows.node_row("gpu", "10.0.0.1", "a" * 16, ok, None, gpus=8),
+           rows.node_row("head", "10.0.0.2", "b" * 16, bad, None, gpus=0)]
+    assert not rows.failing(got, all_nodes=False) and rows.failing(got, all_nodes=True) == [got[1]]
+    lines = rows.summary(got, {"tms_autopreload": "1", "torch_memory_saver": "0.0.10"}, all_nodes=False)
+    assert lines[0].startswith("2 nodes: 1 ok, 0 failing, 1 without a GPU")
+    assert lines[1:] == ["versions differ on head bbbbbbbb (10.0.0.2): torch_memory_saver 0.0.9 (here 0.0.10)"]
+    assert "none" in rows.render(got).splitlines()[2]
+
+
+@pytest.fixture(scope="module")
+def client(parts, tmp_path_factory) -> Scenario:
+    """A machine with Ray and the package, to run the preflight against addresses where no cluster is."""
+    return _world(parts, tmp_path_factory, "fieldcpu", ("driver",))
+
+
+def test_nothing_listening_ends_at_once_with_exit_2(client):
+    from support import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    r = preflight(client, address, "--timeout", "20")
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.startswith(f"tms-autopreload doctor --ray: cannot reach the Ray cluster at {address}: "), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_runtime_env_ray_refuses_is_a_usage_error_before_connecting(client):
+    """Fields this package does not check itself go through Ray's own RuntimeEnv checks, offline."""
+    r = preflight(client, "auto", "--runtime-env", json.dumps({"pip": 5}), "--timeout", "20")
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.strip() == ("tms-autopreload doctor --ray: --runtime-env: Ray refuses it: runtime_env['pip'] must "
+                                "be of type str or List[str], got <class 'int'>"), r.stderr
+
+
+def test_an_address_that_never_answers_ends_within_the_timeout_without_rays_warnings(client):
+    """Something accepts connections but never speaks Ray (a firewall, a wrong service): Ray retries for
+    minutes printing `Failed to connect to GCS`; the preflight ends at --timeout, one line, exit 2."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    try:
+        t0 = time.monotonic()
+        # A timeout, not a bound on speed: a preflight that did not end at --timeout fails by the run's timeout.
+        r = preflight(client, address, "--timeout", "15", timeout=15 + 15)
+        elapsed = time.monotonic() - t0
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+    print(f"\n{elapsed:.1f} s: {r.stderr}")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith(f"tms-autopreload doctor --ray: cannot reach the Ray cluster at {address}"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr  # Ray's own retries summarised, never printed
+
+
+def test_refuses_addresses_that_start_a_new_cluster_and_bad_runtime_envs(scenario):
+    """Checked before Ray is even imported (this venv has none), exit 2 with the fix."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    cases = {
+        ("--address", "local"): "would start a new, empty Ray cluster",
+        ("--address", ""): "would start a new, empty Ray cluster",
+        ("--address", "10.0.0.1"): "is not a Ray cluster address",
+        ("--runtime-env", '{"env_vars": 5}'): "env_vars must be an object of names to strings, not int",
+        ("--runtime-env", '{"env_vars": {"TMS_AUTOPRELOAD": 1}}'): "every env_vars value must be a string",
+        ("--runtime-env", "[1]"): "must be a JSON object",
+        ("--runtime-env", "{"): "is not JSON",
+        ("--timeout", "0"): "--timeout must be a positive number",
+    }
+    for args, words in cases.items():
+        r = scn.run(["-m", "tms_autopreload", "doctor", "--ray", *args])
+        assert r.returncode == 2 and r.stdout == "" and words in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+    r = scn.run(["-m", "tms_autopreload", "doctor", "--ray"], {"RAY_ADDRESS": "local"})
+    assert r.returncode == 2 and "RAY_ADDRESS='local' would start a new, empty Ray cluster" in r.stderr, r.stderr
+
+
+def test_a_head_that_dies_mid_preflight_ends_within_the_timeout(field):
+    """Last in this module: it ends the cluster. Workers hang at start (HANG), the head goes away while the
+    preflight waits: it ends within --timeout with `cannot reach`, exit 2, Ray's noise kept off."""
+    cluster, _, stale, _ = field
+    argv = stale.host.wrap([str(stale.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address",
+                            cluster.address, "--timeout", "40", "--runtime-env",
+                            json.dumps({"env_vars": {HANG: "1"}})], clean_env(RAY_USAGE_STATS_ENABLED="0"))
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(12)
+    assert proc.poll() is None, proc.communicate()
+    cluster.stop(grace=2)
+    out, err = proc.communicate(timeout=40 + 15)  # a timeout: it must end by its own --timeout 40
+    elapsed = time.monotonic() - t0
+    print(f"\n{elapsed:.1f} s: {err}")
+    assert proc.returncode == 2, out + err
+    assert err.startswith(f"tms-autopreload doctor --ray: cannot reach the Ray cluster at {cluster.address}: it "
+                          f"stopped answering during the preflight"), err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not cluster.pids()

@@ -1,0 +1,136 @@
+"""``doctor``'s document (``doctor --json``) and its text rendering, for one process.
+
+The survey (:func:`tms_autopreload.plan.survey`) decides the plan; this adds what only a reader needs:
+what each candidate interposes and the NVIDIA driver facts (:mod:`tms_autopreload.driver`), which
+judge the node, not the plan, so the start-up hook never reads them. ``doctor``, the Ray preflight's
+workers and the per-node table (:mod:`tms_autopreload.nodes`) all read this one document.
+"""
+
+import os
+import sys
+
+from .plan import Report
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+__all__ = ["document", "text", "table", "driver_facts", "versions", "VERSIONED"]
+
+# The distributions whose versions a document carries (the per-node table compares them across nodes).
+VERSIONED = ("tms_autopreload", "torch_memory_saver")
+
+
+def table(rows: "list[tuple[str, ...]]") -> str:
+    """Columns padded to their widest cell; the last column is left as it is."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
+
+
+def _interposes(report: Report) -> "dict[str, list[str] | None]":
+    """Per candidate path: what it defines that the process's runtime library defines (None: unknown)."""
+    from .builds import interposed
+    from .elf import ElfError
+
+    library = report.runtime.library if report.runtime else None
+    out: "dict[str, list[str] | None]" = {}
+    for v in report.verdicts:
+        try:
+            out[v.build.path] = list(interposed(v.build.path, library)) if library and v.build.info else None
+        except (OSError, ElfError):
+            out[v.build.path] = None
+    return out
+
+
+def driver_facts(report: Report, environ: "Mapping[str, str] | None" = None) -> "dict[str, Any] | None":
+    """The driver facts of the surveyed process (None when its interpreter cannot be read)."""
+    from .driver import examine
+    from .elf import ElfError
+    from .ldso import Loader
+
+    env = os.environ if environ is None else environ
+    try:
+        loader = Loader.for_executable(report.executable or sys.executable, env.get("LD_LIBRARY_PATH", ""))
+    except (OSError, ElfError):
+        return None
+    rt = report.runtime
+    return examine(env, loader, rt.major if rt is not None and rt.kind == "cuda" else None).to_dict()
+
+
+def versions() -> "dict[str, str | None]":
+    """This interpreter's installed versions of :data:`VERSIONED` (None: not installed)."""
+    from importlib import metadata
+
+    out: "dict[str, str | None]" = {}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name.replace("_", "-"))
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dict[str, Any]":
+    """The ``doctor --json`` document: which node and Python said it (``doctor --nodes`` reads many nodes'
+    documents together) with their versions, the survey, what each candidate interposes, and the driver.
+    ``ok`` is false when there is no plan or the driver cannot run this torch."""
+    interposes = _interposes(report)
+    doc = {"hostname": os.uname().nodename, "python": sys.version.split()[0], "versions": versions(),
+           **report.to_dict()}
+    for candidate in doc["candidates"]:
+        candidate["interposes"] = interposes.get(candidate["path"])
+    doc["driver"] = driver_facts(report, environ)
+    doc["ok"] = doc["ok"] and not (doc["driver"] and doc["driver"]["verdict"] == "failing")
+    return doc
+
+
+def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
+    from .runtime import runtime_soname
+
+    rt = doc["runtime"]
+    if rt is None:
+        return ["runtime:  not decided"]
+    lib = f"{rt['library']} ({rt['library_rule']})" if rt["library"] else "not found"
+    return [f"runtime:  {'CUDA' if rt['kind'] == 'cuda' else 'ROCm/HIP'} {rt['major']} ({rt['source']})",
+            f"library:  {runtime_soname(rt['kind'], rt['major'])} -> {lib}"]
+
+
+def driver_lines(driver: "dict[str, Any] | None") -> "list[str]":
+    """The kernel module, the bound libcuda and the verdict, one line each."""
+    if driver is None:
+        return ["driver:   unknown (this interpreter could not be read)"]
+    module = (f"NVIDIA kernel module {driver['module_version']} ({driver['module_source']})"
+              if driver["module_version"] else f"unknown: {driver['module_source']}")
+    if driver["library"]:
+        version = driver["library_version"] or "no version in its file name"
+        runs = f", runs CUDA {driver['newest_major']}.x at most" if driver["newest_major"] else ""
+        library = f"{driver['library']} ({version}, via {driver['library_rule']}{runs})"
+    else:
+        library = "not found"
+    verdict = driver["verdict"].upper()
+    line = f"driver:   {verdict}: {driver['message']}"
+    if driver["fix"]:
+        line += f". Fix: {driver['fix']}"
+    return [f"module:   {module}", f"libcuda:  {library}", line]
+
+
+def text(doc: "dict[str, Any]") -> str:
+    """``doctor``'s text: interpreter, runtime, driver, the candidate table, then the plan or why none."""
+    out = [f"python:   {doc['executable']}",
+           f"package:  {doc['torch_memory_saver_dir'] or 'torch_memory_saver not found'}",
+           *_runtime_lines(doc), *driver_lines(doc.get("driver")), ""]
+    if doc["candidates"]:
+        rows = [("candidate", "built for", "interposes", "loads?", "verdict", "why")]
+        for c in doc["candidates"]:
+            loads = {True: "yes", False: "NO", None: "-"}[c["loads"]]
+            rows.append((os.path.basename(c["path"]), c["target"], ", ".join(c["interposes"] or ()) or "-", loads,
+                         c["status"].upper(), c["reason"]))
+        out += [table(rows), ""]
+    out += [f"warning: {w}" for w in doc["warnings"]]
+    if doc["plan"] is not None:
+        out.append(f"chosen:   {doc['plan']['build']}")
+        out += [f"set:      {k}={v}" for k, v in doc["plan"]["env"].items()]
+    else:
+        out.append(f"NO PLAN:  {doc['error']}")
+    return "\n".join(out)
