@@ -23,7 +23,8 @@ $(VENV)/.ready: tests/requirements.txt
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 	touch $@
 
-# The main job: the seed's crash and the fix, side by side, in a sandbox (.demo/).
+# The main job: both crashes of a preload picked by file name (slime #2186 and its mirror on CUDA 12),
+# then the flag fixing them, side by side, in a sandbox (.demo/).
 demo:
 	$(PYTHON) tools/demo.py
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check (issue 4): on a machine with an NVIDIA GPU whose python3 already has a CUDA 13 torch.
+# GPU check: on a machine with an NVIDIA GPU whose python3 already has a CUDA 13 torch.
 #
 # Installs torch_memory_saver 0.0.9.post1 and tms_autopreload from wheels carried next to this
 # script (scripts/wheels/, made by `scripts/gpu-check.sh --fetch` on a machine with the package

@@ -181,7 +181,7 @@ MODES = ["exec", "dlopen"]
 
 @pytest.fixture(params=MODES)
 def mode(request) -> str:
-    """Issue 13's parity: a behaviour test that takes this runs once per TMS_AUTOPRELOAD_MODE."""
+    """Parity of the two modes: a behaviour test that takes this runs once per TMS_AUTOPRELOAD_MODE."""
     return request.param
 
 

@@ -1,4 +1,4 @@
-"""Issue 6: fuzz every parser of untrusted bytes. Only the documented exception may escape, no input
+"""Fuzz every parser of untrusted bytes. Only the documented exception may escape, no input
 may hang (hypothesis' deadline) and none may make memory grow past a bound (tracemalloc).
 
 CI runs a short pass; ``make fuzz`` runs TMS_FUZZ_EXAMPLES (100,000) examples per target.

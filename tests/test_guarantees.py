@@ -1,4 +1,4 @@
-"""Issue 6: hostile and broken environments. One test per row of docs/guarantees.md.
+"""Hostile and broken environments. One test per row of docs/guarantees.md.
 
 Every case ends in one of three documented outcomes: the process runs hooked; it runs unhooked
 after a warning; or it stops before user code with exit 78 (130 when interrupted) and one

@@ -1,4 +1,4 @@
-"""Issue 3: the installed start-up hook, from venvs holding the built wheel, on every CPython 3.10-3.15:
+"""The installed start-up hook, from venvs holding the built wheel, on every CPython 3.10-3.15:
 this machine's 3.10-3.13, and Debian's 3.13 (trixie, glibc 2.41), 3.14 and 3.15 (sid, glibc 2.43) in
 their own root file systems.
 
@@ -88,7 +88,7 @@ HOW = ["-c", "-m", "script", "stdin-script", "-X", "-u", "-I", "-W"]
 @pytest.mark.parametrize("python", PYTHONS)
 @pytest.mark.parametrize("how", HOW)
 def test_exec_preserves_the_process(scenario, tmp_path, python, how, mode):
-    """Parity (issue 13): the same process in both TMS_AUTOPRELOAD_MODEs, exec'd once or loaded in-process."""
+    """Parity: the same process in both TMS_AUTOPRELOAD_MODEs, exec'd once or loaded in-process."""
     scn = seed_host(scenario, python)
     (tmp_path / "probe_mod.py").write_text(REPORT)
     (tmp_path / "probe.py").write_text(REPORT)

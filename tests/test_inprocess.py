@@ -1,4 +1,4 @@
-"""Issue 13: dlopen mode and ``activate()``: the plan loaded into a running interpreter, its fallbacks,
+"""dlopen mode and ``activate()``: the plan loaded into a running interpreter, its fallbacks,
 and every case where loading in-process and ``LD_PRELOAD`` could differ, each shown with both modes.
 
 A toy hook stands in for torch_memory_saver's where a test must see *which* definition a call

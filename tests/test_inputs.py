@@ -1,4 +1,4 @@
-"""Issue 14: every input a user can set gets a clear answer, never a hang.
+"""Every input a user can set gets a clear answer, never a hang.
 
 1. Property tests, in this process: every variable the package reads, given generated values (empty,
    whitespace, huge, non-ASCII and undecodable bytes, separators, relative and dangling paths,
@@ -199,7 +199,7 @@ def test_start_up_decision_answers_every_environment(world):
 
 
 def test_the_three_reported_inputs(world):
-    """The three answers the issue found wrong: each now names the variable the user set."""
+    """Three answers that once named the wrong thing: each now names the variable the user set."""
     exe = str(world["scn"].venv.python)
     with installed(world):
         for path in ("/etc/passwd", "/lib/x86_64-linux-gnu/libm.so.6"):

@@ -1,4 +1,4 @@
-"""Issue 10: the programs that start torch_memory_saver-preloaded processes, each started the way its
+"""The programs that start torch_memory_saver-preloaded processes, each started the way its
 users start it, with real torch 2.14.1+cu130, real torch_memory_saver wheels and the real loader, on a
 host whose only ``libcudart.so.13`` is torch's pip wheel (the driver is the one stand-in).
 

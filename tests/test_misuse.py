@@ -83,10 +83,10 @@ def test_help_and_readme_give_one_exit_code_table(scenario):
     assert r.returncode == 0
     rows = exit_rows(r.stdout)
     assert [row.split()[0] for row in rows] == ["0", "1", "2", "78", "126/127", "129/130/143"], rows
-    readme = (ROOT / "README.md").read_text()
-    for row in rows:  # the README's table has the same rows: `code` | meaning
+    reference = (ROOT / "docs" / "reference.md").read_text()
+    for row in rows:  # the reference's table has the same rows: `code` | meaning
         code, meaning = row.split(None, 1)
-        assert f"| `{code}` | {meaning} |" in readme, row
+        assert f"| `{code}` | {meaning} |" in reference, row
 
 
 def test_version(scenario):
@@ -333,8 +333,8 @@ DEEP_KEYS = {"ok", "module", "hook", "hook_mapped", "runtime_library", "interpos
 
 
 def test_deep_json_has_its_documented_keys_with_and_without_a_plan(scenario):
-    readme = (ROOT / "README.md").read_text()
-    documented = readme.split("`--json` keys: ", 1)[1].split("\n\n", 1)[0]
+    reference = (ROOT / "docs" / "reference.md").read_text()
+    documented = reference.split("`--json` keys: ", 1)[1].split("\n\n", 1)[0]
     for key in DEEP_KEYS:
         assert f"`{key}`" in documented, key
     no_driver = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("cuda13",))

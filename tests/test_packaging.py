@@ -1,4 +1,4 @@
-"""Issue 3 packaging: what pip, uv, an sdist and an editable install put in site-packages."""
+"""Packaging: what pip, uv, an sdist and an editable install put in site-packages."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 4: real Ray 2.58.0 workers, on two nodes that differ the way real clusters do.
+"""Real Ray 2.58.0 workers, on two nodes that differ the way real clusters do.
 
 Two Ray nodes run on this machine, each started from its own venv inside its own mount namespace:
 node A is a CUDA 13 world (torch built for 13, NVIDIA's cu13 runtime wheel), node B a CUDA 12 world
@@ -150,7 +150,7 @@ def test_local_actor_pid_and_no_stray_process(ray_cluster, tmp_path):
     assert "raylet" in out["ppid_cmd"], out
 
 
-# ---------------------------------------------------------------- issue 12: the preflight, `doctor --ray`
+# ---------------------------------------------------------------- the preflight, `doctor --ray`
 
 HANG = "TMS_TEST_HANG_WORKER"
 

@@ -1,4 +1,4 @@
-"""Issues 2, 4 and 11: real torch 2.14.1+cu130 imported in a flagged process.
+"""Real torch 2.14.1+cu130 imported in a flagged process.
 
 The driver is the only stand-in. The hook must be mapped before torch is imported, the process
 must end with exactly one libcudart (torch's own, from nvidia/cu13/lib) even when the host also

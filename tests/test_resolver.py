@@ -1,4 +1,4 @@
-"""Issue 2: the resolver on real hosts (what the loader sees), real wheels and the real loader.
+"""The resolver on real hosts (what the loader sees), real wheels and the real loader.
 
 Each scenario builds its host (a private ld.so.cache), a venv with our built wheel and the
 real torch_memory_saver wheel, then asks ``tms-autopreload doctor --json`` and starts a real

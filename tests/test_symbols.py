@@ -1,4 +1,4 @@
-"""Issue 11: the hook's interface, read from its dynamic symbol table, not assumed.
+"""The hook's interface, read from its dynamic symbol table, not assumed.
 
 ``elf.read_symbols`` must agree with binutils' ``nm -D`` on real files (every released preload build,
 NVIDIA's runtime libraries, this machine's system libraries), and a build's interposed set is what it

@@ -448,13 +448,18 @@ def _guarded_stdout() -> "Iterator[None]":
         guarded.flush()  # raises WriteError unless that was raised already (then it drops what is left)
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, parsed and checked: a usage error exits 2 here, as argparse's own do."""
+    args = build_parser().parse_args(argv)
+    if args.cmd == "doctor":
+        _check_doctor(args)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         with _guarded_stdout():  # --help and --version print while parsing
-            args = build_parser().parse_args(argv)
-            if args.cmd == "doctor":
-                _check_doctor(args)
-            return _run(args)
+            return _run(parse(argv))
     except WriteError as exc:
         print(f"tms-autopreload: write error: {exc}", file=sys.stderr)
         return EXIT_NO_PLAN

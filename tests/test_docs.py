@@ -1,0 +1,119 @@
+"""What a reader follows or copies from the documentation: every relative link resolves (file and
+heading), and every ``tms-autopreload`` command line shown parses with the real command-line parser.
+
+Runs in this process on the source tree: no venv, no host.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tms_autopreload import cli  # noqa: E402
+
+DOCS = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md")])
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"(?ms)^```[^\n]*\n(.*?)^```")
+INLINE = re.compile(r"`([^`\n]+)`")
+# A synopsis (``doctor [--json]``, ``FILE|-``, ``CMD [ARGS...]``) describes commands; it is not one.
+SYNOPSIS = re.compile(r"[\[\]]|\.\.\.|\|-|\b[A-Z]{2,}\b")
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = FENCE.sub("", path.read_text())
+    return {_slug(m.group(1)) for m in re.finditer(r"(?m)^#{1,6} (.+)$", text)}
+
+
+def _links():
+    for doc in DOCS:
+        if not doc.exists():
+            continue
+        text = FENCE.sub("", doc.read_text())
+        for target in LINK.findall(text):
+            if not re.match(r"[a-z]+:", target):
+                yield pytest.param(doc, target, id=f"{doc.relative_to(ROOT)}->{target}")
+
+
+@pytest.mark.parametrize(("doc", "target"), list(_links()))
+def test_relative_link_resolves(doc, target):
+    file, _, anchor = target.partition("#")
+    path = (doc.parent / file).resolve() if file else doc
+    assert path.exists(), f"{doc.relative_to(ROOT)} links to {target}: no such file"
+    if anchor:
+        assert anchor in _anchors(path), f"{doc.relative_to(ROOT)} links to {target}: no such heading"
+
+
+def _invocations(snippet: str):
+    """The argument lists of every ``tms-autopreload`` in a shell snippet, split as the shell splits
+    it (quotes kept together, ``|``, ``&&``, ``;`` and redirections between commands), also inside
+    ``$(...)`` substitutions."""
+    for inner in re.findall(r"\$\(([^()]*)\)", snippet):
+        yield from _invocations(inner)
+    snippet = re.sub(r"\d*[<>]&?\d*", " > ", re.sub(r"\$\([^()]*\)", "X", snippet))  # 2>&1 and friends
+    lexer = shlex.shlex(snippet, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    command: list[str] = []
+    for token in [*lexer, ";"]:
+        if token and set(token) <= set("|&;<>()"):
+            if "tms-autopreload" in command:
+                yield command[command.index("tms-autopreload") + 1:]
+            command = []
+        else:
+            command.append(token)
+
+
+def _command_lines():
+    """Every ``tms-autopreload ...`` invocation in a code block or a code span (headings name a
+    command, they do not show one)."""
+    for doc in DOCS:
+        if not doc.exists():
+            continue
+        text = doc.read_text()
+        snippets = [line for b in FENCE.findall(text) for line in b.replace("\\\n", " ").splitlines()]
+        prose = [line for line in FENCE.sub("", text).splitlines() if not line.startswith("#")]
+        snippets += INLINE.findall("\n".join(prose))
+        for snippet in snippets:
+            try:
+                found = list(_invocations(snippet))
+            except ValueError:  # an unbalanced quote: a fragment, not a command line
+                continue
+            for argv in found:
+                if argv and not SYNOPSIS.search(" ".join(argv)):
+                    yield pytest.param(argv, id=f"{doc.relative_to(ROOT)}:{' '.join(argv)}")
+
+
+COMMANDS = list(_command_lines())
+
+
+def test_the_docs_show_commands():
+    assert len(COMMANDS) >= 10, COMMANDS
+
+
+@pytest.mark.parametrize("argv", COMMANDS)
+def test_command_line_parses(argv, capsys):
+    try:
+        args = cli.parse(argv)
+    except SystemExit as exc:  # --help and --version exit 0 after printing
+        assert exc.code == 0, f"`tms-autopreload {' '.join(argv)}` is refused: {capsys.readouterr().err}"
+    else:
+        assert args.cmd
+
+
+def test_a_wrong_command_line_is_refused(capsys):
+    """The check above can fail: a combination the parser refuses is caught."""
+    with pytest.raises(SystemExit) as exc:
+        cli.parse(["doctor", "--deep", "--ray"])
+    assert exc.value.code == 2
