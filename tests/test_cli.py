@@ -1,4 +1,5 @@
-"""The command line: every command, its output format and exit codes, on the host of slime #2186 (CUDA 13, a cu12 build beside the cu13 one)."""
+"""The command line: every command, its output format and exit codes, on the host of slime #2186
+(CUDA 13, a cu12 build beside the cu13 one)."""
 
 from __future__ import annotations
 
