@@ -92,6 +92,14 @@ TRACE_CASES = {
 }
 
 
+def _broken_builds_host(scenario, host, python):
+    """The scenario of ``python`` on ``host``, with a 32-bit build and a truncated one beside the real builds."""
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=host, python=python)
+    (scn.site / "elf32.so").write_bytes(_elf32("libcudart.so.13"))
+    (scn.site / "truncated.so").write_bytes((scn.site / CU13).read_bytes()[:1000])
+    return scn
+
+
 @pytest.mark.parametrize("case", list(TRACE_CASES))
 def test_loader_trace_failures_read_the_same_on_every_glibc(scenario, case):
     """The real loader of glibc 2.36, 2.41 and 2.43, asked about the same preload, parsed by the package:
@@ -99,9 +107,7 @@ def test_loader_trace_failures_read_the_same_on_every_glibc(scenario, case):
     host, preload, expected = TRACE_CASES[case]
     answers = {}
     for python in GLIBCS:
-        scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=host, python=python)
-        (scn.site / "elf32.so").write_bytes(_elf32("libcudart.so.13"))
-        (scn.site / "truncated.so").write_bytes((scn.site / CU13).read_bytes()[:1000])
+        scn = _broken_builds_host(scenario, host, python)
         r = scn.run(["-c", TRACE, str(scn.site / preload)])
         assert r.returncode == 0, r.stderr
         answers[python] = json.loads(r.stdout)
@@ -124,9 +130,7 @@ def test_failures_give_the_same_clear_error_on_every_glibc(scenario, case):
     host, env, words = DOCTOR_CASES[case]
     errors = {}
     for python in GLIBCS:
-        scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=host, python=python)
-        (scn.site / "elf32.so").write_bytes(_elf32("libcudart.so.13"))
-        (scn.site / "truncated.so").write_bytes((scn.site / CU13).read_bytes()[:1000])
+        scn = _broken_builds_host(scenario, host, python)
         full = {k: str(scn.site / v) for k, v in env.items()}
         doc = scn.doctor(full)
         assert not doc["ok"], (python, doc)
