@@ -13,7 +13,7 @@ from support import ROOT, clean_env
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 
 
-def seed(scenario, python=DEFAULT_PYTHON):
+def report_host(scenario, python=DEFAULT_PYTHON):
     return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
 
 
@@ -22,14 +22,14 @@ def cli(scn, *args, env=None):
 
 
 def test_run_execs_a_non_python_command_with_the_hook_mapped(scenario):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     r = cli(scn, "run", "--", "bash", "-c", 'grep -o "[^ ]*torch_memory_saver[^ ]*" /proc/$$/maps | sort -u')
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(scn.site / CU13)]
 
 
 def test_run_exit_codes(scenario):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     assert cli(scn, "run", "--", "bash", "-c", "exit 7").returncode == 7
     r = cli(scn, "run", "--", "no-such-command-xyz")
     assert r.returncode == 127 and "command not found" in r.stderr
@@ -38,7 +38,7 @@ def test_run_exit_codes(scenario):
 
 
 def test_env_for_eval_and_json(scenario):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     r = cli(scn, "env")
     assert r.returncode == 0 and r.stdout.startswith("export LD_PRELOAD=")
     r2 = scn.host.run(["bash", "-c", f'eval "$({scn.venv.python} -m tms_autopreload env)"; echo "$LD_PRELOAD"'],
@@ -51,7 +51,7 @@ def test_env_for_eval_and_json(scenario):
 @pytest.mark.parametrize("python", [DEFAULT_PYTHON, *ROOTFS_PYTHONS])
 def test_which_and_doctor(scenario, python):
     """Also in Debian's root file systems: their glibc's loader cache and loader decide there."""
-    scn = seed(scenario, python)
+    scn = report_host(scenario, python)
     r = cli(scn, "which")
     assert r.returncode == 0 and r.stdout.strip() == str(scn.site / CU13) and r.stderr == ""
     r = cli(scn, "doctor")
@@ -74,13 +74,13 @@ def test_doctor_prints_the_table_when_there_is_no_plan(scenario):
 
 
 def test_usage_error_is_exit_2(scenario):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     r = cli(scn, "frobnicate")
     assert r.returncode == 2 and "usage:" in r.stderr
 
 
 def test_console_script_is_installed(scenario):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     r = scn.host.run([str(scn.venv.path / "bin" / "tms-autopreload"), "which"], clean_env())
     assert r.returncode == 0 and r.stdout.strip().endswith(CU13), r.stderr
 

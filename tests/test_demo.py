@@ -22,10 +22,10 @@ def test_demo_end_to_end(tmp_path):
     assert r.returncode == 0, out + r.stderr
     one, two, three, four, five = (out.index(f"== {n}.") for n in (1, 2, 3, 4, 5))
     assert one < two < three < four < five
-    seed, slime_main = out[one:two], out[two:three]
-    assert "picked torch_memory_saver_hook_mode_preload_cu12.abi3.so on this CUDA 13 node" in seed
+    report, slime_main = out[one:two], out[two:three]
+    assert "picked torch_memory_saver_hook_mode_preload_cu12.abi3.so on this CUDA 13 node" in report
     assert "exit 127: bash: error while loading shared libraries: libcudart.so.12: cannot open shared object " \
-           "file" in seed or "does not reproduce here" in seed, seed
+           "file" in report, report
     assert "picked torch_memory_saver_hook_mode_preload_cu13.abi3.so on this CUDA 12 node" in slime_main
     assert "exit 127: " in slime_main and "error while loading shared libraries: libcudart.so.13: cannot open " \
            "shared object file" in slime_main, slime_main

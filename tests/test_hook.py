@@ -37,7 +37,7 @@ print(json.dumps({'pid': os.getpid(), 'orig_argv': sys.orig_argv, 'argv': sys.ar
 """
 
 
-def seed_host(scenario, python="3.11"):
+def report_host(scenario, python="3.11"):
     return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
 
 
@@ -65,8 +65,8 @@ def hook_lines(err, word):
 # ---------------------------------------------------------------- the seed, side by side
 
 @pytest.mark.parametrize("python", PYTHONS)
-def test_seed_side_by_side(scenario, python):
-    scn = seed_host(scenario, python)
+def test_slime_2186_side_by_side(scenario, python):
+    scn = report_host(scenario, python)
     # slime today: first existing of (cu12, unsuffixed) -> cu12 -> every child dies with 127.
     slime_pick = str(scn.site / CU12)
     r = scn.host.run(["bash", "-c", "true"], {"PATH": os.environ["PATH"], "LD_PRELOAD": slime_pick})
@@ -89,7 +89,7 @@ HOW = ["-c", "-m", "script", "stdin-script", "-X", "-u", "-I", "-W"]
 @pytest.mark.parametrize("how", HOW)
 def test_exec_preserves_the_process(scenario, tmp_path, python, how, mode):
     """Parity: the same process in both TMS_AUTOPRELOAD_MODEs, exec'd once or loaded in-process."""
-    scn = seed_host(scenario, python)
+    scn = report_host(scenario, python)
     (tmp_path / "probe_mod.py").write_text(REPORT)
     (tmp_path / "probe.py").write_text(REPORT)
     stdin = "data for the program\n"
@@ -126,7 +126,7 @@ def test_exec_preserves_the_process(scenario, tmp_path, python, how, mode):
 
 @pytest.mark.parametrize("python", PYTHONS)
 def test_pth_runs_twice_per_start_but_hook_acts_once(scenario, tmp_path, python):
-    scn = seed_host(scenario, python)
+    scn = report_host(scenario, python)
     counter = tmp_path / "count"
     (scn.site / "aa_tms_test_counter.pth").write_text(
         "import os; p = os.environ.get('TMS_TEST_PTH_COUNTER'); p and open(p, 'a').write('x')\n")
@@ -148,7 +148,7 @@ def test_pth_runs_twice_per_start_but_hook_acts_once(scenario, tmp_path, python)
 @pytest.mark.parametrize("python", PYTHONS)
 def test_loop_guard_stops_with_a_clear_error(scenario, python):
     """An exec'd PID whose hook is still not mapped stops; it never execs again."""
-    scn = seed_host(scenario, python)
+    scn = report_host(scenario, python)
     from support import clean_env
 
     env = clean_env(SLIME_OFFLOAD_TRAIN="1", TMS_AUTOPRELOAD_VERBOSE="1")
@@ -161,7 +161,7 @@ def test_loop_guard_stops_with_a_clear_error(scenario, python):
 
 @pytest.mark.parametrize("python", PYTHONS)
 def test_inherited_build_from_another_venv_is_replaced(scenario, python):
-    a = seed_host(scenario, python)
+    a = report_host(scenario, python)
     b = scenario(tms="0.0.10", torch="cu13-sys", host=("driver", "cuda13"), python=python)
     _, rep_a, err, rc = start(a, ["-c", REPORT])
     assert rc == 0, err
@@ -183,7 +183,7 @@ def test_inherited_wrong_major_is_replaced(scenario, python):
 
 
 def test_right_build_preset_is_not_reexecuted(scenario):
-    scn = seed_host(scenario)
+    scn = report_host(scenario)
     pid, rep, err, rc = start(scn, ["-c", REPORT], env={"LD_PRELOAD": f"{scn.site / CU13}"})
     assert rc == 0, err
     assert execs(rep["reexecd"]) == 0 and rep["maps"] == [str(scn.site / CU13)]
@@ -193,7 +193,7 @@ def test_right_build_preset_is_not_reexecuted(scenario):
 
 @pytest.mark.parametrize("python", PYTHONS)
 def test_spawn_children_inherit_and_do_not_reexec(scenario, python, mode):
-    scn = seed_host(scenario, python)
+    scn = report_host(scenario, python)
     code = REEXECD + textwrap.dedent("""
         import json, multiprocessing as mp, os
         def child(q):
@@ -226,7 +226,7 @@ def test_spawn_children_inherit_and_do_not_reexec(scenario, python, mode):
 
 @pytest.mark.parametrize("python", PYTHONS)
 def test_no_flag_changes_nothing(scenario, python):
-    scn = seed_host(scenario, python)
+    scn = report_host(scenario, python)
     from support import clean_env
 
     pid, rep, err, rc = start(scn, ["-c", REPORT, "x"], flag=None, verbose=False)
@@ -238,26 +238,26 @@ def test_no_flag_changes_nothing(scenario, python):
 
 @pytest.mark.parametrize("value", ["0", "false", "off", "no", ""])
 def test_false_flags_are_off(scenario, value):
-    scn = seed_host(scenario)
+    scn = report_host(scenario)
     pid, rep, err, rc = start(scn, ["-c", REPORT], env={"SLIME_OFFLOAD_TRAIN": value}, verbose=False)
     assert rc == 0 and err == "" and rep["maps"] == [] and "TMS_INIT_ENABLE" not in rep["env"]
 
 
 def test_odd_flag_value_warns_and_is_off(scenario):
-    scn = seed_host(scenario)
+    scn = report_host(scenario)
     _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD": "maybe"}, flag=None)
     assert rc == 0 and rep["maps"] == []
     assert err.count("\n") == 1 and "TMS_AUTOPRELOAD='maybe' is not a recognised value" in err
 
 
 def test_disable_beats_everything(scenario):
-    scn = seed_host(scenario)
+    scn = report_host(scenario)
     _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD_DISABLE": "1", "TMS_AUTOPRELOAD": "1"})
     assert rc == 0 and rep["maps"] == [] and err == ""
 
 
 def test_generic_flag_sets_only_the_preload(scenario):
-    scn = seed_host(scenario)
+    scn = report_host(scenario)
     _, rep, err, rc = start(scn, ["-c", REPORT], flag="TMS_AUTOPRELOAD")
     assert rc == 0, err
     assert rep["maps"] == [str(scn.site / CU13)] and execs(rep["reexecd"]) == 1
@@ -265,7 +265,7 @@ def test_generic_flag_sets_only_the_preload(scenario):
 
 
 def test_slime_defaults_do_not_override_user_values(scenario):
-    scn = seed_host(scenario)
+    scn = report_host(scenario)
     _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_INIT_ENABLE_CPU_BACKUP": "0"})
     assert rc == 0, err
     assert rep["env"]["TMS_INIT_ENABLE"] == "1" and rep["env"]["TMS_INIT_ENABLE_CPU_BACKUP"] == "0"
@@ -283,7 +283,7 @@ def test_on_error_warn_continues_unhooked(scenario):
 def test_not_a_python_executable_is_hooked_in_process(scenario):
     """Run through ld.so itself: /proc/self/exe is the loader, so a re-exec would not repeat this start.
     The hook is loaded in-process instead (dlopen mode), with no exec."""
-    scn = seed_host(scenario)
+    scn = report_host(scenario)
     from support import clean_env
 
     env = clean_env(SLIME_OFFLOAD_TRAIN="1", TMS_AUTOPRELOAD_VERBOSE="1")
@@ -298,7 +298,7 @@ def test_not_a_python_executable_is_hooked_in_process(scenario):
 def test_not_a_python_executable_that_cannot_load_in_process_stops_clearly(scenario, parts):
     """The same, with cudaMalloc already defined in the global scope (an earlier preload): neither an
     exec nor an in-process load can hook it as LD_PRELOAD would, so it stops with the fix."""
-    scn = seed_host(scenario)
+    scn = report_host(scenario)
     from support import cc, clean_env
 
     toy = parts.root / "deps" / "libdefines_cudamalloc.so"
@@ -311,7 +311,7 @@ def test_not_a_python_executable_that_cannot_load_in_process_stops_clearly(scena
 
 
 def test_keeps_other_preloads_in_order_and_warns_for_old_tms(scenario, parts):
-    scn = seed_host(scenario)
+    scn = report_host(scenario)
     libs = [parts.root / "deps" / "extra1.so", parts.root / "deps" / "extra2.so"]
     from support import cc
 

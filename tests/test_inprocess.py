@@ -88,7 +88,7 @@ def toys(parts):
     return out
 
 
-def seed(scenario, tag="", python=DEFAULT_PYTHON):
+def report_host(scenario, tag="", python=DEFAULT_PYTHON):
     return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), tag=tag, python=python)
 
 
@@ -112,7 +112,7 @@ def test_hook_intercepts_forwards_and_sees_tms_variables_in_both_modes(scenario,
     """A library loaded later binds cudaMalloc to the hook, the hook's dlsym(RTLD_NEXT) reaches the real
     runtime, the hook's constructor sees TMS_INIT_ENABLE=1 (set before it is loaded), children get the
     real LD_PRELOAD; with and without LD_BIND_NOW; on this machine's glibc and on sid's (2.43)."""
-    scn = seed(scenario, python=python)
+    scn = report_host(scenario, python=python)
     out, err = probe(scn, parts, toys, mode, {"LD_BIND_NOW": "1"} if bind_now else None)
     assert_applied(mode, out["reexecd"], out["hooks"], toys["hook"])
     assert out["real"] not in (None, -1000) and out["consumer"] == out["real"] + 100, out
@@ -122,7 +122,7 @@ def test_hook_intercepts_forwards_and_sees_tms_variables_in_both_modes(scenario,
 def test_deepbind_bypasses_the_hook_in_both_modes_alike(scenario, parts, toys, mode):
     """RTLD_DEEPBIND puts a library's own dependencies first: its calls reach libcudart, not the hook,
     whether the hook was preloaded or loaded in-process. Not a difference between the modes."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     out, err = probe(scn, parts, toys, mode, deepbind=True)
     assert_applied(mode, out["reexecd"], out["hooks"], toys["hook"])
     assert out["consumer"] == out["real"], out
@@ -160,7 +160,7 @@ def test_the_plans_library_path_reaches_children_only_in_dlopen_mode(scenario, p
 def test_falls_back_when_a_runtime_library_is_already_loaded(scenario, parts, toys):
     """Another .pth (sorted before ours) loaded libcudart: references bound before the hook existed
     would not move, so dlopen mode re-execs instead, and the process ends hooked."""
-    scn = seed(scenario, tag="pth-loads-cudart")
+    scn = report_host(scenario, tag="pth-loads-cudart")
     pth = scn.site / "aa_loads_cudart.pth"
     pth.write_text(f"import ctypes; ctypes.CDLL({str(parts.rt[13] / 'libcudart.so.13')!r})\n")
     out, err = probe(scn, parts, toys, "dlopen")
@@ -172,7 +172,7 @@ def test_falls_back_when_a_runtime_library_is_already_loaded(scenario, parts, to
 def test_falls_back_when_an_interposed_symbol_is_already_global(scenario, parts, toys):
     """An earlier LD_PRELOAD entry defines cudaMalloc: in the global scope it would come before a hook
     loaded later, where LD_PRELOAD puts the hook first. dlopen mode re-execs with the hook first."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     out, err = probe(scn, parts, toys, "dlopen", {"LD_PRELOAD": str(toys["defines"])})
     assert "cudaMalloc is already defined in the global scope" in fallback_line(err)[0], err
     assert_applied("exec", out["reexecd"], out["hooks"], toys["hook"])
@@ -196,7 +196,7 @@ def test_falls_back_when_the_plan_has_no_runtime_library_file(scenario):
 def test_falls_back_when_dlopen_itself_fails(scenario, parts, toys):
     """A hook with a large initial-exec TLS block loads at start (the loader sizes static TLS then) but
     dlopen refuses it: dlerror's text is reported and the process is exec'd with LD_PRELOAD."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     out, err = probe(scn, parts, toys, "dlopen", hook="tls")
     line = fallback_line(err)[0]
     assert "dlopen failed:" in line and "cannot allocate memory in static TLS block" in line, err
@@ -204,7 +204,7 @@ def test_falls_back_when_dlopen_itself_fails(scenario, parts, toys):
 
 
 def test_unknown_mode_warns_and_execs(scenario, parts, toys):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     out, err = probe(scn, parts, toys, "fork")
     assert "TMS_AUTOPRELOAD_MODE='fork' is not a recognised value (use exec or dlopen); using exec" in err
     assert_applied("exec", out["reexecd"], out["hooks"], toys["hook"])
@@ -226,7 +226,7 @@ print(json.dumps({'same': first is second, 'build': first.build, 'consumer': lib
 
 
 def test_activate_binds_in_process_once(scenario, parts, toys):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     r = scn.run(["-c", ACTIVATE, str(parts.rt[13] / "libcudart.so.13"), str(toys["consumer"])],
                 {"TMS_AUTOPRELOAD_PATH": str(toys["hook"])})
     assert r.returncode == 0, r.stderr
@@ -236,7 +236,7 @@ def test_activate_binds_in_process_once(scenario, parts, toys):
 
 
 def test_activate_in_a_process_started_hooked_changes_nothing(scenario):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     code = ("import os, tms_autopreload; before = dict(os.environ); p = tms_autopreload.activate(); "
             "print(p.build, dict(os.environ) == before)")
     r = scn.run(["-c", code], {"TMS_AUTOPRELOAD": "1"})
@@ -244,7 +244,7 @@ def test_activate_in_a_process_started_hooked_changes_nothing(scenario):
 
 
 def test_activate_after_the_runtime_is_loaded_says_restart(scenario, parts):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     code = textwrap.dedent(f"""
         import ctypes, os
         import tms_autopreload
@@ -307,7 +307,7 @@ def embedder(parts, tmp_path_factory):
 
 def test_embedded_interpreter_is_hooked_in_process(scenario, parts, toys, embedder):
     """Where exec is impossible (the process is a C program), asking for the hook gets dlopen mode."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     code = PROBE.replace("sys.argv[1], sys.argv[2]", f"{str(parts.rt[13] / 'libcudart.so.13')!r}, {str(toys['consumer'])!r}")
     code = code.replace("deepbind = len(sys.argv) > 3 and sys.argv[3] == 'deepbind'", "deepbind = False")
     env = clean_env(SLIME_OFFLOAD_TRAIN="1", TMS_AUTOPRELOAD_VERBOSE="1", TMS_AUTOPRELOAD_PATH=str(toys["hook"]))
@@ -398,7 +398,7 @@ print(json.dumps({'results': results, 'hooks': hooks}))
 
 def test_activate_from_many_threads_at_once(scenario, parts, toys):
     """16 threads released together: one does the work, every other gets its plan; none raises."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     for _ in range(3):
         r = scn.run(["-c", THREADS], {"TMS_AUTOPRELOAD_PATH": str(toys["hook"])})
         assert r.returncode == 0, r.stderr
@@ -409,7 +409,7 @@ def test_activate_from_many_threads_at_once(scenario, parts, toys):
 
 def test_activate_leaves_the_environment_as_it_found_it_when_it_raises(scenario, parts):
     """With SLIME_OFFLOAD_TRAIN on, activate() sets TMS_INIT_* before loading; a refusal takes them back."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     code = textwrap.dedent(f"""
         import ctypes, os
         import tms_autopreload
@@ -427,7 +427,7 @@ def test_activate_leaves_the_environment_as_it_found_it_when_it_raises(scenario,
 
 def test_activate_advice_fits_a_preload_that_defines_cudamalloc(scenario, parts, toys):
     """Restarting cannot help when LD_PRELOAD itself holds a library defining cudaMalloc: it must go."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     code = ("import tms_autopreload\ntry:\n    tms_autopreload.activate()\n"
             "except tms_autopreload.ResolveError as exc:\n    print(exc)")
     r = scn.run(["-c", code], {"LD_PRELOAD": str(toys["defines"])})
@@ -441,7 +441,7 @@ def test_disable_turns_off_activate_and_configure_subprocess(scenario):
     """TMS_AUTOPRELOAD_DISABLE=1, the rollback switch, turns off every way the package applies a plan:
     activate() returns None and loads nothing, configure_subprocess() yields None and changes nothing;
     each says so once, as a RuntimeWarning."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     code = textwrap.dedent("""
         import json, os, subprocess, sys, warnings
         import tms_autopreload

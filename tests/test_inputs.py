@@ -32,7 +32,7 @@ from support import REEXECD, assert_stopped, clean_env, execs, names
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload  # noqa: E402
-from tms_autopreload import hook, plan  # noqa: E402
+from tms_autopreload import plan, startup  # noqa: E402
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "200"))
 E2E_EXAMPLES = int(os.environ.get("TMS_FUZZ_E2E", "30"))
@@ -174,15 +174,15 @@ def test_start_up_decision_answers_every_environment(world):
         said.clear()
         with environment(env):
             on, _slime = tms_autopreload._flags()  # warnings for values it cannot read, never an exception
-            hook._choice(tms_autopreload.MODE_VAR, tms_autopreload.MODES)
-            hook._choice(tms_autopreload.ON_ERROR_VAR, tms_autopreload.ON_ERROR_POLICIES)
+            startup._choice(tms_autopreload.MODE_VAR, tms_autopreload.MODES)
+            startup._choice(tms_autopreload.ON_ERROR_VAR, tms_autopreload.ON_ERROR_POLICIES)
             tms_autopreload._inherited([])
             tms_autopreload._inherited([str(world["scn"].site / CU13)])
             try:
-                hook._apply([])
+                startup._apply([])
             except Executed:
                 pass
-            except hook._Stop as stop:
+            except startup._Stop as stop:
                 assert "internal error" not in str(stop)
                 assert any(names(first_line(str(stop)), name) for name in changed), (changed, str(stop))
         for message in said:
@@ -193,8 +193,8 @@ def test_start_up_decision_answers_every_environment(world):
         raise Executed()
 
     with installed(world), mock.patch.object(os, "execve", no_exec), \
-            mock.patch.object(hook, "_load_in_process", lambda env, verbose: "not loaded in the test process"), \
-            mock.patch.object(tms_autopreload, "say", said.append), mock.patch.object(hook, "say", said.append):
+            mock.patch.object(startup, "_load_in_process", lambda env, verbose: "not loaded in the test process"), \
+            mock.patch.object(tms_autopreload, "say", said.append), mock.patch.object(startup, "say", said.append):
         check()
 
 
@@ -257,7 +257,7 @@ def test_flagged_starts_answer_every_environment(world):
 
     # The loader opens every LD_PRELOAD entry at start, before any of this package runs: it blocks on a
     # FIFO there, and a preload whose dependency is missing (a CUDA build without its libcudart on this
-    # host: the seed's crash) kills the process with 127. Those outcomes are glibc's, with inputs this
+    # host: the crash of slime #2186) kills the process with 127. Those outcomes are glibc's, with inputs this
     # package never sees, so such entries stay out of the started environments' LD_PRELOAD.
     fatal_at_start = [p for p in world["paths"] if p.endswith(("_fifo.so", "_cu12.abi3.so", "_cu13.abi3.so"))]
     paths = [p for p in world["paths"] if not p.endswith("_fifo.so")]

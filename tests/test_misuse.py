@@ -21,7 +21,7 @@ from support import ROOT, clean_env
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 
 
-def seed(scenario):
+def report_host(scenario):
     return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
 
 
@@ -55,11 +55,11 @@ def refused_as_usage(r, words: str) -> None:
     (["run", "--", ""], "the command name is empty"),
 ])
 def test_options_that_cannot_go_together_are_usage_errors(scenario, argv, words):
-    refused_as_usage(cli(seed(scenario), *argv), words)
+    refused_as_usage(cli(report_host(scenario), *argv), words)
 
 
 def test_kernel_subcommands_have_their_own_help(scenario):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     install = cli(scn, "kernel", "install", "--help")
     uninstall = cli(scn, "kernel", "uninstall", "--help")
     assert install.returncode == uninstall.returncode == 0, install.stderr + uninstall.stderr
@@ -78,7 +78,7 @@ def exit_rows(help_text: str) -> list[str]:
 
 
 def test_help_and_readme_give_one_exit_code_table(scenario):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     r = cli(scn, "--help")
     assert r.returncode == 0
     rows = exit_rows(r.stdout)
@@ -90,7 +90,7 @@ def test_help_and_readme_give_one_exit_code_table(scenario):
 
 
 def test_version(scenario):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     r = cli(scn, "--version")
     version = scn.run(["-c", "import tms_autopreload; print(tms_autopreload.__version__)"]).stdout.strip()
     assert r.returncode == 0 and r.stdout == f"tms-autopreload {version}\n", r.stdout + r.stderr
@@ -100,7 +100,7 @@ def test_version(scenario):
                                   ["kernel", "install", "--help"]])
 def test_a_full_disk_is_a_write_error_not_a_traceback(scenario, argv):
     """As coreutils says it: ``printf x > /dev/full`` -> ``write error: No space left on device``, exit 1."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     with open("/dev/full", "w") as full:
         r = cli(scn, *argv, capture_output=False, stdout=full, stderr=subprocess.PIPE)
     assert r.returncode == 1 and r.stderr == "tms-autopreload: write error: No space left on device\n", r.stderr
@@ -282,7 +282,7 @@ def alive(pid: int) -> bool:
 def test_deep_cleans_up_when_interrupted(scenario, tmp_path, sig, code):
     """The signal comes once the child has started importing (it writes a marker): the binding log is
     deleted, the child's process group ended, and the exit is 128+N with one line, no traceback."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     mods, tmp = tmp_path / "mods", tmp_path / "tmp"
     mods.mkdir()
     tmp.mkdir()
@@ -317,7 +317,7 @@ def test_deep_cleans_up_when_interrupted(scenario, tmp_path, sig, code):
 
 
 def test_deep_tells_a_failed_import_from_an_unmapped_hook(scenario):
-    scn = seed(scenario)
+    scn = report_host(scenario)
     r = cli(scn, "doctor", "--deep", "--import", "nonexistent_module")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "NOT mapped" not in r.stdout, r.stdout
@@ -343,7 +343,7 @@ def test_deep_json_has_its_documented_keys_with_and_without_a_plan(scenario):
     doc = json.loads(r.stdout)
     assert set(doc) == DEEP_KEYS and doc["ok"] is False and "libcuda.so.1" in doc["error"], doc
     assert doc["verdict"] == f"NOT PROVEN: {doc['error']}"
-    doc = json.loads(cli(seed(scenario), "doctor", "--deep", "--json", "--import", "json").stdout)
+    doc = json.loads(cli(report_host(scenario), "doctor", "--deep", "--json", "--import", "json").stdout)
     assert set(doc) == DEEP_KEYS, doc
 
 
@@ -353,7 +353,7 @@ def test_a_preloaded_runtime_library_is_the_one_the_process_binds(scenario, part
     """``LD_PRELOAD=/usr/local/cuda-13.0/lib/libcudart.so.13``: the loader matches every later
     ``libcudart.so.13`` DT_NEEDED (torch's, the hook's) to that object by its SONAME, so it is the
     process's runtime library and the hook binds to it: one runtime copy, and doctor says so."""
-    scn = seed(scenario)
+    scn = report_host(scenario)
     lib = tmp_path / "cuda-13.0" / "lib"
     lib.mkdir(parents=True)
     copy = lib / "libcudart.so.13"

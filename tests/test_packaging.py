@@ -95,7 +95,7 @@ def test_install_and_uninstall_leave_nothing_behind(parts, tmp_path, installer):
 
 
 def test_uv_install_hooks(scenario, tmp_path):
-    """The same seed host, but our package installed by uv instead of pip."""
+    """The same host as slime #2186, but our package installed by uv instead of pip."""
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
     uv = sandbox_uv()
     run([uv, "pip", "install", "-q", "--reinstall", "--python", str(scn.venv.python), "--no-deps",

@@ -61,7 +61,7 @@ RUNPATH_BUILD = "0.0.10-source-runpath"
 
 
 @pytest.mark.parametrize("tms", ["0.0.9.post1", RUNPATH_BUILD])
-def test_a_seed_cuda13_system_runtime(scenario, parts, tms, mode):
+def test_a_cuda13_system_runtime(scenario, parts, tms, mode):
     scn = scenario(tms=tms, torch="cu13-sys", host=("driver", "cuda13"))
     doc = scn.doctor()
     assert chosen(doc) == CU13

@@ -30,7 +30,7 @@ HOOKED = REEXECD + ("import json, os; print(json.dumps([reexecd(), sorted({l.spl
                     "for l in open('/proc/self/maps') if 'torch_memory_saver' in l})]))")
 
 
-def seed(scenario, python):
+def report_host(scenario, python):
     return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
 
 
@@ -57,7 +57,7 @@ def bare(rootfs, tmp_path_factory):
 def test_import_lines_run_where_no_start_file_is_installed(scenario, tmp_path, python):
     """Fails on any interpreter that ignores ``.pth`` import lines while the wheel installs no ``.start``:
     there a flagged start would silently not be hooked."""
-    scn = seed(scenario, python)
+    scn = report_host(scenario, python)
     assert not (scn.site / "tms_autopreload.start").exists()
     marker = tmp_path / "import-line-ran"
     probe = scn.site / "aa_tms_test_import_line.pth"
@@ -81,7 +81,7 @@ def test_no_flag_start_imports_what_a_bare_venv_imports(scenario, bare, python):
     of a venv without it (same interpreter, same root file system), and nothing else but what site.py
     needs to read any ``.pth`` at all: from 3.13 it decodes each with the ``utf-8-sig`` codec, which a
     venv holding one ``.pth`` of a single ``import os`` line imports just the same."""
-    scn = seed(scenario, python)
+    scn = report_host(scenario, python)
     base = bare(python)
     ours = scn.run(["-c", MODULES])
     theirs = scn.host.run([str(base.python), "-c", MODULES], clean_env())
@@ -101,7 +101,7 @@ def test_no_flag_start_imports_what_a_bare_venv_imports(scenario, bare, python):
 def test_a_start_file_would_import_pkgutil_and_the_package_in_every_start(scenario, bare, python):
     """Why the wheel ships no ``.start``: with one beside the ``.pth``, a no-flag start runs the entry
     point (site.py's own ``-v`` lines say so) and imports what a bare venv never does."""
-    scn = seed(scenario, python)
+    scn = report_host(scenario, python)
     start = scn.site / "tms_autopreload.start"
     start.write_text("tms_autopreload:process_startup\n")
     try:
@@ -125,7 +125,7 @@ def test_a_start_file_would_import_pkgutil_and_the_package_in_every_start(scenar
 def test_site_options_follow_the_same_rules_on_every_version(scenario, python, how):
     """``-S`` skips site (no ``.pth``, no hook, nothing said); ``-I``, ``-s``, ``-E`` and
     ``PYTHONNOUSERSITE`` keep site-packages, so a flagged start is hooked, by one exec."""
-    scn = seed(scenario, python)
+    scn = report_host(scenario, python)
     args = ["-c", HOOKED] if how == "PYTHONNOUSERSITE" else [how, "-c", HOOKED]
     env = {"SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"}
     if how == "PYTHONNOUSERSITE":

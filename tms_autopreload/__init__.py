@@ -9,7 +9,7 @@ on 3.15 one makes site.py import ``pkgutil`` and this package in every start, fl
 * the hook this environment was resolved for is already mapped (``/proc/self/maps``) and was
   resolved for this interpreter's prefix (a child of a hooked process): done, no resolve; when a
   launcher named it again in LD_PRELOAD (``configure_subprocess()``), the value is rewritten with one entry;
-* otherwise :mod:`tms_autopreload.hook` resolves, then re-execs (or, in dlopen mode, loads in-process).
+* otherwise :mod:`tms_autopreload.startup` resolves, then re-execs (or, in dlopen mode, loads in-process).
 
 It also holds the few rules that path needs and the rest of the package shares (LD_PRELOAD as ld.so
 splits it and as this package writes it, opening files without blocking, reading /proc/self/maps),
@@ -293,7 +293,7 @@ def process_startup() -> None:
             return
     except Exception:  # noqa: BLE001 - the full path below reports anything, without a traceback
         mapped = []
-    from .hook import run
+    from .startup import run
 
     run(mapped)
 
