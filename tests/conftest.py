@@ -90,7 +90,7 @@ def pytest_make_collect_report(collector):
 
 # What only the whole suite sets up: a test using one of these fixtures, or parametrized over an
 # interpreter other than the one running the tests, is marked slow and left out of `make check`.
-SLOW_FIXTURES = {"real_torch", "ray_cluster", "cluster"}  # real torch, Ray, Slurm (test_slurm.py)
+SLOW_FIXTURES = {"real_torch", "ray_cluster", "cluster", "source_files"}  # real torch, Ray, Slurm, source builds
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -99,7 +99,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         params = getattr(item, "callspec", None)
         python = params.params.get("python", DEFAULT_PYTHON) if params else DEFAULT_PYTHON
-        if SLOW_FIXTURES & set(item.fixturenames) or python != DEFAULT_PYTHON:
+        source_build = params is not None and any("-source" in str(v) for v in params.params.values())
+        if SLOW_FIXTURES & set(item.fixturenames) or python != DEFAULT_PYTHON or source_build:
             item.add_marker(pytest.mark.slow)
 
 

@@ -254,8 +254,9 @@ def test_upstream_patch_fixes_sglang_36533_in_torch_memory_saver_itself(real_tor
 
 
 def test_upstream_patch_keeps_todays_pick_without_tms_autopreload(real_torch):
-    """The guarded import: with tms_autopreload not importable, the patched configure_subprocess() is
-    today's (its own pick in LD_PRELOAD, LD_LIBRARY_PATH untouched); with it, the verified plan."""
+    """The guarded import: with tms_autopreload not importable, or turned off (TMS_AUTOPRELOAD_DISABLE=1),
+    the patched configure_subprocess() is today's (its own pick in LD_PRELOAD, LD_LIBRARY_PATH untouched);
+    with it, the verified plan."""
     scn = real_torch(("driver",), tms=PATCHED_SOURCE)
     code = textwrap.dedent("""
         import json, os, sys
@@ -266,12 +267,13 @@ def test_upstream_patch_keeps_todays_pick_without_tms_autopreload(real_torch):
             print(json.dumps({k: os.environ.get(k) for k in ('LD_PRELOAD', 'LD_LIBRARY_PATH')}))
         """)
     got = {}
-    for case in ("blocked", "installed"):
-        r = scn.host.run([str(scn.venv.python), "-c", code, case], clean_env(), timeout=300)
+    for case in ("blocked", "installed", "disabled"):
+        env = clean_env(**({"TMS_AUTOPRELOAD_DISABLE": "1"} if case == "disabled" else {}))
+        r = scn.host.run([str(scn.venv.python), "-c", code, case], env, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         got[case] = json.loads(r.stdout.strip().splitlines()[-1])
     hook = str(scn.site / CU13)
-    assert got["blocked"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": None}
+    assert got["blocked"] == got["disabled"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": None}
     assert got["installed"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": str(scn.site / "nvidia" / "cu13" / "lib")}
 
 

@@ -133,6 +133,14 @@ def test_kernel_install_never_replaces_a_kernel_it_did_not_write(real_torch, tmp
     assert r.returncode == 1 and "a kernel named 'python3' already exists" in r.stderr, r.stdout + r.stderr
     assert not (tmp_path / "home" / ".local" / "share" / "jupyter" / "kernels" / "python3").exists()
 
+    lookalike = kernels / "lookalike"  # metadata that merely mentions the package is not ours
+    lookalike.mkdir()
+    (lookalike / "kernel.json").write_text(json.dumps({"argv": ["x"], "display_name": "x", "language": "python",
+                                                       "metadata": "made by hand, not tms_autopreload"}))
+    (lookalike / "data").write_text("keep")
+    r = kernel(scn, "install", "--prefix", str(tmp_path), "--name", "lookalike")
+    assert r.returncode == 1 and (lookalike / "data").exists(), r.stdout + r.stderr
+
     for _ in range(2):  # our own: written, then replaced
         r = kernel(scn, "install", "--prefix", str(tmp_path), "--name", "ours", "--display-name", "Ours")
         assert r.returncode == 0, r.stderr
@@ -150,7 +158,7 @@ def test_kernel_install_is_readable_by_everyone(real_torch, tmp_path):
     assert stat.S_IMODE((where / "kernel.json").stat().st_mode) == 0o644
 
 
-@pytest.mark.parametrize("name", ["", "a b", "../escape", "caf\u00e9", "x/y"])
+@pytest.mark.parametrize("name", ["", "a b", "../escape", "caf\u00e9", "x/y", ".", "..", "x\n", "a" * 256])
 def test_kernel_names_are_checked_as_jupyter_checks_them(real_torch, tmp_path, name):
     scn = real_torch(("driver",))
     for action in ("install", "uninstall"):
@@ -246,6 +254,20 @@ def test_configure_subprocess_under_each_start_method(scenario, tmp_path, python
     else:
         assert all(c["hooked"] for c in out["children"]), out
         assert not warned and not said, r.stderr
+
+
+def test_fork_children_of_a_hooked_parent_are_hooked_and_nothing_warns(scenario, tmp_path):
+    """A flagged parent maps the plan's hook itself: its fork children are copies of a hooked process, so
+    neither the block nor the children say they are not hooked."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    script = tmp_path / "starts.py"
+    script.write_text(STARTS)
+    r = scn.run([str(script), "fork"], {"TMS_AUTOPRELOAD": "1"}, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert all(c["hooked"] for c in out["children"]), out
+    assert not [w for w in out["warnings"] if "start method is 'fork'" in w], out["warnings"]
+    assert "forked inside configure_subprocess()" not in r.stderr, r.stderr
 
 
 def test_fork_outside_a_block_says_nothing(scenario):

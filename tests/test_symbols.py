@@ -27,11 +27,9 @@ VERSIONS = ["0.0.8", "0.0.9", "0.0.9.post1", "0.0.10"]
 SOURCE_BUILDS = ["0.0.10-source", "0.0.10-source-runpath"]  # built here from the sdist (tools/tms_source.py)
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("symbols")
+def _extract_builds(root: Path, versions: list[str]) -> dict[str, Path]:
     out: dict[str, Path] = {}
-    for version in VERSIONS + SOURCE_BUILDS:
+    for version in versions:
         with zipfile.ZipFile(tms_wheel(version)) as z:
             for name in z.namelist():
                 if name.startswith(("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")):
@@ -39,6 +37,19 @@ def files(tmp_path_factory) -> dict[str, Path]:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(z.read(name))
                     out[f"{version}/{name}"] = target
+    return out
+
+
+@pytest.fixture(scope="module")
+def source_files(files, tmp_path_factory) -> dict[str, Path]:
+    """``files`` and the builds made here from source (minutes on a cold cache: the slow lane only)."""
+    return {**files, **_extract_builds(tmp_path_factory.mktemp("symbols-source"), SOURCE_BUILDS)}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("symbols")
+    out = _extract_builds(root, VERSIONS)
     for major, member in ((12, "nvidia/cuda_runtime/lib/libcudart.so.12"), (13, "nvidia/cu13/lib/libcudart.so.13")):
         with zipfile.ZipFile(runtime_wheel(major)) as z:
             target = root / f"libcudart.so.{major}"
@@ -76,14 +87,17 @@ def test_read_symbols_agrees_with_nm(files):
 
 
 @pytest.mark.parametrize("version", ["0.0.9.post1", "0.0.10", *SOURCE_BUILDS])
-def test_preload_builds_interpose_cuda_malloc_and_free(files, version):
+def test_preload_builds_interpose_cuda_malloc_and_free(files, version, request):
+    if version in SOURCE_BUILDS:
+        files = request.getfixturevalue("source_files")
     for major in (12, 13):
         got = interposed(str(files[f"{version}/torch_memory_saver_hook_mode_preload_cu{major}.abi3.so"]),
                          str(files[f"libcudart.so.{major}"]))
         assert {"cudaMalloc", "cudaFree"} <= set(got), got
 
 
-def test_source_builds_link_as_the_release_does(files):
+def test_source_builds_link_as_the_release_does(source_files):
+    files = source_files
     """Built here from the sdist against NVIDIA's pip headers: the driver and runtime the released 0.0.10
     builds need; the RUNPATH model adds only ``$ORIGIN/<the pip runtime directory>``, as DT_RUNPATH
     (LD_LIBRARY_PATH keeps precedence); the unsuffixed name holds the cu12 build, as in the release."""

@@ -273,7 +273,7 @@ def process_startup() -> None:
     if sys.platform != "linux" or not any(env.get(name) for name in FLAG_VARS):
         return
     try:
-        on, slime = _flags()
+        on, slime = _flags(warn=env.get(EXEC_VAR) != str(os.getpid()))  # said once, before the exec
         if not on:
             return
         if slime:

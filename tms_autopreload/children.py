@@ -13,7 +13,7 @@ import os
 import threading
 import warnings
 
-from . import DISABLE_VAR, parse_flag, say
+from . import DISABLE_VAR, mapped_hooks, parse_flag, same_file, say
 from .plan import Plan, resolve
 
 TYPE_CHECKING = False
@@ -25,7 +25,8 @@ __all__ = ["configure_subprocess", "FORK_ADVICE"]
 # os.environ belongs to the whole process: one block at a time may hold it. Re-entrant, so that
 # blocks nest in one thread.
 _environ_lock = threading.RLock()
-# How many blocks are open (nested ones counted): the fork handler speaks only while one is.
+# How many blocks of an unhooked process are open (nested ones counted): the fork handler speaks only
+# while one is. A fork child of a process that maps the plan's hook is a copy of it, hooked too.
 _open_blocks = 0
 FORK_ADVICE = "use 'spawn' or 'forkserver' as the start method (multiprocessing.get_context('spawn'))"
 
@@ -65,9 +66,9 @@ def configure_subprocess() -> "Iterator[Plan | None]":
     The calling process is not hooked: the loader reads ``LD_PRELOAD`` only when a program starts.
     So children must be new programs: ``subprocess``, and ``multiprocessing`` with the ``spawn`` or
     ``forkserver`` start method (a forkserver started inside a block; it forks its children from
-    itself). A ``fork`` child is a copy of this unhooked process: the block warns when
-    multiprocessing's start method is ``fork``, and each child forked inside it says on stderr that
-    it is not hooked. When no plan exists, :class:`tms_autopreload.ResolveError` is raised before
+    itself). A ``fork`` child is a copy of this process: where this process is not hooked, the block
+    warns when multiprocessing's start method is ``fork``, and each child forked inside it says on
+    stderr that it is not hooked. When no plan exists, :class:`tms_autopreload.ResolveError` is raised before
     anything changes, with the message ``tms-autopreload which`` prints. With
     ``TMS_AUTOPRELOAD_DISABLE`` on, the block changes nothing, warns, and yields None.
 
@@ -87,7 +88,8 @@ def configure_subprocess() -> "Iterator[Plan | None]":
         plan = resolve()
         for warning in plan.warnings:
             warnings.warn(warning, RuntimeWarning, stacklevel=3)
-        if _start_method() == "fork":
+        hooked = any(same_file(path, plan.build) for path in mapped_hooks())
+        if not hooked and _start_method() == "fork":
             warnings.warn(f"multiprocessing's start method is 'fork': its children (Process, Pool, "
                           f"ProcessPoolExecutor) started in this block are copies of this unhooked process "
                           f"and are not hooked; {FORK_ADVICE}",
@@ -95,11 +97,11 @@ def configure_subprocess() -> "Iterator[Plan | None]":
         changes = plan.environment()
         saved = {name: os.environ.get(name) for name in changes}
         os.environ.update(changes)
-        _open_blocks += 1
+        _open_blocks += 0 if hooked else 1
         try:
             yield plan
         finally:
-            _open_blocks -= 1
+            _open_blocks -= 0 if hooked else 1
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)

@@ -432,15 +432,17 @@ def _guarded_stdout() -> "Iterator[None]":
     console script); put back after, so that a caller of :func:`main` keeps its own."""
     current = sys.stdout
     try:
-        fd = current.fileno() if current is not None else None
+        fd = current.fileno() if current is not None else 1  # None: fd 1 was closed at start (`cmd >&-`)
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
         fd = None
     if fd != 1:
         yield
         return
-    current.flush()
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Stdout()), encoding=current.encoding, errors=current.errors,
-                                  line_buffering=current.line_buffering)
+    if current is not None:
+        current.flush()
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Stdout()), encoding=getattr(current, "encoding", None) or "utf-8",
+                                  errors=getattr(current, "errors", None) or "strict",
+                                  line_buffering=getattr(current, "line_buffering", False))
     try:
         yield
     finally:

@@ -51,7 +51,10 @@ def _checked_name(name: str) -> str:
     """``name`` as Jupyter stores it (lower case), after jupyter_client's own rule for kernel names."""
     from jupyter_client.kernelspec import _is_valid_kernel_name
 
-    if not _is_valid_kernel_name(name):
+    # jupyter_client's rule is a ``re.match`` with ``$``, which lets a trailing newline through, and it
+    # accepts "." and "..", which name no directory of their own; a name is also one path component.
+    if not _is_valid_kernel_name(name) or name != name.rstrip("\n") or name in (".", "..") \
+            or len(name.encode()) > 255:
         raise InvalidRequest(f"{name!r} is not a kernel name Jupyter accepts: kernel names can only contain "
                              f"ASCII letters and numbers and these separators: - . _ (hyphen, period, underscore)")
     return name.lower()
@@ -61,7 +64,8 @@ def _ours(directory: str) -> bool:
     """True when ``directory`` holds a kernel.json this package wrote (its metadata carries :data:`MARKER`)."""
     try:
         with open(os.path.join(directory, "kernel.json"), encoding="utf-8") as f:
-            return MARKER in (json.load(f).get("metadata") or {})
+            metadata = json.load(f).get("metadata")
+        return isinstance(metadata, dict) and isinstance(metadata.get(MARKER), dict)
     except (OSError, ValueError, AttributeError):
         return False
 
