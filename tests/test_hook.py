@@ -250,6 +250,14 @@ def test_odd_flag_value_warns_and_is_off(scenario):
     assert err.count("\n") == 1 and "TMS_AUTOPRELOAD='maybe' is not a recognised value" in err
 
 
+def test_odd_value_of_a_flagged_start_is_warned_once_not_again_after_the_exec(scenario):
+    scn = report_host(scenario)
+    _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": "banana"},
+                            flag=None, verbose=False)
+    assert rc == 0 and rep["maps"] == [str(scn.site / CU13)] and execs(rep["reexecd"]) == 1, err
+    assert err.count("TMS_AUTOPRELOAD_DISABLE='banana' is not a recognised value") == 1, err
+
+
 def test_disable_beats_everything(scenario):
     scn = report_host(scenario)
     _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD_DISABLE": "1", "TMS_AUTOPRELOAD": "1"})
