@@ -7,7 +7,8 @@ VENV ?= .venv-test
 # The test command (CI runs it through .ci/run): a venv with the test tools (uv among them, which
 # finds or installs interpreters); what the machine must have, checked before any test and said in
 # one message; then the whole suite.
-# TMS_TEST_STRICT=1 turns every skip into a failure: green means every scenario ran.
+# TMS_TEST_STRICT=1 turns every skip into a failure (but the GPU check's on a machine without a GPU):
+# green means every scenario ran.
 test: $(VENV)/.ready
 	$(VENV)/bin/python tools/prereqs.py test
 	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs

@@ -133,6 +133,8 @@ from jupyter_client.manager import KernelManager
 
 km = KernelManager(kernel_name=sys.argv[2], kernel_spec_manager=KernelSpecManager(kernel_dirs=[sys.argv[1]]))
 km.start_kernel()
+import atexit
+atexit.register(lambda: km.shutdown_kernel(now=True) if km.is_alive() else None)  # also when a check fails
 kc = km.client()
 kc.start_channels()
 kc.wait_for_ready(timeout=120)
@@ -194,7 +196,7 @@ def assert_stopped(r, *words: str, code: int = 78, verbose: bool = False) -> str
     assert len(ours) == 1 or (verbose and ours), err[-3000:]
     message = err[err.index(ours[-1]):]
     for w in words:
-        assert w in err, (w, err[-3000:])
+        assert w in message, (w, err[-3000:])
     return message
 
 

@@ -26,6 +26,22 @@ INLINE = re.compile(r"`([^`\n]+)`")
 SYNOPSIS = re.compile(r"[\[\]]|\.\.\.|\|-|\b[A-Z]{2,}\b")
 
 
+def test_every_page_exists():
+    assert all(doc.exists() for doc in DOCS), [str(d) for d in DOCS if not d.exists()]
+
+
+def _named_tests():
+    for doc in DOCS:
+        for path, name in re.findall(r"`(?:tests/)?(test_\w+\.py)::(\w+)", doc.read_text()):
+            yield pytest.param(path, name, id=f"{doc.relative_to(ROOT)}:{path}::{name}")
+
+
+@pytest.mark.parametrize(("path", "name"), list(_named_tests()))
+def test_named_test_exists(path, name):
+    """A page that names a test (``tests/test_x.py::name``) names one that exists."""
+    assert re.search(rf"^def {name}\(", (ROOT / "tests" / path).read_text(), flags=re.M), f"{path}::{name}"
+
+
 def _slug(heading: str) -> str:
     """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
     text = re.sub(r"[`*_]", "", heading.strip().lower())
@@ -39,8 +55,6 @@ def _anchors(path: Path) -> set[str]:
 
 def _links():
     for doc in DOCS:
-        if not doc.exists():
-            continue
         text = FENCE.sub("", doc.read_text())
         for target in LINK.findall(text):
             if not re.match(r"[a-z]+:", target):
@@ -79,8 +93,6 @@ def _command_lines():
     """Every ``tms-autopreload ...`` invocation in a code block or a code span (headings name a
     command, they do not show one)."""
     for doc in DOCS:
-        if not doc.exists():
-            continue
         text = doc.read_text()
         snippets = [line for b in FENCE.findall(text) for line in b.replace("\\\n", " ").splitlines()]
         prose = [line for line in FENCE.sub("", text).splitlines() if not line.startswith("#")]

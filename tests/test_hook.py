@@ -53,7 +53,12 @@ def start(scn, argv, env=None, stdin=None, cwd=None, verbose=True, flag="SLIME_O
     proc = subprocess.Popen(scn.host.wrap([str(scn.venv.python), *argv], clean_env(**full)), env=clean_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=cwd)
-    out, err = proc.communicate(stdin, timeout=120)
+    try:
+        out, err = proc.communicate(stdin, timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     report = json.loads(out.strip().splitlines()[-1]) if proc.returncode == 0 and out.strip() else None
     return proc.pid, report, err, proc.returncode
 

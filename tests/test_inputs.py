@@ -173,7 +173,7 @@ def test_start_up_decision_answers_every_environment(world):
         changed, env = case
         said.clear()
         with environment(env):
-            on, _slime = tms_autopreload._flags()  # warnings for values it cannot read, never an exception
+            on, _slime = tms_autopreload.flags()  # warnings for values it cannot read, never an exception
             startup._choice(tms_autopreload.MODE_VAR, tms_autopreload.MODES)
             startup._choice(tms_autopreload.ON_ERROR_VAR, tms_autopreload.ON_ERROR_POLICIES)
             tms_autopreload._inherited([])

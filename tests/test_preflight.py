@@ -219,10 +219,15 @@ def test_a_head_that_dies_mid_preflight_ends_within_the_timeout(field):
                             json.dumps({"env_vars": {HANG: "1"}})], clean_env(RAY_USAGE_STATS_ENABLED="0"))
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(12)
-    assert proc.poll() is None, proc.communicate()
-    cluster.stop(grace=2)
-    out, err = proc.communicate(timeout=40 + 15)  # a timeout: it must end by its own --timeout 40
+    try:
+        time.sleep(12)
+        assert proc.poll() is None, proc.communicate()
+        cluster.stop(grace=2)
+        out, err = proc.communicate(timeout=40 + 15)  # a timeout: it must end by its own --timeout 40
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     elapsed = time.monotonic() - t0
     print(f"\n{elapsed:.1f} s: {err}")
     assert proc.returncode == 2, out + err

@@ -202,7 +202,12 @@ def state_key(build: str) -> str:
     return "::".join((sys.prefix, env.get(CUDA_MAJOR_VAR, ""), env.get(PATH_VAR, ""), build))
 
 
-def _flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
+def disabled(env: "Mapping[str, str] | None" = None) -> bool:
+    """True when TMS_AUTOPRELOAD_DISABLE is on in ``env`` (default: this process's): nothing may hook."""
+    return parse_flag(DISABLE_VAR, (os.environ if env is None else env).get(DISABLE_VAR))[0]
+
+
+def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
     """(hook on, slime mode) for ``env`` (default: this process's); one warning per unrecognised value."""
     env = os.environ if env is None else env
     values = {name: parse_flag(name, env.get(name)) for name in (DISABLE_VAR, *FLAG_VARS)}
@@ -273,7 +278,7 @@ def process_startup() -> None:
     if sys.platform != "linux" or not any(env.get(name) for name in FLAG_VARS):
         return
     try:
-        on, slime = _flags(warn=env.get(EXEC_VAR) != str(os.getpid()))  # said once, before the exec
+        on, slime = flags(warn=env.get(EXEC_VAR) != str(os.getpid()))  # said once, before the exec
         if not on:
             return
         if slime:

@@ -13,7 +13,7 @@ import os
 import threading
 import warnings
 
-from . import DISABLE_VAR, mapped_hooks, parse_flag, same_file, say
+from . import DISABLE_VAR, disabled, mapped_hooks, same_file, say
 from .plan import Plan, resolve
 
 TYPE_CHECKING = False
@@ -79,7 +79,7 @@ def configure_subprocess() -> "Iterator[Plan | None]":
     as with torch_memory_saver's own function.
     """
     global _open_blocks
-    if parse_flag(DISABLE_VAR, os.environ.get(DISABLE_VAR))[0]:
+    if disabled():
         warnings.warn(f"{DISABLE_VAR}={os.environ[DISABLE_VAR]}: configure_subprocess() changes nothing; "
                       f"children started in this block are not hooked", RuntimeWarning, stacklevel=3)
         yield None
@@ -97,11 +97,13 @@ def configure_subprocess() -> "Iterator[Plan | None]":
         changes = plan.environment()
         saved = {name: os.environ.get(name) for name in changes}
         os.environ.update(changes)
-        _open_blocks += 0 if hooked else 1
+        if not hooked:
+            _open_blocks += 1
         try:
             yield plan
         finally:
-            _open_blocks -= 0 if hooked else 1
+            if not hooked:
+                _open_blocks -= 1
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)

@@ -51,11 +51,12 @@ def driver_facts(report: Report, environ: "Mapping[str, str] | None" = None) -> 
 
     env = os.environ if environ is None else environ
     try:
-        loader = Loader.for_executable(report.executable or sys.executable, env.get("LD_LIBRARY_PATH", ""))
+        loader = Loader.for_executable(report.executable or sys.executable, env.get("LD_LIBRARY_PATH", ""),
+                                       env.get("LD_PRELOAD", ""))
     except (OSError, ElfError):
         return None
     rt = report.runtime
-    return examine(env, loader, rt.major if rt is not None and rt.kind == "cuda" else None).to_dict()
+    return examine(loader, rt.major if rt is not None and rt.kind == "cuda" else None).to_dict()
 
 
 def versions() -> "dict[str, str | None]":
@@ -86,7 +87,7 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
 
 
 def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
-    from .runtime import runtime_soname
+    from .sonames import runtime_soname
 
     rt = doc["runtime"]
     if rt is None:

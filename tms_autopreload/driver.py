@@ -19,20 +19,19 @@ the start-up hook never refuses on these facts; ``doctor`` reports them, with a 
 
 import os
 
-from . import open_regular, split_preload
-from .elf import ElfError, read_dynamic
-from .ldso import Loader
+from . import open_regular
+from .ldso import PRELOADED, Loader
+from .sonames import DRIVER_SONAME
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from typing import Any
 
 __all__ = ["MODULE_VERSION_FILE", "MINIMUM_DRIVER", "DriverFacts", "parse_module_version", "version_key",
            "newest_major", "examine"]
 
 MODULE_VERSION_FILE = "/proc/driver/nvidia/version"
-LIBCUDA = "libcuda.so.1"
+LIBCUDA = DRIVER_SONAME
 # The oldest Linux x86_64 driver that runs each CUDA major (minor-version compatibility), from NVIDIA's
 # CUDA Toolkit Release Notes, section "CUDA Driver", table "CUDA Toolkit and Minimum Required Driver
 # Version for CUDA Minor Version Compatibility" (docs.nvidia.com/cuda/cuda-toolkit-release-notes/), and
@@ -41,7 +40,7 @@ LIBCUDA = "libcuda.so.1"
 # CUDA 12.x >= 525.60.13, CUDA 11.x >= 450.80.02.
 MINIMUM_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580"}
 # Where a library found first is forward compatibility rather than the installed driver.
-_COMPAT_RULES = ("LD_PRELOAD", "LD_LIBRARY_PATH")
+_COMPAT_RULES = (PRELOADED, "LD_LIBRARY_PATH")
 
 
 def version_key(version: str) -> "tuple[int, ...] | None":
@@ -100,23 +99,10 @@ def _library_version(path: str) -> "str | None":
     return version if version_key(version) is not None and "." in version else None
 
 
-def _soname(path: str) -> "str | None":
-    try:
-        return read_dynamic(os.path.realpath(path)).soname
-    except (OSError, ElfError):
-        return None
-
-
-def _find_libcuda(env: "Mapping[str, str]", loader: Loader) -> "tuple[str | None, str | None]":
-    """(path, rule): the ``libcuda.so.1`` this process binds. A preloaded object whose SONAME is
-    ``libcuda.so.1`` comes first (it satisfies every later need of that name); then the loader's search."""
-    for entry in split_preload(env.get("LD_PRELOAD", "")):
-        path = entry if "/" in entry else None
-        if path is None:
-            found = loader.find(entry)
-            path = found.path if found else None
-        if path is not None and os.path.isfile(path) and _soname(path) == LIBCUDA:
-            return path, "LD_PRELOAD"
+def _find_libcuda(loader: Loader) -> "tuple[str | None, str | None]":
+    """(path, rule): the ``libcuda.so.1`` this process binds, as the loader finds it: an object LD_PRELOAD
+    loaded whose SONAME is ``libcuda.so.1`` first (it satisfies every later need of that name), then its
+    search. ``loader`` must be built with this process's LD_PRELOAD."""
     found = loader.find(LIBCUDA)
     return (found.path, found.rule) if found else (None, None)
 
@@ -139,12 +125,12 @@ class DriverFacts:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-def examine(env: "Mapping[str, str]", loader: Loader, wanted: "int | None",
-            module_file: str = MODULE_VERSION_FILE) -> DriverFacts:
-    """The driver facts of a process with ``env`` and ``loader``, judged for CUDA major ``wanted``
-    (None: not a CUDA process, no verdict on majors). Never raises for what it finds."""
+def examine(loader: Loader, wanted: "int | None", module_file: str = MODULE_VERSION_FILE) -> DriverFacts:
+    """The driver facts of a process whose loader view is ``loader`` (its LD_LIBRARY_PATH and LD_PRELOAD),
+    judged for CUDA major ``wanted`` (None: not a CUDA process, no verdict on majors). Never raises for
+    what it finds."""
     module, module_source = _read_module_version(module_file)
-    library, rule = _find_libcuda(env, loader)
+    library, rule = _find_libcuda(loader)
     real = os.path.realpath(library) if library else None
     lib_version = _library_version(library) if library else None
     compat = bool(lib_version and module and rule in _COMPAT_RULES

@@ -23,9 +23,7 @@ def split_search_path(value: str) -> list[str]:
     """Split LD_LIBRARY_PATH as ld.so does: on ':' and ';'; an empty entry means the cwd."""
     if not value:
         return []
-    for sep in SEARCH_PATH_SEPARATORS[1:]:
-        value = value.replace(sep, SEARCH_PATH_SEPARATORS[0])
-    return [p or "." for p in value.split(SEARCH_PATH_SEPARATORS[0])]
+    return [p or "." for p in value.replace(";", ":").split(":")]
 
 
 def search_path_unsafe(directory: str) -> bool:

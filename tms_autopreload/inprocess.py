@@ -165,10 +165,10 @@ def activate() -> "Plan | None":
     global _activated
     if _activated is not None:
         return _activated
-    from . import DISABLE_VAR, SLIME_DEFAULTS, SLIME_FLAG, parse_flag
+    from . import DISABLE_VAR, SLIME_DEFAULTS, SLIME_FLAG, disabled, parse_flag
 
     env = os.environ
-    if parse_flag(DISABLE_VAR, env.get(DISABLE_VAR))[0]:
+    if disabled(env):
         import warnings
 
         warnings.warn(f"{DISABLE_VAR}={env[DISABLE_VAR]}: activate() changes nothing; this process is not hooked",

@@ -12,7 +12,7 @@ import os
 import sys
 import tempfile
 
-from . import DISABLE_VAR, FLAG_VARS, GENERIC_FLAG, __version__, _flags
+from . import DISABLE_VAR, FLAG_VARS, GENERIC_FLAG, __version__, flags
 
 __all__ = ["install", "uninstall", "MissingJupyter", "InvalidRequest", "DEFAULT_NAME", "MARKER"]
 
@@ -105,7 +105,7 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
                              f"{INSTALL_HINT}") from None
     name = _checked_name(name)
     spec = kernel_json(display_name, env)
-    if not _flags(spec["env"], warn=False)[0]:
+    if not flags(spec["env"], warn=False)[0]:
         off = [f"{k}={v}" for k, v in env.items() if k in (*FLAG_VARS, DISABLE_VAR)]
         raise InvalidRequest(f"--env {' '.join(off)} turns off the hook this kernel exists for; leave it out "
                              f"(a kernel without the hook: python -m ipykernel install)")

@@ -9,6 +9,8 @@ would this top-level package come from" without running it, and are already load
 import os
 import sys
 
+from .sonames import runtime_soname
+
 __all__ = ["package_dir", "pip_runtime_libcudart", "PIP_RUNTIME_DIRS"]
 
 # NVIDIA's runtime wheels: nvidia-cuda-runtime (13+) -> nvidia/cu<major>/lib,
@@ -35,8 +37,6 @@ def package_dir(name: str) -> str | None:
 
 def pip_runtime_libcudart(major: int) -> str | None:
     """Path of ``libcudart.so.<major>`` from NVIDIA's pip wheels on ``sys.path``, or None."""
-    from .sonames import runtime_soname
-
     name = runtime_soname("cuda", major)
     for entry in sys.path:
         for pattern in PIP_RUNTIME_DIRS:
