@@ -126,7 +126,7 @@ def _show_nodes(rows: "list[dict]", args: argparse.Namespace, took: str,
         print(json.dumps({"ok": ok, "nodes": rows, "summary": lines[0], "notes": lines[1:]}, indent=2))
     else:
         print(table.render(rows))
-        print("\n".join(reversed(lines)))
+        print("\n".join([*lines[1:], lines[0]]))  # the notes in node order, the summary last
     return EXIT_OK if ok else EXIT_NO_PLAN
 
 

@@ -117,10 +117,6 @@ class DriverFacts:
         for name in self.__slots__:
             setattr(self, name, fields.get(name))
 
-    @property
-    def failing(self) -> bool:
-        return self.verdict == "failing"
-
     def to_dict(self) -> "dict[str, Any]":
         return {name: getattr(self, name) for name in self.__slots__}
 
