@@ -1,11 +1,7 @@
 """Session fixtures: the parts every scenario is built from, made once and cached.
 
 ``TMS_TEST_STRICT=1`` (set by ``make test`` and so by CI) turns every outcome that is not a real
-pass into a failure, so that a green run means every scenario ran on this machine and passed: skips
-(at set-up, in the test, or of a whole module at collection), expected failures (``xfail``) and
-unexpected passes (XPASS). The one exception is a test marked ``@pytest.mark.may_skip("why")``: its
-own skip stays a skip, shown with both reasons (the test's and the marker's), e.g. a check that
-needs a GPU on a machine without one.
+pass into a failure: see ``tests/strict.py``, whose hooks this module registers.
 """
 
 from __future__ import annotations
@@ -21,10 +17,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import support  # noqa: E402
+from strict import pytest_configure, pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401 (hooks)
 from rootfs import Rootfs, RootfsHost, RootfsVenv  # noqa: E402
 from support import Host, SetupError, Venv  # noqa: E402
 
-STRICT = os.environ.get("TMS_TEST_STRICT") == "1"
 DEFAULT_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 # Interpreters in Debian root file systems (tools/rootfs.py): glibc 2.41 and 2.43, CPython 3.13-3.15.
 ROOTFS_PYTHONS = ["trixie/3.13", "sid/3.14", "sid/3.15"]
@@ -43,49 +39,6 @@ def neutral_cwd(tmp_path_factory):
     os.chdir(tmp_path_factory.mktemp("cwd"))
     yield
     os.chdir(here)
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "may_skip(reason): this test's skip is allowed under TMS_TEST_STRICT=1, "
-                                       "for the reason given")
-
-
-def _strict_failure(report, what: str) -> None:
-    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-    if hasattr(report, "wasxfail"):
-        reason = f"{reason or ''} (xfail: {report.wasxfail})".strip()
-    report.outcome = "failed"
-    report.longrepr = f"{what} under TMS_TEST_STRICT=1 (every scenario must run and pass in CI): {reason}"
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if not STRICT:
-        return
-    if report.skipped and hasattr(report, "wasxfail"):
-        _strict_failure(report, "expected failure (xfail)")
-    elif report.passed and hasattr(report, "wasxfail"):
-        _strict_failure(report, "unexpected pass (XPASS)")
-    elif report.skipped:
-        allowed = item.get_closest_marker("may_skip")
-        if allowed is None or not allowed.args:
-            _strict_failure(report, "skipped")
-        else:
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-            report.longrepr = (*report.longrepr[:2], f"{reason} (allowed: {allowed.args[0]})") \
-                if isinstance(report.longrepr, tuple) else report.longrepr
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector):
-    """A module or class skipped while being collected (``pytest.skip(allow_module_level=True)``,
-    ``importorskip``) never reaches the per-test hook above."""
-    outcome = yield
-    report = outcome.get_result()
-    if STRICT and report.skipped:
-        _strict_failure(report, "skipped at collection")
 
 
 # What only the whole suite sets up: a test using one of these fixtures, or parametrized over an

@@ -1,0 +1,58 @@
+"""``TMS_TEST_STRICT=1`` fails the run, by pytest's exit status, for every outcome but a real pass.
+
+Each case runs a real pytest on a made-up test file with the suite's strict plugin
+(``tests/strict.py``) and reads the exit status, which is what ``make test`` and CI act on: a summary
+that says "failed" beside an exit status of 0 is a green that lies.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+# case: (test file, pytest's exit status, the words of the failure). 1 is "tests failed"; 2 is
+# "interrupted", pytest's status for an error while collecting.
+CASES = {
+    "a_failing_xfail": ("import pytest\n@pytest.mark.xfail(reason='known')\ndef test_x():\n    assert False\n",
+                        1, "expected failure (xfail) under TMS_TEST_STRICT=1"),
+    "an_xpass": ("import pytest\n@pytest.mark.xfail(reason='known')\ndef test_x():\n    pass\n",
+                 1, "unexpected pass (XPASS) under TMS_TEST_STRICT=1"),
+    "a_strict_xpass": ("import pytest\n@pytest.mark.xfail(reason='known', strict=True)\ndef test_x():\n    pass\n",
+                       1, "[XPASS(strict)] known"),
+    "a_skip": ("import pytest\ndef test_x():\n    pytest.skip('no gcc')\n", 1, "skipped under TMS_TEST_STRICT=1"),
+    "a_skip_at_collection": ("import pytest\npytest.skip('no ray', allow_module_level=True)\n",
+                             2, "skipped at collection under TMS_TEST_STRICT=1"),
+    "an_allowed_skip": ("import pytest\n@pytest.mark.may_skip('no GPU here')\ndef test_x():\n    pytest.skip('no GPU')\n",
+                        0, "(allowed: no GPU here)"),
+    "a_pass": ("def test_x():\n    pass\n", 0, "2 passed"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_exit_status_fails_every_outcome_but_a_pass(case, tmp_path):
+    """Beside a passing test, each case fails the run, but a pass and an allowed skip."""
+    body, status, words = CASES[case]
+    (tmp_path / "test_zz_case.py").write_text(textwrap.dedent(body))
+    (tmp_path / "test_zz_ok.py").write_text("def test_ok():\n    pass\n")
+    env = {**os.environ, "TMS_TEST_STRICT": "1", "PYTHONPATH": str(TESTS)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "strict", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), "test_zz_case.py", "test_zz_ok.py"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, words in r.stdout) == (status, True), r.stdout + r.stderr
+
+
+def test_without_strict_an_xfail_is_only_an_xfail(tmp_path):
+    """The plugin changes nothing unless ``TMS_TEST_STRICT=1``: the edit loop keeps pytest's own meaning."""
+    (tmp_path / "test_zz_case.py").write_text(CASES["a_failing_xfail"][0])
+    env = {k: v for k, v in os.environ.items() if k != "TMS_TEST_STRICT"} | {"PYTHONPATH": str(TESTS)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "strict", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), "test_zz_case.py"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "1 xfailed" in r.stdout, r.stdout + r.stderr
