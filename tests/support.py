@@ -24,11 +24,14 @@ torchrun and Jupyter tests, and test_inprocess's ``activate()`` tests import.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -232,27 +235,33 @@ class RayCluster:
 
     Every process of the cluster (``ray start``'s GCS, raylet, agents, and the workers they start) inherits
     a marker variable naming this cluster; :meth:`stop` ends exactly the processes that carry it, by PID
-    (:func:`end_marked_processes`), never ``ray stop``.
+    (:func:`end_marked_processes`), never ``ray stop``. Ending them by PID means Ray's own clean-up never
+    runs, so every node keeps its state (sessions, sockets, ``ray_current_cluster``) in this cluster's own
+    temporary directory, ``temp / name``, which :meth:`stop` removes: Ray's shared ``/tmp/ray`` is never
+    written, and a later ``ray.init()`` on the machine does not find a dead test cluster there.
     """
 
     def __init__(self) -> None:
-        import uuid
-
         self.marker = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.temp = Path(tempfile.mkdtemp(prefix="tmsray-"))  # short: Ray's socket paths live under it
+        self.nodes: list[str] = []
 
     def env(self, **extra: str) -> dict[str, str]:
         return clean_env(RAY_USAGE_STATS_ENABLED="0", **{MARKER_VAR: self.marker}, **extra)
 
     def start(self, host: Host, venv_path: Path, *args: str, head: bool = False, env: dict[str, str] | None = None,
-              timeout: int = 180) -> None:
+              name: str | None = None, timeout: int = 180) -> None:
         """``ray start`` from ``venv_path`` on ``host``: the head (``head=True``), or a node joining it;
-        ``env``: more variables for the node's daemons (and so for every worker they start)."""
+        ``env``: more variables for the node's daemons (and so for every worker they start); ``name``: the
+        node's directory under :attr:`temp` (default ``node<N>``)."""
+        name = name or f"node{len(self.nodes)}"
+        self.nodes.append(name)
         where = (["--head", f"--port={self.port}", "--include-dashboard=false"] if head
                  else [f"--address={self.address}"])
-        r = host.run([str(venv_path / "bin" / "ray"), "start", *where, *RAY_NODE, *args], self.env(**(env or {})),
-                     timeout=timeout)
+        r = host.run([str(venv_path / "bin" / "ray"), "start", *where, f"--temp-dir={self.temp / name}", *RAY_NODE,
+                      *worker_ports(), *args], self.env(**(env or {})), timeout=timeout)
         if r.returncode != 0:
             raise AssertionError(f"ray start failed:\n{r.stdout}\n{r.stderr}")
 
@@ -260,5 +269,14 @@ class RayCluster:
         return [pid for pid in marked_processes(f"{MARKER_VAR}={self.marker}") if pid != os.getpid()]
 
     def stop(self, grace: float = 10.0) -> None:
-        """End this cluster's processes (:func:`end_marked_processes`)."""
+        """End this cluster's processes (:func:`end_marked_processes`), then remove its directory."""
         end_marked_processes(f"{MARKER_VAR}={self.marker}", grace)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def worker_ports() -> list[str]:
+    """A window of worker ports of a node's own: Ray's default window (10002-19999), shared by every
+    cluster on the machine, made a driver collide with another run's worker ("Failed to start the grpc
+    server ... port 10006")."""
+    low = random.randrange(20000, 30000, 200)
+    return [f"--min-worker-port={low}", f"--max-worker-port={low + 199}"]

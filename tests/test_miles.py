@@ -17,17 +17,13 @@ carries a marker variable, and only those are ended afterwards.
 from __future__ import annotations
 
 import json
-import random
-import shutil
-import tempfile
 import textwrap
-import uuid
 from pathlib import Path
 
 import pytest
 from conftest import Scenario, need
-from support import (RAY_NODE, Host, clean_env, end_marked_processes, find_python, free_port, private_copy, ray_venv,
-                     runtime_wheel, tms_wheel, write_torch_standin)
+from support import (Host, RayCluster, clean_env, find_python, private_copy, ray_venv, runtime_wheel, tms_wheel,
+                     write_torch_standin)
 from test_patches import parse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +32,6 @@ PATCHES = {"06de48eec": ROOT / "patches" / "miles" / "06de48eec.patch",
 TMS = "0.0.10"  # the first release with the disk backend (TMS_INIT_ENABLE_DISK_BACKUP) main checks for
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-MARKER = "TMS_TEST_RAY_CLUSTER"
 START = '    if args.offload_train and args.train_backend == "megatron":'
 
 
@@ -112,34 +107,17 @@ def _world(parts, root: Path, world: str, major: int) -> Scenario:
     return Scenario(venv, need(Host, root / "host", parts.host_dirs(("driver",))), parts)
 
 
-def worker_ports() -> list[str]:
-    """A window of worker ports of this cluster's own: Ray's default window (10002-19999), shared by
-    every cluster on the machine, made a driver collide with another run's worker ("Failed to start
-    the grpc server ... port 10006")."""
-    low = random.randrange(20000, 30000, 200)
-    return [f"--min-worker-port={low}", f"--max-worker-port={low + 199}"]
-
-
 @pytest.fixture(scope="module")
 def miles_cluster(parts, tmp_path_factory):
     a = _world(parts, tmp_path_factory.mktemp("miles-cu13"), "cu13", 13)
     b = _world(parts, tmp_path_factory.mktemp("miles-cu12"), "cu12", 12)
-    mark = uuid.uuid4().hex
-    env = clean_env(RAY_USAGE_STATS_ENABLED="0", **{MARKER: mark})
-    temp = Path(tempfile.mkdtemp(prefix="tmsm-"))  # short: Ray's socket paths live under it
-    address = f"127.0.0.1:{free_port()}"
+    cluster = RayCluster()
     try:
-        r = a.host.run([str(a.venv.path / "bin" / "ray"), "start", "--head", f"--port={address.split(':')[1]}",
-                        f"--temp-dir={temp / 'a'}", "--include-dashboard=false", '--resources={"cu13node": 1}',
-                        *RAY_NODE, *worker_ports()], env, timeout=180)
-        assert r.returncode == 0, r.stdout + r.stderr
-        r = b.host.run([str(b.venv.path / "bin" / "ray"), "start", f"--address={address}", f"--temp-dir={temp / 'b'}",
-                        '--resources={"cu12node": 1}', *RAY_NODE, *worker_ports()], env, timeout=180)
-        assert r.returncode == 0, r.stdout + r.stderr
-        yield a, b, address, temp
+        cluster.start(a.host, a.venv.path, '--resources={"cu13node": 1}', head=True, name="a")
+        cluster.start(b.host, b.venv.path, '--resources={"cu12node": 1}', name="b")
+        yield a, b, cluster.address, cluster.temp
     finally:
-        end_marked_processes(f"{MARKER}={mark}")  # exactly this cluster's processes, never `ray stop`
-        shutil.rmtree(temp, ignore_errors=True)
+        cluster.stop()  # exactly this cluster's processes, never `ray stop`; its directory goes too
 
 
 def raylet_errors(temp: Path, node: str) -> str:

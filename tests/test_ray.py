@@ -90,6 +90,21 @@ def ray_cluster(parts, tmp_path_factory):
         yield a, b, cluster.address, cluster
     finally:
         cluster.stop()
+    assert not cluster.pids() and not cluster.temp.exists()  # nothing left behind: no process, no state
+
+
+def test_the_cluster_keeps_its_state_in_its_own_directory(ray_cluster):
+    """A test cluster is ended by PID, so Ray's own clean-up never runs: its state must not be Ray's shared
+    ``/tmp/ray``, where ``ray_current_cluster`` would point a later plain ``ray.init(num_cpus=2)`` on this
+    machine at a dead cluster ("When connecting to an existing cluster, num_cpus and num_gpus must not be
+    provided"). Each node writes under the cluster's own directory, which ``stop()`` removes (the fixture
+    checks that nothing is left)."""
+    _, _, address, cluster = ray_cluster
+    port = f":{address.rpartition(':')[2]}"  # Ray writes the head's address, with the node's own IP
+    own = cluster.temp / cluster.nodes[0] / "ray_current_cluster"
+    assert own.read_text().strip().endswith(port), own.read_text()
+    shared = "/tmp/ray/ray_current_cluster"
+    assert not os.path.exists(shared) or not open(shared).read().strip().endswith(port)
 
 
 def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path, mode):
