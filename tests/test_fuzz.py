@@ -227,25 +227,38 @@ def test_binding_log_parser_reads_the_loader_format():
     assert bindings.parse_binding("     12345:\tsymbol=cudaMalloc;  lookup in file=/x/a.so [0]") is None
 
 
+# The expected results below come from how each value was built (its entries, then separators between
+# them as ld.so(8) defines them), not from the package's own splitters.
+_PRELOAD_ENTRY = st.text(alphabet=st.sampled_from(list("ab/\t.")), min_size=1, max_size=12) | st.sampled_from(
+    ["torch_memory_saver_hook_mode_preload_cu12.abi3.so", "/x/torch_memory_saver_cpp.abi3.so", "libjemalloc.so.2"])
+
+
 @FUZZ
-@given(st.text(alphabet=st.sampled_from(list("ab/ :\t.torch_memory_saver")), max_size=200),
+@given(st.lists(st.tuples(_PRELOAD_ENTRY, st.text(alphabet=" :", min_size=1, max_size=3)), max_size=8),
+       st.text(alphabet=" :", max_size=2),
        st.text(alphabet=st.sampled_from(list("ab/._")), min_size=1, max_size=20))
-def test_preload_composition_keeps_others_in_order(current, hook):
+def test_preload_composition_keeps_others_in_order(entries, lead, hook):
+    """LD_PRELOAD built from entries separated by runs of spaces and colons (ld.so(8): "separated by spaces
+    or colons"): the composed value is the hook, then every entry that is not a torch_memory_saver build,
+    in order, colon-joined."""
     hook = "/x/torch_memory_saver_" + hook
-    out = tms_autopreload.compose_preload(current, hook).split(":")
-    assert out[0] == hook and "" not in out and " " not in ":".join(out[1:])
-    assert out[1:] == [e for e in tms_autopreload.split_preload(current) if not tms_autopreload.is_tms_entry(e)]
+    current = lead + "".join(entry + sep for entry, sep in entries)
+    expected = [hook, *(e for e, _ in entries if "torch_memory_saver" not in e.rsplit("/", 1)[-1])]
+    assert tms_autopreload.compose_preload(current, hook) == ":".join(expected)
 
 
 @FUZZ
-@given(st.text(alphabet=st.sampled_from(list("ab/:;. ")), max_size=200),
+@given(st.lists(st.text(alphabet=st.sampled_from(list("ab/. ")), max_size=6), max_size=8),
+       st.lists(st.sampled_from([":", ";"]), min_size=8, max_size=8),
        st.text(alphabet=st.sampled_from(list("ab/.")), min_size=1, max_size=20))
-def test_search_path_prepend_keeps_what_every_other_entry_means(current, directory):
-    """LD_LIBRARY_PATH after prepending reads, as ld.so splits it, as the directory, then every other entry
-    of the old value in order (an empty entry, the cwd, spelled '.')."""
-    out = environ.prepend_search_path(current, directory)
-    assert environ.split_search_path(out) == [directory, *[e for e in environ.split_search_path(current)
-                                                           if e != directory]]
+def test_search_path_prepend_keeps_what_every_other_entry_means(entries, seps, directory):
+    """LD_LIBRARY_PATH built from entries joined by ':' or ';' (both separate, elf/dl-load.c; an empty entry
+    is the cwd, '.'; an empty value is no entry at all): after prepending it is the directory, then every
+    other entry of the old value in order, an empty one spelled '.'."""
+    current = "".join(e + sep for e, sep in zip(entries, seps))[:-1] if entries else ""
+    meant = [e or "." for e in entries] if current else []
+    expected = [directory, *(e for e in meant if e != directory)]
+    assert environ.prepend_search_path(current, directory) == ":".join(expected)
 
 
 def test_skipped_preload_message_with_newlines_in_the_name_found_by_fuzzing():
