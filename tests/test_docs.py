@@ -129,3 +129,16 @@ def test_a_wrong_command_line_is_refused(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.parse(["doctor", "--deep", "--ray"])
     assert exc.value.code == 2
+
+
+def test_every_variable_of_the_package_is_listed_once_and_documented():
+    """``tms_autopreload.OWN_VARS`` is every variable name the package's source spells (so the fuzz
+    targets of test_inputs.py, derived from it, cover a new one), and docs/reference.md has a row for each."""
+    import tms_autopreload
+
+    spelled = set()
+    for module in (ROOT / "tms_autopreload").glob("*.py"):
+        spelled |= set(re.findall(r"[\"'](TMS_AUTOPRELOAD\w*|SLIME_[A-Z_]+)[\"']", module.read_text()))
+    assert spelled == set(tms_autopreload.OWN_VARS), spelled ^ set(tms_autopreload.OWN_VARS)
+    rows = set(re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "reference.md").read_text(), flags=re.M))
+    assert set(tms_autopreload.OWN_VARS) <= rows, set(tms_autopreload.OWN_VARS) - rows

@@ -38,10 +38,10 @@ EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "200"))
 E2E_EXAMPLES = int(os.environ.get("TMS_FUZZ_E2E", "30"))
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-# Read by the resolver (a plan depends on them) and by the start-up hook only.
-RESOLVER_VARS = ("TMS_AUTOPRELOAD_CUDA_MAJOR", "TMS_AUTOPRELOAD_PATH", "LD_PRELOAD", "LD_LIBRARY_PATH")
-HOOK_VARS = ("SLIME_OFFLOAD_TRAIN", "TMS_AUTOPRELOAD", "TMS_AUTOPRELOAD_DISABLE", "TMS_AUTOPRELOAD_VERBOSE",
-             "TMS_AUTOPRELOAD_ON_ERROR", "TMS_AUTOPRELOAD_MODE", "TMS_AUTOPRELOAD_STATE", "TMS_AUTOPRELOAD_EXEC_PID")
+# Read by the resolver (a plan depends on them) and by the start-up hook only: the package's own list
+# (tms_autopreload.OWN_VARS), so that a new variable is fuzzed the day it is added.
+RESOLVER_VARS = (tms_autopreload.CUDA_MAJOR_VAR, tms_autopreload.PATH_VAR, "LD_PRELOAD", "LD_LIBRARY_PATH")
+HOOK_VARS = tuple(v for v in tms_autopreload.OWN_VARS if v not in RESOLVER_VARS)
 VARS = RESOLVER_VARS + HOOK_VARS
 MAX_ARG_STRLEN = 32 * 4096
 

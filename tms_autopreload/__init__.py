@@ -46,6 +46,11 @@ ON_ERROR_POLICIES = ("exit", "warn")
 # Written by the hook: what this environment was resolved for, and the PID that re-exec'd.
 STATE_VAR = "TMS_AUTOPRELOAD_STATE"
 EXEC_VAR = "TMS_AUTOPRELOAD_EXEC_PID"
+# Every variable of the package's own, each a row of docs/reference.md's table. The fuzz targets and that
+# table are checked against this tuple, and the tuple against the package's source, so that a new
+# variable cannot go unfuzzed or undocumented.
+OWN_VARS = (*FLAG_VARS, DISABLE_VAR, VERBOSE_VAR, CUDA_MAJOR_VAR, PATH_VAR, MODE_VAR, ON_ERROR_VAR, STATE_VAR,
+            EXEC_VAR)
 # What slime's actor_group.py sets next to LD_PRELOAD today.
 SLIME_DEFAULTS = {"TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_CPU_BACKUP": "1"}
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
