@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,8 +71,6 @@ def spawn(argv: list[str], env: dict[str, str]) -> tuple[float, int, int, float]
 
 
 def output(argv: list[str], env: dict[str, str]) -> str:
-    import subprocess
-
     r = subprocess.run(argv, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"bench: {' '.join(argv)} failed:\n{r.stderr}")
@@ -217,6 +216,26 @@ def setup(work: Path, python: str) -> dict:
             "inherited_dlopen": hooked_dl, "stub": stub, "own": own}
 
 
+# The standard-library modules docs/performance.md weighs against the start-up budget.
+IMPORT_COSTS = ("dataclasses", "typing", "subprocess", "threading", "pathlib", "re", "importlib.util", "ctypes",
+                "struct")
+
+
+def import_costs(python: str, n: int) -> list[tuple[str, float]]:
+    """(module, median cumulative import time in ms) of each of :data:`IMPORT_COSTS` in a fresh
+    interpreter (``-X importtime``, its own line: everything it pulls in that was not loaded yet)."""
+    out = []
+    for module in IMPORT_COSTS:
+        times = []
+        for _ in range(n):
+            err = subprocess.run([python, "-S", "-X", "importtime", "-c", f"import {module}"], env=clean_env(),
+                                 capture_output=True, text=True, check=True).stderr
+            line = next(line for line in err.splitlines() if line.rstrip().endswith(f"| {module}"))
+            times.append(int(line.split("|")[1]) / 1000)
+        out.append((module, statistics.median(times)))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="tms_autopreload start-up benchmark")
     parser.add_argument("--dir", type=Path, default=CACHE / "bench")
@@ -224,8 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=200, help="runs per side for P1 and P3 (P2: n/2)")
     parser.add_argument("--skip-torch", action="store_true", help="skip P4 (needs the 5.5 GB real-torch venv)")
     parser.add_argument("--only-rootfs", action="store_true", help="only P1 in the Debian root file systems")
+    parser.add_argument("--imports", action="store_true",
+                        help="only what each standard-library module the docs weigh costs to import (median of --n)")
     parser.add_argument("--pair", nargs=2, metavar=("OURS", "BASE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.imports:
+        python = find_python(args.python) or sys.executable
+        print(f"import costs, {python} (`-X importtime` cumulative, median of {args.n}; {_cpu()}):")
+        for module, ms in import_costs(python, args.n):
+            print(f"  {module:15} {ms:6.2f} ms")
+        return 0
     if args.pair:
         print(json.dumps(pair(*args.pair, args.n)))
         return 0
