@@ -44,6 +44,10 @@ class Object:
         self.path = path
         self.info = info
 
+    def runpath_dirs(self) -> "list[str]":
+        """Its DT_RUNPATH, ``$ORIGIN`` expanded: where the loader looks for its own needs only."""
+        return _expand(self.info.runpath, os.path.dirname(self.path))
+
 
 class Found:
     """Where a name resolved and which ld.so(8) rule found it."""

@@ -21,17 +21,17 @@ from . import PATH_VAR as FORCE_VAR
 from . import STATE_VAR, state_key
 from . import compose_preload, locate, open_regular, same_file, split_preload
 from .builds import Build, find_builds, read_build, writable_by_others
-from .elf import ElfError
+from .elf import ElfError, read_dynamic
 from .environ import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
 from .errors import ResolveError, shown
 from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, detect, install_hint
-from .sonames import DRIVER_SONAME
+from .sonames import DRIVER_SONAME, GLIBC_SONAMES
 from .trace import Trace, run_trace, run_traces
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from .elf import DynamicInfo
@@ -216,8 +216,9 @@ CHILD_PROGRAMS = ("/bin/sh", "bash")
 
 
 def child_programs(env: "Mapping[str, str]", exe: str) -> "list[str]":
-    """Real paths of :data:`CHILD_PROGRAMS` here (bash as ``PATH`` finds it), each once, the interpreter left out."""
-    seen = {os.path.realpath(exe)}
+    """Real paths of :data:`CHILD_PROGRAMS` here (bash as ``PATH`` finds it), each once, the interpreter
+    (``exe``, a real path) left out."""
+    seen = {exe}
     out: list[str] = []
     for name in CHILD_PROGRAMS:
         dirs = [""] if "/" in name else split_search_path(env.get("PATH", os.defpath))
@@ -278,7 +279,8 @@ def _options(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     return options
 
 
-def _predict(build: Build, runtime: Runtime, option: Option, loader: Loader, children: "list[str]") -> "str | None":
+def _predict(build: Build, runtime: Runtime, option: Option, loader: Loader, env: "Mapping[str, str]",
+             children: "list[tuple[str, DynamicInfo]]") -> "str | None":
     """Why the loader model says ``option`` would not map exactly ``runtime.library`` for the hook in this
     interpreter, or would leave a child without the runtime; None when it holds."""
     if runtime.library is None or build.kind == "driver" or build.info is None:
@@ -292,14 +294,86 @@ def _predict(build: Build, runtime: Runtime, option: Option, loader: Loader, chi
         rule = "the interpreter's DT_RPATH" if found.rule == "DT_RPATH" else found.rule
         return (f"its {soname} would bind to {found.path} ({rule}), not to {runtime.library} that "
                 f"torch uses: two runtime copies")
-    for child in children:
-        try:
-            theirs = Loader.for_executable(child, option.ld_library_path, option.ld_preload, like=loader)
-        except (OSError, ElfError):
-            continue  # not a program this machine can start: no child of the job runs it
+    for child, info in children:
+        if not _search_differs(loader.executable.info, info):
+            continue  # the loader searches for the hook's needs in it as in the interpreter
+        theirs = Loader(Object(child, info), option.ld_library_path, loader.cache, option.ld_preload)
         if theirs.find(soname, hook) is None:
             return f"a non-Python child ({child}) would not find its {soname}"
     return None
+
+
+def _effective_rpath(info: "DynamicInfo") -> "tuple[str, ...]":
+    """The DT_RPATH the loader uses for objects a program loads: none where it has DT_RUNPATH."""
+    return () if info.runpath else info.rpath
+
+
+def _search_differs(exe: "DynamicInfo", child: "DynamicInfo") -> bool:
+    """True when the loader's search for a preloaded object's needs differs between the two programs in
+    what depends on the program itself: a DT_RPATH it uses, or another ELF class or machine."""
+    return bool(_effective_rpath(exe) or _effective_rpath(child)
+                or (child.elf_class, child.machine) != (exe.elf_class, exe.machine))
+
+
+def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[str]",
+                 closure: "Callable[[], set[str]]") -> bool:
+    """True when a child poses the loader another problem than the interpreter did in its trace, so that
+    trace is not the child's answer. ``added``: directories the plan puts on LD_LIBRARY_PATH; ``closure``:
+    the names the hook and the objects it brought in need, as the interpreter's trace resolved them.
+
+    For a preloaded object's needs the loader's search depends on the program only through the
+    program's DT_RPATH (ld.so(8), step 1: not used where the program has DT_RUNPATH), its ELF class and
+    machine, and the objects the program loads itself, which satisfy a later need of the same name.
+    So the answers are one where neither program has such a DT_RPATH, both are of one class and
+    machine, neither finds a name of the closure by its own DT_RUNPATH, and no added directory holds
+    a library the child needs (its own start is then as it was). A conda interpreter's children
+    always pose their own problem: its DT_RPATH is what finds the runtime for it.
+    """
+    exe, (_, info) = loader.executable, child
+    if _search_differs(exe.info, info):
+        return True
+    if any(os.path.exists(os.path.join(d, name)) for d in added for name in info.needed):
+        return True
+    for prog in (exe, Object(*child)):
+        own = {name for d in prog.runpath_dirs() for name in prog.info.needed if os.path.exists(os.path.join(d, name))}
+        if own and not own.isdisjoint(closure()):
+            return True
+    return False
+
+
+def _closure(build: Build, trace: Trace) -> "set[str]":
+    """The names the hook needs and, transitively, the objects it brought in need, where the trace resolved
+    them (glibc's own libraries are not read: they need only each other)."""
+    names: set[str] = set()
+    todo = list(build.info.needed if build.info else ())
+    while todo:
+        name = todo.pop()
+        if name in names:
+            continue
+        names.add(name)
+        path = trace.resolved.get(name) if name not in GLIBC_SONAMES else None
+        if path:
+            try:
+                todo += read_dynamic(path).needed
+            except (OSError, ElfError):
+                continue
+    return names
+
+
+def _added_dirs(env: "Mapping[str, str]", ld_library_path: str) -> "list[str]":
+    before = set(split_search_path(env.get("LD_LIBRARY_PATH", "")))
+    return [d for d in split_search_path(ld_library_path) if d not in before]
+
+
+def _children(paths: "list[str]") -> "list[tuple[str, DynamicInfo]]":
+    """(path, dynamic section) of each child program this machine can read; another is no child of the job."""
+    out = []
+    for path in paths:
+        try:
+            out.append((path, read_dynamic(path)))
+        except (OSError, ElfError):
+            continue
+    return out
 
 
 def _judge_children(build: Build, traces: "list[tuple[str, Trace | OSError]]") -> "str | None":
@@ -375,7 +449,8 @@ def _judge(build: Build, plan: Plan, trace: Trace) -> Attempt:
 
 
 def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, executable: str,
-             trace_it: bool = True, package_dir: str | None = None, children: "list[str] | None" = None) -> Attempt:
+             trace_it: bool = True, package_dir: str | None = None,
+             children: "list[tuple[str, DynamicInfo]] | None" = None) -> Attempt:
     """Plan one build with the first binding the loader model predicts holds, then trace the planned
     start with the real loader (the interpreter and the non-Python ``children`` at once) and judge.
 
@@ -388,12 +463,12 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
         entry, entry_dir = _preload_entry(build.path)
     except ValueError as exc:
         return Attempt(str(exc), fix="install torch_memory_saver under a path without spaces or colons")
-    children = children or []
+    kids = children or []
     options = _options(build, runtime, env, loader, package_dir, entry, entry_dir)
     why_not: list[str] = []
     chosen = None
     for option in options:
-        why = option.refused or _predict(build, runtime, option, loader, children)
+        why = option.refused or _predict(build, runtime, option, loader, env, kids)
         if why is None:
             chosen = option
             break
@@ -403,12 +478,19 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
         if chosen is None:
             return Attempt("; ".join(why_not), loads=None, fix=_no_binding_fix(options, runtime))
         return Attempt("chosen without a loader trace: to be loaded in-process", planned)
-    traces = run_traces([executable, *children], {**env, **planned.changes()})
-    if isinstance(traces[0], OSError):
-        raise traces[0]
-    judged = _judge(build, planned, traces[0])
+    planned_env = {**env, **planned.changes()}
+    trace = run_trace(executable, planned_env)
+    judged = _judge(build, planned, trace)
     if judged.plan is not None:
-        child_reason = _judge_children(build, list(zip(children, traces[1:])))
+        added, memo = _added_dirs(env, planned.ld_library_path or ""), []
+
+        def closure() -> "set[str]":
+            if not memo:
+                memo.append(_closure(build, trace))
+            return memo[0]
+
+        traced = [kid[0] for kid in kids if _own_problem(loader, kid, added, closure)]
+        child_reason = _judge_children(build, list(zip(traced, run_traces(traced, planned_env)))) if traced else None
         if child_reason is not None:
             judged = Attempt(child_reason, loads=False)
     if judged.plan is not None or chosen is not None:
@@ -476,7 +558,7 @@ def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Ve
 
 def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
             exe: str, check_all: bool, trace: bool, package_dir: str | None,
-            children: "list[str]") -> "tuple[Plan | None, dict[int, Verdict], list[str]]":
+            children: "list[tuple[str, DynamicInfo]]") -> "tuple[Plan | None, dict[int, Verdict], list[str]]":
     """Steps 4-5: plan and trace the eligible builds in order; (the first that loads cleanly, their
     verdicts, the fixes the refused ones suggest).
 
@@ -605,7 +687,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     if runtime is not None:
         try:
             plan, chosen, fixes = _choose(builds, eligible, runtime, env, loader, exe, check_all, trace, package_dir,
-                                          child_programs(env, exe))
+                                          _children(child_programs(env, loader.executable.path)))
             verdicts.update(chosen)
         except ResolveError as exc:  # a planned value no exec could carry
             return fail(str(exc), runtime)
