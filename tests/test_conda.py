@@ -173,6 +173,7 @@ def test_no_plan_holds_for_single_path_tms(conda, major, torch, tmp_path):
     scn = conda(major, torch, "0.0.9.post1")
     r = scn.flagged("print('user code ran')")
     message = assert_stopped(r, "DT_RPATH", "pip install 'torch-memory-saver>=0.0.10'")
+    assert message.startswith(f"tms-autopreload: no plan maps exactly one libcudart.so.{major} (the copy torch uses)")
     assert "single path" in message, message
 
 

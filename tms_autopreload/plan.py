@@ -41,6 +41,8 @@ __all__ = ["Plan", "Verdict", "Report", "survey", "resolve", "CAUSE_NO_DRIVER"]
 _NO_DRIVER = f"the NVIDIA driver library {DRIVER_SONAME} is not on this node"
 # Verdict.cause of a build refused only because the loader cannot find the driver library.
 CAUSE_NO_DRIVER = "no-driver"
+# Verdict.cause of a build for which no binding of BINDINGS holds (another runtime copy, or a child that dies).
+CAUSE_NO_BINDING = "no-binding"
 # Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32 pages):
 # execve fails with E2BIG beyond it.
 MAX_ARG_STRLEN = 32 * 4096
@@ -476,7 +478,7 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     planned = _plan_of(build, runtime, env, chosen or options[0], why_not if chosen else [])
     if not trace_it:
         if chosen is None:
-            return Attempt("; ".join(why_not), loads=None, fix=_no_binding_fix(options, runtime))
+            return Attempt("; ".join(why_not), loads=None, fix=_no_binding_fix(options, runtime), cause=CAUSE_NO_BINDING)
         return Attempt("chosen without a loader trace: to be loaded in-process", planned)
     planned_env = {**env, **planned.changes()}
     trace = run_trace(executable, planned_env)
@@ -498,7 +500,7 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     # Nothing was predicted to hold: the loader's words for the plain plan, then why each other binding cannot.
     reasons = [judged.reason, *why_not[1:]]
     return Attempt("; ".join(reasons), loads=judged.loads, fix=judged.fix or _no_binding_fix(options, runtime),
-                   cause=judged.cause)
+                   cause=judged.cause or CAUSE_NO_BINDING)
 
 
 def _no_binding_fix(options: "list[Option]", runtime: Runtime) -> "str | None":
@@ -628,6 +630,13 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
                  f"so no torch_memory_saver preload build can load for {runtime.describe()}:"]
         lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
         lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)))
+        return "\n".join(lines)
+    if eligible and all(ordered[i].cause == CAUSE_NO_BINDING for i in eligible):
+        lines = [f"no plan maps exactly one {runtime.soname} (the copy torch uses) in this interpreter and lets a "
+                 f"non-Python child start, for {runtime.describe()}:"]
+        lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
+        lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
+                     f"Fix: see the reasons above, or set {FORCE_VAR} to a build that loads")
         return "\n".join(lines)
     if forced:
         lines = [f"{FORCE_VAR}={shown(forced)} names a build that does not fit {runtime.describe()}:"]
