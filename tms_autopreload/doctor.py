@@ -93,8 +93,14 @@ def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
     if rt is None:
         return ["runtime:  not decided"]
     lib = f"{rt['library']} ({rt['library_rule']})" if rt["library"] else "not found"
-    return [f"runtime:  {'CUDA' if rt['kind'] == 'cuda' else 'ROCm/HIP'} {rt['major']} ({rt['source']})",
-            f"library:  {runtime_soname(rt['kind'], rt['major'])} -> {lib}"]
+    lines = [f"runtime:  {'CUDA' if rt['kind'] == 'cuda' else 'ROCm/HIP'} {rt['major']} ({rt['source']})",
+             f"library:  {runtime_soname(rt['kind'], rt['major'])} -> {lib}"]
+    if rt["library"] and rt["library_why"]:
+        lines.append(f"why:      the copy torch will use: {rt['library_why']}")
+    plan = doc["plan"]
+    if plan is not None and plan.get("binding"):
+        lines.append(f"binding:  {plan['binding']}")
+    return lines
 
 
 def driver_lines(driver: "dict[str, Any] | None") -> "list[str]":

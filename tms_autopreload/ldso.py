@@ -2,7 +2,11 @@
 
 For a name without a slash, ld.so(8) ("Finding shared objects") searches:
 
-1. DT_RPATH of the object that needs it, then of the executable, unless the object has DT_RUNPATH;
+1. DT_RPATH of the object that needs it, then of the executable, unless the object has DT_RUNPATH
+   (an executable with DT_RUNPATH has its DT_RPATH ignored). A preloaded object is loaded by the
+   executable (elf/rtld.c, do_preload), so the DT_RPATH of the program decides where a preloaded
+   hook's own ``libcudart.so.N`` comes from, before LD_LIBRARY_PATH: conda's interpreters carry
+   ``$ORIGIN/../lib`` (set with ``patchelf --force-rpath``), and a shell has none;
 2. LD_LIBRARY_PATH (ignored in secure mode);
 3. DT_RUNPATH of the object that needs it;
 4. /etc/ld.so.cache;
@@ -39,6 +43,10 @@ class Object:
     def __init__(self, path: str, info: DynamicInfo) -> None:
         self.path = path
         self.info = info
+
+    def runpath_dirs(self) -> "list[str]":
+        """Its DT_RUNPATH, ``$ORIGIN`` expanded: where the loader looks for its own needs only."""
+        return _expand(self.info.runpath, os.path.dirname(self.path))
 
 
 class Found:
@@ -102,11 +110,20 @@ class Loader:
                 self.preloaded.append((entry, found.path))
 
     @classmethod
-    def for_executable(cls, path: str, ld_library_path: str, preload: str = "") -> "Loader":
-        """The loader of a process that runs ``path`` (symlinks resolved, as the kernel does)."""
+    def for_executable(cls, path: str, ld_library_path: str, preload: str = "",
+                       like: "Loader | None" = None) -> "Loader":
+        """The loader of a process that runs ``path`` (symlinks resolved, as the kernel does);
+        ``like``: another program's loader, whose cache is reused when the machine is the same."""
         real = os.path.realpath(path)
         info = read_dynamic(real)
-        return cls(Object(real, info), ld_library_path, ldcache.load(info.machine), preload)
+        same = like is not None and like.executable.info.machine == info.machine
+        return cls(Object(real, info), ld_library_path, like.cache if same else ldcache.load(info.machine), preload)
+
+    def library_dirs(self) -> "list[str]":
+        """The executable's own search path (DT_RUNPATH, else DT_RPATH), expanded: its environment's
+        library directory (conda's ``$PREFIX/lib``), where far more than one runtime lives."""
+        info = self.executable.info
+        return _expand(info.runpath or info.rpath, os.path.dirname(self.executable.path))
 
     def find(self, name: str, needed_by: Object | None = None) -> Found | None:
         """Where ``name``, a DT_NEEDED entry of ``needed_by`` (default: the executable), loads from."""

@@ -7,10 +7,11 @@ CLI command ask it. Steps:
 2. detect the runtime this process will use (:mod:`tms_autopreload.runtime`);
 3. keep the builds whose DT_NEEDED runtime matches it, driver-only builds matching any CUDA,
    best first (:func:`_screen`);
-4. bind the hook to the runtime library torch will use: when the loader would find another
-   copy for the hook, put that library's directory first on LD_LIBRARY_PATH, so one copy maps;
-5. trace the planned start with the real loader, and accept the first build it loads cleanly
-   with the runtime bound where we meant (:func:`_choose`, :func:`_attempt`).
+4. bind the hook to the runtime library torch will use, in this interpreter and in every child,
+   the first of :data:`BINDINGS` that the loader model predicts holds (:func:`_plans_for`);
+5. trace the planned start with the real loader, for the interpreter and for a non-Python child
+   (``/bin/sh``, and ``bash`` where it is another file), and accept the first build that loads
+   cleanly in all of them with the runtime bound where we meant (:func:`_choose`, :func:`_attempt`).
 """
 
 import os
@@ -20,17 +21,17 @@ from . import PATH_VAR as FORCE_VAR
 from . import STATE_VAR, state_key
 from . import compose_preload, locate, open_regular, same_file, split_preload
 from .builds import Build, find_builds, read_build, writable_by_others
-from .elf import ElfError
-from .environ import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe
+from .elf import ElfError, read_dynamic
+from .environ import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
 from .errors import ResolveError, shown
 from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, detect, install_hint
-from .sonames import DRIVER_SONAME
-from .trace import Trace, run_trace
+from .sonames import DRIVER_SONAME, GLIBC_SONAMES
+from .trace import Trace, run_trace, run_traces
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from .elf import DynamicInfo
@@ -40,6 +41,8 @@ __all__ = ["Plan", "Verdict", "Report", "survey", "resolve", "CAUSE_NO_DRIVER"]
 _NO_DRIVER = f"the NVIDIA driver library {DRIVER_SONAME} is not on this node"
 # Verdict.cause of a build refused only because the loader cannot find the driver library.
 CAUSE_NO_DRIVER = "no-driver"
+# Verdict.cause of a build for which no binding of BINDINGS holds (another runtime copy, or a child that dies).
+CAUSE_NO_BINDING = "no-binding"
 # Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32 pages):
 # execve fails with E2BIG beyond it.
 MAX_ARG_STRLEN = 32 * 4096
@@ -78,15 +81,16 @@ class Verdict:
 class Plan:
     """The environment that makes this process start with the right hook."""
 
-    __slots__ = ("build", "ld_preload", "ld_library_path", "runtime", "warnings")
+    __slots__ = ("build", "ld_preload", "ld_library_path", "runtime", "warnings", "binding")
 
     def __init__(self, build: str, ld_preload: str, ld_library_path: str | None, runtime: Runtime,
-                 warnings: tuple[str, ...] = ()) -> None:
+                 warnings: tuple[str, ...] = (), binding: str = "") -> None:
         self.build = build  # real path of the chosen file
         self.ld_preload = ld_preload  # the complete new LD_PRELOAD value
         self.ld_library_path = ld_library_path  # the complete new LD_LIBRARY_PATH, None to leave it
         self.runtime = runtime
         self.warnings = warnings
+        self.binding = binding  # how the hook's runtime need binds the runtime library, in words
 
     def changes(self) -> dict[str, str]:
         """Variables to set, and their values."""
@@ -126,7 +130,7 @@ class Report:
             "torch_memory_saver_dir": self.package_dir,
             "runtime": None if rt is None else {
                 "kind": rt.kind, "major": rt.major, "source": rt.source, "library": rt.library,
-                "library_rule": rt.library_rule, "torch_dir": rt.torch.dir if rt.torch else None,
+                "library_rule": rt.library_rule, "library_why": rt.library_why, "torch_dir": rt.torch.dir if rt.torch else None,
                 "torch_version": rt.torch.version if rt.torch else None,
             },
             "candidates": [{
@@ -135,7 +139,7 @@ class Report:
                 "status": v.status, "reason": v.reason,
             } for v in self.verdicts],
             "plan": None if self.plan is None else {
-                "build": self.plan.build, "env": self.plan.changes(),
+                "build": self.plan.build, "env": self.plan.changes(), "binding": self.plan.binding,
             },
             "warnings": list(self.warnings + (self.plan.warnings if self.plan else ())),
             "error": self.error,
@@ -202,29 +206,198 @@ class Attempt:
         self.cause = cause  # a cause other code acts on (CAUSE_NO_DRIVER), as data rather than wording
 
 
-def _plan_for(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader) -> "Plan | Attempt":
-    """Step 4: the plan that preloads ``build`` with its runtime bound to the library this process uses,
-    or the refused :class:`Attempt` when no environment can express it.
+# How a plan binds the hook's runtime need to the library torch uses, in the order tried: each puts
+# more into what every child inherits than the one before. The first that the loader model predicts
+# holds, in this interpreter and in every non-Python child, is the plan; the real loader must agree.
+AS_FOUND = "as found"  # the hook alone: the loader finds that very file for it
+SEARCH_PATH = "LD_LIBRARY_PATH"  # the library's directory first on LD_LIBRARY_PATH
+BY_PATH = "LD_PRELOAD"  # the library itself preloaded by path, right after the hook
+BINDINGS = (AS_FOUND, SEARCH_PATH, BY_PATH)
+# The non-Python children every plan is checked for: the system's shell, and bash where it is another file.
+CHILD_PROGRAMS = ("/bin/sh", "bash")
 
-    Raises ResolveError when a planned LD_PRELOAD or LD_LIBRARY_PATH would be too long for any exec.
+
+def child_programs(env: "Mapping[str, str]", exe: str) -> "list[str]":
+    """Real paths of :data:`CHILD_PROGRAMS` here (bash as ``PATH`` finds it), each once, the interpreter
+    (``exe``, a real path) left out."""
+    seen = {exe}
+    out: list[str] = []
+    for name in CHILD_PROGRAMS:
+        dirs = [""] if "/" in name else split_search_path(env.get("PATH", os.defpath))
+        path = next((p for d in dirs if os.access(p := os.path.join(d, name), os.X_OK) and os.path.isfile(p)), None)
+        real = os.path.realpath(path) if path else None
+        if real and real not in seen:
+            seen.add(real)
+            out.append(real)
+    return out
+
+
+class Option:
+    """One binding of :data:`BINDINGS` for one build: its environment, or why it cannot be written."""
+
+    __slots__ = ("binding", "ld_preload", "ld_library_path", "refused")
+
+    def __init__(self, binding: str, ld_preload: str = "", ld_library_path: str = "",
+                 refused: "str | None" = None) -> None:
+        self.binding = binding
+        self.ld_preload = ld_preload
+        self.ld_library_path = ld_library_path
+        self.refused = refused
+
+
+def _options(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, package_dir: str | None,
+             entry: str, entry_dir: str | None) -> "list[Option]":
+    """Every binding of :data:`BINDINGS` for ``build`` (the refused ones with their reason), in order."""
+    current = env.get("LD_PRELOAD", "")
+    llp = env.get("LD_LIBRARY_PATH", "")
+    with_entry = prepend_search_path(llp, entry_dir) if entry_dir is not None else llp
+    options = [Option(AS_FOUND, compose_preload(current, entry), with_entry)]
+    library = runtime.library
+    if library is None or build.kind == "driver" or build.info is None:
+        return options
+    bind_dir = os.path.dirname(library)
+    own = [d for d in loader.library_dirs() if same_file(d, bind_dir)]
+    if search_path_unsafe(bind_dir):
+        options.append(Option(SEARCH_PATH, refused=f"{bind_dir} has ':' or ';', which LD_LIBRARY_PATH cannot hold"))
+    elif own:
+        options.append(Option(SEARCH_PATH, refused=(
+            f"{bind_dir} is the interpreter's own library directory (its DT_RPATH {own[0]}), which holds far more "
+            f"than the runtime: first on every child's LD_LIBRARY_PATH it would replace their own libraries")))
+    else:
+        bound = prepend_search_path(llp, bind_dir)
+        options.append(Option(SEARCH_PATH, compose_preload(current, entry),
+                              prepend_search_path(bound, entry_dir) if entry_dir is not None else bound))
+    if LD_UNSAFE_CHARS & set(library):
+        refused = f"{library} has a space, tab, colon or semicolon, which LD_PRELOAD cannot hold"
+    elif "torch_memory_saver" in library:
+        refused = f"{library} names torch_memory_saver, whose check wants exactly one LD_PRELOAD entry that does"
+    elif _tms_reads_one_path(package_dir):
+        refused = (f"torch_memory_saver at {package_dir} reads LD_PRELOAD as a single path (0.0.9.post1 and "
+                   f"older), so its check refuses a second entry")
+    else:
+        refused = None
+    options.append(Option(BY_PATH, refused=refused) if refused else
+                   Option(BY_PATH, compose_preload(f"{library}:{current}" if current else library, entry), with_entry))
+    return options
+
+
+def _predict(build: Build, runtime: Runtime, option: Option, loader: Loader, env: "Mapping[str, str]",
+             children: "list[tuple[str, DynamicInfo]]") -> "str | None":
+    """Why the loader model says ``option`` would not map exactly ``runtime.library`` for the hook in this
+    interpreter, or would leave a child without the runtime; None when it holds."""
+    if runtime.library is None or build.kind == "driver" or build.info is None:
+        return None
+    hook = Object(build.path, build.info)
+    soname = runtime.soname
+    found = Loader(loader.executable, option.ld_library_path, loader.cache, option.ld_preload).find(soname, hook)
+    if found is None:
+        return f"its {soname} would not be found"
+    if not same_file(found.path, runtime.library):
+        rule = "the interpreter's DT_RPATH" if found.rule == "DT_RPATH" else found.rule
+        return (f"its {soname} would bind to {found.path} ({rule}), not to {runtime.library} that "
+                f"torch uses: two runtime copies")
+    for child, info in children:
+        if not _search_differs(loader.executable.info, info):
+            continue  # the loader searches for the hook's needs in it as in the interpreter
+        theirs = Loader(Object(child, info), option.ld_library_path, loader.cache, option.ld_preload)
+        if theirs.find(soname, hook) is None:
+            return f"a non-Python child ({child}) would not find its {soname}"
+    return None
+
+
+def _effective_rpath(info: "DynamicInfo") -> "tuple[str, ...]":
+    """The DT_RPATH the loader uses for objects a program loads: none where it has DT_RUNPATH."""
+    return () if info.runpath else info.rpath
+
+
+def _search_differs(exe: "DynamicInfo", child: "DynamicInfo") -> bool:
+    """True when the loader's search for a preloaded object's needs differs between the two programs in
+    what depends on the program itself: a DT_RPATH it uses, or another ELF class or machine."""
+    return bool(_effective_rpath(exe) or _effective_rpath(child)
+                or (child.elf_class, child.machine) != (exe.elf_class, exe.machine))
+
+
+def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[str]",
+                 closure: "Callable[[], set[str]]") -> bool:
+    """True when a child poses the loader another problem than the interpreter did in its trace, so that
+    trace is not the child's answer. ``added``: directories the plan puts on LD_LIBRARY_PATH; ``closure``:
+    the names the hook and the objects it brought in need, as the interpreter's trace resolved them.
+
+    For a preloaded object's needs the loader's search depends on the program only through the
+    program's DT_RPATH (ld.so(8), step 1: not used where the program has DT_RUNPATH), its ELF class and
+    machine, and the objects the program loads itself, which satisfy a later need of the same name.
+    So the answers are one where neither program has such a DT_RPATH, both are of one class and
+    machine, neither finds a name of the closure by its own DT_RUNPATH, and no added directory holds
+    a library the child needs (its own start is then as it was). A conda interpreter's children
+    always pose their own problem: its DT_RPATH is what finds the runtime for it.
     """
-    try:
-        entry, entry_dir = _preload_entry(build.path)
-    except ValueError as exc:
-        return Attempt(str(exc), fix="install torch_memory_saver under a path without spaces or colons")
-    current_llp = env.get("LD_LIBRARY_PATH", "")
-    llp = current_llp
-    if runtime.library is not None and build.kind in ("cuda", "hip") and build.info is not None:
-        predicted = loader.find(runtime.soname, Object(build.path, build.info))
-        if predicted is None or not same_file(predicted.path, runtime.library):
-            bind_dir = os.path.dirname(runtime.library)
-            if search_path_unsafe(bind_dir):
-                return Attempt(f"{runtime.soname} is in {bind_dir}, whose ':' or ';' LD_LIBRARY_PATH cannot hold")
-            llp = prepend_search_path(llp, bind_dir)
-    if entry_dir is not None:
-        llp = prepend_search_path(llp, entry_dir)
-    plan = Plan(os.path.realpath(build.path), compose_preload(env.get("LD_PRELOAD", ""), entry),
-                llp if llp != current_llp else None, runtime)
+    exe, (_, info) = loader.executable, child
+    if _search_differs(exe.info, info):
+        return True
+    if any(os.path.exists(os.path.join(d, name)) for d in added for name in info.needed):
+        return True
+    for prog in (exe, Object(*child)):
+        own = {name for d in prog.runpath_dirs() for name in prog.info.needed if os.path.exists(os.path.join(d, name))}
+        if own and not own.isdisjoint(closure()):
+            return True
+    return False
+
+
+def _closure(build: Build, trace: Trace) -> "set[str]":
+    """The names the hook needs and, transitively, the objects it brought in need, where the trace resolved
+    them (glibc's own libraries are not read: they need only each other)."""
+    names: set[str] = set()
+    todo = list(build.info.needed if build.info else ())
+    while todo:
+        name = todo.pop()
+        if name in names:
+            continue
+        names.add(name)
+        path = trace.resolved.get(name) if name not in GLIBC_SONAMES else None
+        if path:
+            try:
+                todo += read_dynamic(path).needed
+            except (OSError, ElfError):
+                continue
+    return names
+
+
+def _added_dirs(env: "Mapping[str, str]", ld_library_path: str) -> "list[str]":
+    before = set(split_search_path(env.get("LD_LIBRARY_PATH", "")))
+    return [d for d in split_search_path(ld_library_path) if d not in before]
+
+
+def _children(paths: "list[str]") -> "list[tuple[str, DynamicInfo]]":
+    """(path, dynamic section) of each child program this machine can read; another is no child of the job."""
+    out = []
+    for path in paths:
+        try:
+            out.append((path, read_dynamic(path)))
+        except (OSError, ElfError):
+            continue
+    return out
+
+
+def _judge_children(build: Build, traces: "list[tuple[str, Trace | OSError]]") -> "str | None":
+    """Why a non-Python child would not start under the plan, in the real loader's words, or None."""
+    for child, trace in traces:
+        if isinstance(trace, OSError):
+            continue
+        skipped = trace.skip_of(build.name)
+        if trace.missing or trace.errors or trace.status or skipped:
+            why = trace.reason() or f"the loader skipped it as a preload: {skipped}"
+            return f"a non-Python child ({child}) would not start: {why}"
+    return None
+
+
+def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: Option,
+             passed: "list[str]") -> Plan:
+    """The plan of one binding (``passed``: why each earlier one would not hold); raises ResolveError when
+    a value would be too long for any exec."""
+    llp = option.ld_library_path
+    words = _binding_words(option, runtime) + (f" (not {'; not '.join(passed)})" if passed else "")
+    plan = Plan(os.path.realpath(build.path), option.ld_preload,
+                llp if llp != env.get("LD_LIBRARY_PATH", "") else None, runtime, binding=words)
     for name, value in plan.changes().items():
         if value != env.get(name) and _env_string_size(name, value) > MAX_ARG_STRLEN:
             raise ResolveError(
@@ -233,6 +406,16 @@ def _plan_for(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: 
                 f"environment string (MAX_ARG_STRLEN): no program could be started with it. Fix: shorten "
                 f"{name} (drop entries this process does not need) and start again")
     return plan
+
+
+def _binding_words(option: Option, runtime: Runtime) -> str:
+    if runtime.library is None:
+        return ""
+    if option.binding == AS_FOUND:
+        return f"{AS_FOUND}: the loader finds {runtime.library} for the hook and every child"
+    if option.binding == SEARCH_PATH:
+        return f"{SEARCH_PATH}: {os.path.dirname(runtime.library)} first on LD_LIBRARY_PATH"
+    return f"{BY_PATH}: {runtime.library} preloaded by path after the hook"
 
 
 def _judge(build: Build, plan: Plan, trace: Trace) -> Attempt:
@@ -268,18 +451,65 @@ def _judge(build: Build, plan: Plan, trace: Trace) -> Attempt:
 
 
 def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, executable: str,
-             trace_it: bool = True) -> Attempt:
-    """Plan one build, then trace the planned start with the real loader and judge its answer.
+             trace_it: bool = True, package_dir: str | None = None,
+             children: "list[tuple[str, DynamicInfo]] | None" = None) -> Attempt:
+    """Plan one build with the first binding the loader model predicts holds, then trace the planned
+    start with the real loader (the interpreter and the non-Python ``children`` at once) and judge.
 
-    ``trace_it=False`` plans without the trace, for a caller whose own ``dlopen`` of the plan is
-    the real loader's answer (:mod:`tms_autopreload.inprocess`); ``loads`` is then None.
+    With no binding predicted to hold, the first is traced anyway, so the loader's own words say why,
+    followed by each other binding's reason. ``trace_it=False`` plans without the trace, for a caller
+    whose own ``dlopen`` of the plan is the real loader's answer (:mod:`tms_autopreload.inprocess`);
+    ``loads`` is then None.
     """
-    planned = _plan_for(build, runtime, env, loader)
-    if isinstance(planned, Attempt):
-        return planned
+    try:
+        entry, entry_dir = _preload_entry(build.path)
+    except ValueError as exc:
+        return Attempt(str(exc), fix="install torch_memory_saver under a path without spaces or colons")
+    kids = children or []
+    options = _options(build, runtime, env, loader, package_dir, entry, entry_dir)
+    why_not: list[str] = []
+    chosen = None
+    for option in options:
+        why = option.refused or _predict(build, runtime, option, loader, env, kids)
+        if why is None:
+            chosen = option
+            break
+        why_not.append(f"{option.binding}: {why}" if option.binding != AS_FOUND else why)
+    planned = _plan_of(build, runtime, env, chosen or options[0], why_not if chosen else [])
     if not trace_it:
+        if chosen is None:
+            return Attempt("; ".join(why_not), loads=None, fix=_no_binding_fix(options, runtime), cause=CAUSE_NO_BINDING)
         return Attempt("chosen without a loader trace: to be loaded in-process", planned)
-    return _judge(build, planned, run_trace(executable, {**env, **planned.changes()}))
+    planned_env = {**env, **planned.changes()}
+    trace = run_trace(executable, planned_env)
+    judged = _judge(build, planned, trace)
+    if judged.plan is not None:
+        added, memo = _added_dirs(env, planned.ld_library_path or ""), []
+
+        def closure() -> "set[str]":
+            if not memo:
+                memo.append(_closure(build, trace))
+            return memo[0]
+
+        traced = [kid[0] for kid in kids if _own_problem(loader, kid, added, closure)]
+        child_reason = _judge_children(build, list(zip(traced, run_traces(traced, planned_env)))) if traced else None
+        if child_reason is not None:
+            judged = Attempt(child_reason, loads=False)
+    if judged.plan is not None or chosen is not None:
+        return judged
+    # Nothing was predicted to hold: the loader's words for the plain plan, then why each other binding cannot.
+    reasons = [judged.reason, *why_not[1:]]
+    return Attempt("; ".join(reasons), loads=judged.loads, fix=judged.fix or _no_binding_fix(options, runtime),
+                   cause=judged.cause or CAUSE_NO_BINDING)
+
+
+def _no_binding_fix(options: "list[Option]", runtime: Runtime) -> "str | None":
+    """What would let a binding hold: the torch_memory_saver whose check accepts the runtime preloaded by path."""
+    by_path = next((o for o in options if o.binding == BY_PATH), None)
+    if by_path is not None and by_path.refused and "single path" in by_path.refused:
+        return (f"pip install 'torch-memory-saver>=0.0.10' (its preload check accepts LD_PRELOAD=<hook>:"
+                f"{runtime.library}, the plan that binds the one runtime copy here)")
+    return None
 
 
 def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, want: "DynamicInfo",
@@ -329,7 +559,8 @@ def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Ve
 
 
 def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
-            exe: str, check_all: bool, trace: bool) -> "tuple[Plan | None, dict[int, Verdict], list[str]]":
+            exe: str, check_all: bool, trace: bool, package_dir: str | None,
+            children: "list[tuple[str, DynamicInfo]]") -> "tuple[Plan | None, dict[int, Verdict], list[str]]":
     """Steps 4-5: plan and trace the eligible builds in order; (the first that loads cleanly, their
     verdicts, the fixes the refused ones suggest).
 
@@ -344,7 +575,7 @@ def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Ma
         if plan is not None and not check_all:
             verdicts[i] = Verdict(b, "untried", "a preferred build was chosen first")
             continue
-        attempt = _attempt(b, runtime, env, loader, exe, trace)
+        attempt = _attempt(b, runtime, env, loader, exe, trace, package_dir, children)
         if attempt.plan is None:
             verdicts[i] = Verdict(b, "rejected", attempt.reason, attempt.loads, attempt.cause)
             if attempt.fix:
@@ -381,7 +612,7 @@ def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str |
     kept = split_preload(plan.ld_preload)[1:]
     if not kept or forced or not _tms_reads_one_path(package_dir):
         return plan
-    return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, (
+    return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, binding=plan.binding, warnings=(
         f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
         f"reads LD_PRELOAD as a single path (0.0.9.post1 and older), so its Python side will refuse "
         f"this process; drop those entries or pip install 'torch-memory-saver>=0.0.10'",))
@@ -399,6 +630,13 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
                  f"so no torch_memory_saver preload build can load for {runtime.describe()}:"]
         lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
         lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)))
+        return "\n".join(lines)
+    if eligible and all(ordered[i].cause == CAUSE_NO_BINDING for i in eligible):
+        lines = [f"no plan maps exactly one {runtime.soname} (the copy torch uses) in this interpreter and lets a "
+                 f"non-Python child start, for {runtime.describe()}:"]
+        lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
+        lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
+                     f"Fix: see the reasons above, or set {FORCE_VAR} to a build that loads")
         return "\n".join(lines)
     if forced:
         lines = [f"{FORCE_VAR}={shown(forced)} names a build that does not fit {runtime.describe()}:"]
@@ -457,7 +695,8 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     fixes: list[str] = []
     if runtime is not None:
         try:
-            plan, chosen, fixes = _choose(builds, eligible, runtime, env, loader, exe, check_all, trace)
+            plan, chosen, fixes = _choose(builds, eligible, runtime, env, loader, exe, check_all, trace, package_dir,
+                                          _children(child_programs(env, loader.executable.path)))
             verdicts.update(chosen)
         except ResolveError as exc:  # a planned value no exec could carry
             return fail(str(exc), runtime)

@@ -11,7 +11,7 @@ NVIDIA's pip runtime wheels decide, and only when exactly one major is visible.
 import os
 
 from . import CUDA_MAJOR_VAR as OVERRIDE_VAR
-from . import locate, open_regular
+from . import locate, open_regular, same_file
 from .elf import ElfError, read_dynamic
 from .errors import ResolveError, shown
 from .ldso import Found, Loader, Object
@@ -53,16 +53,18 @@ class TorchBuild:
 class Runtime:
     """The runtime this process will use and the evidence for it."""
 
-    __slots__ = ("kind", "major", "source", "library", "library_rule", "torch")
+    __slots__ = ("kind", "major", "source", "library", "library_rule", "library_why", "torch")
 
     def __init__(self, kind: str, major: int, source: str, found: Found | None,
-                 torch: TorchBuild | None) -> None:
+                 torch: TorchBuild | None, why: str | None = None) -> None:
         self.kind = kind  # "cuda" or "hip"
         self.major = major
         self.source = source  # where the decision came from, in words
         # The runtime library file the process will bind to, and the rule that finds it.
         self.library = found.path if found else None
         self.library_rule = found.rule if found else None
+        # Why this copy, in words: which object finds it by which rule, or torch's own load by path.
+        self.library_why = why or (f"found by {found.rule}" if found else None)
         self.torch = torch
 
     @property
@@ -147,6 +149,32 @@ def _visible(loader: Loader, kind: str, major: int, needed_by: Object | None) ->
     return found
 
 
+BY_PATH = "torch by path"  # Found.rule of the copy torch's own __init__ loads by path
+
+
+def _torch_uses(loader: Loader, kind: str, major: int, torch: TorchBuild) -> "tuple[Found | None, str | None]":
+    """(the runtime copy torch will use, why): the one its libraries bind, or the NVIDIA wheel's copy
+    torch loads by path itself once imported.
+
+    torch's ``_load_global_deps`` (2.11 and 2.14.1 alike) loads ``libtorch_global_deps.so``, then, when
+    any ``libcudart`` is mapped, ``_preload_cuda_deps`` loads the first ``nvidia/cuda_runtime/lib`` or
+    ``nvidia/cu<major>/lib`` copy on ``sys.path`` by path; and when that library cannot be loaded, the
+    same by-path load comes first. So where NVIDIA's wheel is on ``sys.path`` its copy is mapped
+    whatever the hook bound, and it is the one copy a plan may bind.
+    """
+    found = loader.find(runtime_soname(kind, major), torch.global_deps)
+    why = None if found is None else f"libtorch_global_deps.so finds it by {found.rule}"
+    by_path = locate.pip_runtime_libcudart(major) if kind == "cuda" else None
+    if by_path is not None and (found is None or not same_file(found.path, by_path)):
+        return Found(by_path, BY_PATH), (
+            "torch loads NVIDIA's wheel copy by path once imported (torch/__init__.py, _load_global_deps -> "
+            "_preload_cuda_deps)" + (f"; libtorch_global_deps.so alone would find {found.path} by {found.rule}"
+                                     if found else ""))
+    if by_path is not None and why:
+        why += ", the copy torch also loads by path once imported (_load_global_deps)"
+    return found, why
+
+
 def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]" = ()) -> Runtime:
     """Decide the runtime for this process; raise ResolveError with the fix when it cannot.
 
@@ -193,8 +221,8 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
             checked = "libtorch_global_deps.so links no runtime library"
         field = "hip" if kind == "hip" else "cuda"
         source = f"{where}: torch.version.{field}={getattr(torch, field)!r}, {checked}"
-        found = _visible(loader, kind, major, torch.global_deps)
-        return Runtime(kind, major, source, found, torch)
+        found, why = _torch_uses(loader, kind, major, torch)
+        return Runtime(kind, major, source, found, torch, why)
 
     probed = sorted(set(majors) | set(DEFAULT_CUDA_MAJORS))
     seen = {m: f for m in probed if (f := _visible(loader, "cuda", m, None)) is not None}

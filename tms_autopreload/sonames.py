@@ -4,10 +4,15 @@ A build is classified, a runtime located and a mapped file recognised by these n
 (``DT_NEEDED`` entries, ``SONAME`` s, mapped file names), so they are written here once.
 """
 
-__all__ = ["DRIVER_SONAME", "runtime_soname", "runtime_of"]
+__all__ = ["DRIVER_SONAME", "GLIBC_SONAMES", "runtime_soname", "runtime_of"]
 
 # NVIDIA's user-space driver library, which every torch_memory_saver build links.
 DRIVER_SONAME = "libcuda.so.1"
+# glibc's own libraries (and its loader, by machine): they need nothing but each other, so a walk of what a
+# hook brings in need not read them.
+GLIBC_SONAMES = frozenset(("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
+                           "libresolv.so.2", "libutil.so.1", "libmvec.so.1", "ld-linux-x86-64.so.2",
+                           "ld-linux-aarch64.so.1"))
 # The DT_NEEDED name of each runtime: libcudart.so.N for CUDA, libamdhip64.so.N for HIP.
 _SONAME_PREFIX = {"cuda": "libcudart.so.", "hip": "libamdhip64.so."}
 

@@ -12,7 +12,7 @@ The child is started with ``os.posix_spawn`` rather than ``subprocess``: importi
 
 import os
 
-__all__ = ["Trace", "run_trace"]
+__all__ = ["Trace", "run_trace", "run_traces"]
 
 
 # glibc elf/rtld.c, for a preload entry it cannot load: "ERROR: ld.so: object '%s' from %s cannot be
@@ -100,16 +100,8 @@ def _parse(output: str, status: int) -> Trace:
     return Trace(resolved, tuple(loaded), tuple(missing), tuple(errors), tuple(skipped), status)
 
 
-def run_trace(executable: str, env: dict[str, str]) -> Trace:
-    """Trace ``executable`` under ``env`` (LD_TRACE_LOADED_OBJECTS is added here).
-
-    stdout and stderr share one pipe: the loader indents every trace line with a tab and
-    none of its messages, which is how they are told apart again. The traced program never
-    runs, so reading to end of file cannot wait on it. Raises OSError when ``executable``
-    cannot be started at all: that is the interpreter's fault, not any candidate's.
-    """
-    env = dict(env)
-    env["LD_TRACE_LOADED_OBJECTS"] = "1"
+def _spawn(executable: str, env: dict[str, str]) -> "tuple[int, int]":
+    """(pid, read end of its output pipe) of ``executable`` traced under ``env``."""
     read_fd, write_fd = os.pipe()
     try:
         pid = os.posix_spawn(
@@ -122,6 +114,10 @@ def run_trace(executable: str, env: dict[str, str]) -> Trace:
         raise
     finally:
         os.close(write_fd)
+    return pid, read_fd
+
+
+def _collect(pid: int, read_fd: int) -> Trace:
     chunks: list[bytes] = []
     try:
         while data := os.read(read_fd, 65536):
@@ -130,3 +126,31 @@ def run_trace(executable: str, env: dict[str, str]) -> Trace:
         os.close(read_fd)
     _, wait_status = os.waitpid(pid, 0)
     return _parse(b"".join(chunks).decode("utf-8", "replace"), os.waitstatus_to_exitcode(wait_status))
+
+
+def run_traces(executables: "list[str]", env: dict[str, str]) -> "list[Trace | OSError]":
+    """Trace each of ``executables`` under ``env`` (LD_TRACE_LOADED_OBJECTS is added here), all at once.
+
+    stdout and stderr share one pipe per program: the loader indents every trace line with a tab
+    and none of its messages, which is how they are told apart again. The traced programs never
+    run, so reading one to end of file cannot wait on another; started together, their loaders
+    work side by side. A program that cannot be started at all gives its OSError in its place.
+    """
+    env = dict(env)
+    env["LD_TRACE_LOADED_OBJECTS"] = "1"
+    started: "list[tuple[int, int] | OSError]" = []
+    for executable in executables:
+        try:
+            started.append(_spawn(executable, env))
+        except OSError as exc:
+            started.append(exc)
+    return [s if isinstance(s, OSError) else _collect(*s) for s in started]
+
+
+def run_trace(executable: str, env: dict[str, str]) -> Trace:
+    """Trace ``executable`` alone (:func:`run_traces`); raises OSError when it cannot be started at
+    all: that is the interpreter's fault, not any candidate's."""
+    trace, = run_traces([executable], env)
+    if isinstance(trace, OSError):
+        raise trace
+    return trace

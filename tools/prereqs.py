@@ -136,6 +136,7 @@ PROGRAMS = {
     "g++": ("g++", ("check", "test")),  # torch_memory_saver built from its sdist (tools/tms_source.py)
     "pgrep": ("procps", ("check", "test")),
     "bash": ("bash", ("check", "test")),
+    "patchelf": ("patchelf", ("check", "test")),  # conda's interpreters: DT_RPATH set with --force-rpath (test_conda.py)
     "script": ("bsdutils", ("test",)),
 }
 
