@@ -265,3 +265,12 @@ def test_directory_holding_the_build_owned_by_a_third_account_is_refused(shared)
     c = candidate(doc, moved)
     assert not doc["ok"] and c["cause"] == "untrusted-writer" and str(pkg) in c["reason"], doc["candidates"]
     assert f"uid {shared.third.uid}" in doc["error"].partition("\n")[0], doc["error"]
+
+
+def test_owner_of_the_site_directory_is_trusted_for_the_builds_in_it(shared):
+    """Whoever owns site-packages can already put code into every start (a .pth file): their build is no
+    new power, even where another account owns the rest of the environment."""
+    with shared.changed(shared.venv.site, uid=shared.third.uid), shared.changed(shared.build, uid=shared.third.uid):
+        doc = shared.doctor(shared.user)
+        r, out = shared.start(shared.user)
+    assert_hooked_as(shared, shared.user, doc, r, out)

@@ -18,8 +18,8 @@ Who can write a path, from its mode bits and owners (POSIX ACLs are not read):
 * both the path as named and its real path are walked: whoever can rewrite a symbolic link on the
   way decides where it leads.
 
-Root is always trusted, and so is this process's own effective user: neither can be given power by
-a file it may write. Every user is never trusted, even where the environment's own code is
+Root is always trusted (it can write everything anyway), and so is this process's own effective
+user: a file only it can write lets no one else in. Every user is never trusted, even where the environment's own code is
 world-writable: such a file stays refused, and the refusal says so.
 """
 
@@ -30,8 +30,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["Grant", "Refusal", "Trusted", "writers", "trusted_writers", "refusal", "CAUSE_WORLD_WRITABLE", "CAUSE_UNTRUSTED_WRITER",
-           "CAUSE_UNCHECKED", "CAUSES"]
+    Writer = tuple[str, int]  # ("uid", N), ("gid", N) or EVERYONE
+
+__all__ = ["Grant", "Refusal", "Trusted", "writers", "trusted_writers", "refusal", "CAUSE_WORLD_WRITABLE",
+           "CAUSE_UNTRUSTED_WRITER", "CAUSE_UNCHECKED", "CAUSES"]
 
 # Refusal.cause values (``doctor --json`` ``candidates[].cause``).
 CAUSE_WORLD_WRITABLE = "world-writable"  # every user can write the file or replace it
@@ -39,9 +41,7 @@ CAUSE_UNTRUSTED_WRITER = "untrusted-writer"  # a user or group that cannot write
 CAUSE_UNCHECKED = "unchecked"  # a component of its path could not be examined
 CAUSES = (CAUSE_WORLD_WRITABLE, CAUSE_UNTRUSTED_WRITER, CAUSE_UNCHECKED)
 
-EVERYONE = ("everyone", -1)
-# A writer: ("uid", N), ("gid", N) or EVERYONE.
-Writer = tuple
+EVERYONE = ("everyone", -1)  # the writer "every user"
 
 
 class Grant:
@@ -74,7 +74,7 @@ class Trusted:
         self.writers = writers
         self.owner = owner  # the owner of that code: whom a fix suggests giving a file to
 
-    def admits(self, writer: Writer) -> bool:
+    def admits(self, writer: "Writer") -> bool:
         """Whether ``writer`` could already change this process's code (every user never is): one of its
         writers, or an account in a group that is."""
         if writer == EVERYONE:
@@ -103,14 +103,16 @@ def _chain(path: str) -> "tuple[str, ...]":
     return tuple(out)
 
 
-def _grants(component: str, label: str, st: os.stat_result) -> "dict[Writer, Grant]":
-    """Who can write the inode ``st`` of ``component`` (a directory: add, rename and remove its entries)."""
-    mode = f"{label} (mode {stat.filemode(st.st_mode)}) is writable by"
-    out = {("uid", st.st_uid): Grant(component, f"{label} is owned by")}
+def _grants(component: str, note: str, st: os.stat_result) -> "dict[Writer, Grant]":
+    """Who can write the inode ``st`` of ``component`` (a directory: add, rename and remove its entries);
+    ``note`` says what the component is to the file judged ("" for the file itself)."""
+    mode = f"mode {stat.filemode(st.st_mode)}"
+    writable = Grant(component, f"{component} ({f'{note}, ' if note else ''}{mode}) is writable by")
+    out = {("uid", st.st_uid): Grant(component, f"{component}{f' ({note})' if note else ''} is owned by")}
     if st.st_mode & stat.S_IWGRP:
-        out[("gid", st.st_gid)] = Grant(component, mode)
+        out[("gid", st.st_gid)] = writable
     if st.st_mode & stat.S_IWOTH:
-        out[EVERYONE] = Grant(component, mode)
+        out[EVERYONE] = writable
     return out
 
 
@@ -120,13 +122,12 @@ def writers(path: str) -> "dict[Writer, Grant]":
     out: "dict[Writer, Grant]" = {}
     for chain in dict.fromkeys((_chain(os.path.abspath(path)), _chain(os.path.realpath(path)))):
         stats = [os.stat(p) for p in chain]
-        found = [_grants(chain[0], chain[0], stats[0])]
+        found = [_grants(chain[0], "", stats[0])]
         for child, parent, parent_st in zip(chain, chain[1:], stats[1:]):
-            label = f"{parent}, the directory holding {os.path.basename(child)},"
+            grants = _grants(parent, f"the directory holding {os.path.basename(child)}", parent_st)
             if parent_st.st_mode & stat.S_ISVTX:  # sticky: only the owners may replace an entry
-                found.append({("uid", parent_st.st_uid): Grant(parent, f"{label} is owned by")})
-            else:
-                found.append(_grants(parent, label, parent_st))
+                grants = {("uid", parent_st.st_uid): grants[("uid", parent_st.st_uid)]}
+            found.append(grants)
         for grants in found:
             for who, grant in grants.items():
                 out.setdefault(who, grant)
@@ -151,7 +152,7 @@ def trusted_writers(code: "Iterable[str | None]") -> Trusted:
     return Trusted(frozenset(found), 0 if owner is None else owner)
 
 
-def _who(writer: Writer) -> str:
+def _who(writer: "Writer") -> str:
     """``uid 1001 (alice)``, ``group 50 (staff)``, or ``every user``."""
     if writer == EVERYONE:
         return "every user"
