@@ -274,3 +274,28 @@ def test_owner_of_the_site_directory_is_trusted_for_the_builds_in_it(shared):
         doc = shared.doctor(shared.user)
         r, out = shared.start(shared.user)
     assert_hooked_as(shared, shared.user, doc, r, out)
+
+
+def test_build_linked_into_a_directory_of_a_third_account_is_refused(shared):
+    """The real path is walked too: a symbolic link in site-packages that leads into a third account's
+    directory preloads whatever that account puts there (refused for the environment's owner as well)."""
+    elsewhere = shared.root / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / CU13
+    shutil.copy2(shared.build, target)
+    os.chown(target, shared.owner.uid, shared.owner.gid)
+    os.chown(elsewhere, shared.third.uid, shared.third.gid)
+    saved = shared.build.with_name(CU13 + ".saved")
+    os.rename(shared.build, saved)
+    try:
+        shared.build.symlink_to(target)
+        os.lchown(shared.build, shared.owner.uid, shared.owner.gid)
+        doc = shared.doctor(shared.owner)
+        r, _ = shared.start(shared.owner)
+    finally:
+        shared.build.unlink()
+        os.rename(saved, shared.build)
+        shutil.rmtree(elsewhere)
+    c = candidate(doc, shared.build)
+    assert not doc["ok"] and c["cause"] == "untrusted-writer" and str(elsewhere) in c["reason"], doc["candidates"]
+    assert_stopped(r, f"uid {shared.third.uid}", "cannot write this environment's code")
