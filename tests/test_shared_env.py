@@ -184,12 +184,13 @@ def assert_refused(shared, who, cause, *words):
     """doctor and the flagged start of ``who`` both refuse the build for ``cause``, with the same message:
     its headline and Fix say what is wrong (``words``), never to install another torch_memory_saver."""
     doc = shared.doctor(who)
-    assert not doc["ok"] and candidate(doc, shared.build)["cause"] == cause, doc["candidates"]
+    assert not doc["ok"], doc["candidates"]
     headline, _, _ = doc["error"].partition("\n")
     fix = doc["error"].splitlines()[-1]
+    assert fix.startswith("Fix: ") and "install a torch_memory_saver" not in doc["error"], doc["error"]
     for w in words:
         assert w in headline or w in fix, (w, doc["error"])
-    assert fix.startswith("Fix: ") and "install a torch_memory_saver" not in doc["error"], doc["error"]
+    assert candidate(doc, shared.build)["cause"] == cause, doc["candidates"]
     r, _ = shared.start(who)
     message = assert_stopped(r)  # doctor traces every candidate, so only its lines may say more
     assert message.startswith(f"tms-autopreload: {headline}\n") and message.rstrip().endswith(fix), \
