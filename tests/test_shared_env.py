@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, need
-from support import REEXECD, Host, SetupError, Venv, assert_stopped, clean_env, execs, tms_wheel, write_torch_standin
+from support import (REEXECD, Host, Venv, assert_stopped, clean_env, execs, python_for_every_account, tms_wheel,
+                     write_torch_standin)
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 SETPRIV = "/usr/bin/setpriv"
@@ -57,17 +58,6 @@ def _group(name: str) -> int:
                               text=True).stdout.split(":")[2])
 
 
-def _python_for_everyone() -> str:
-    """An interpreter every account can run: its real path is searchable by all (pyenv under /root is not)."""
-    for c in (shutil.which(f"python{DEFAULT_PYTHON}"), f"/usr/bin/python{DEFAULT_PYTHON}", "/usr/bin/python3"):
-        if c and os.path.exists(c):
-            real = Path(os.path.realpath(c))
-            if all(os.stat(p).st_mode & 0o001 for p in real.parents):
-                return str(real)
-    raise SetupError("no Python interpreter that every account can run (needs one outside /root, "
-                     "such as Debian's python3)")
-
-
 class Shared:
     """The environment, owned by ``owner``, with the host it runs on, and ways to run as an account."""
 
@@ -86,7 +76,7 @@ class Shared:
         shutil.copytree(parts.rt[13], libs / "cuda13")
         self.host = Host(root / "host", [libs / "driver", libs / "cuda13"])
         self.root = root
-        self.venv = Venv(root / "env", _python_for_everyone(), [parts.own_wheel, tms_wheel("0.0.9.post1")])
+        self.venv = Venv(root / "env", python_for_every_account(DEFAULT_PYTHON), [parts.own_wheel, tms_wheel("0.0.9.post1")])
         write_torch_standin(self.venv.site, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-sys"))
         subprocess.run(["chown", "-R", f"{self.owner.uid}:{self.owner.gid}", str(self.venv.path)], check=True)
         self.build = self.venv.site / CU13
@@ -150,10 +140,7 @@ class Shared:
 
 @pytest.fixture(scope="module")
 def shared(parts):
-    for tool in ("useradd", "userdel", "groupadd", "groupdel", "setpriv"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"needs {tool} (passwd, util-linux)")
-    if os.geteuid() != 0:
+    if os.geteuid() != 0:  # tools/prereqs.py says so before any test
         pytest.skip("needs root: creates accounts and changes file owners")
     root = Path(tempfile.mkdtemp(prefix="tms-shared-", dir="/tmp"))  # not under pytest's 0700 base
     root.chmod(0o755)
