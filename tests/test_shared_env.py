@@ -287,3 +287,31 @@ def test_build_linked_into_a_directory_of_a_third_account_is_refused(shared):
     c = candidate(doc, shared.build)
     assert not doc["ok"] and c["cause"] == "untrusted-writer" and str(elsewhere) in c["reason"], doc["candidates"]
     assert_stopped(r, f"uid {shared.third.uid}", "cannot write this environment's code")
+
+
+def test_build_reached_through_a_link_in_a_third_accounts_directory_is_refused(shared):
+    """Every link on the way counts, not only the named path and the real one: site-packages' link leads to
+    a link in a directory of a third account, which leads to a file the owner's own directory holds. That
+    account can point the middle link elsewhere."""
+    hop, real = shared.root / "hop", shared.root / "real"
+    hop.mkdir()
+    real.mkdir()
+    shutil.copy2(shared.build, real / CU13)
+    (hop / CU13).symlink_to(real / CU13)
+    for path in (real, real / CU13, hop / CU13):
+        os.lchown(path, shared.owner.uid, shared.owner.gid)
+    os.chown(hop, shared.third.uid, shared.third.gid)
+    saved = shared.build.with_name(CU13 + ".saved")
+    os.rename(shared.build, saved)
+    try:
+        shared.build.symlink_to(hop / CU13)
+        os.lchown(shared.build, shared.owner.uid, shared.owner.gid)
+        doc = shared.doctor(shared.owner)
+    finally:
+        shared.build.unlink()
+        os.rename(saved, shared.build)
+        shutil.rmtree(hop)
+        shutil.rmtree(real)
+    c = candidate(doc, shared.build)
+    assert not doc["ok"] and c["cause"] == "untrusted-writer" and f"{hop} (the directory holding {CU13})" in c["reason"] \
+        and f"uid {shared.third.uid}" in c["reason"], doc["candidates"]

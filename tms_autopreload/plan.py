@@ -28,7 +28,7 @@ from .runtime import Runtime, detect, install_hint
 from .sonames import DRIVER_SONAME
 from .trace import Trace, run_trace
 from .trust import CAUSES as TRUST_CAUSES
-from .trust import Trusted, refusal, trusted_writers
+from .trust import Trusted, refusal
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
@@ -288,8 +288,8 @@ def _code_writers(exe: str, package_dir: str | None) -> Trusted:
     """Who can already change the code this process runs (:mod:`tms_autopreload.trust`): its prefixes,
     its real interpreter's directory, and the site directory that holds torch_memory_saver (and so
     the builds found next to it)."""
-    return trusted_writers((sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(exe)),
-                            os.path.dirname(package_dir) if package_dir else None))
+    return Trusted((sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(exe)),
+                    os.path.dirname(package_dir) if package_dir else None))
 
 
 def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, want: "DynamicInfo",

@@ -15,12 +15,12 @@ Who can write a path, from its mode bits and owners (POSIX ACLs are not read):
 * for each directory above it, whoever can replace an entry in it: its group and every user when
   writable, except in a sticky directory (``/tmp``), where only the directory's and the entry's
   owners (and root) may rename or remove an entry;
-* both the path as named and its real path are walked: whoever can rewrite a symbolic link on the
-  way decides where it leads.
+* the path is walked as the kernel resolves it, through every symbolic link on the way: whoever can
+  replace a link (or an entry of a directory a link leads through) decides where it leads.
 
 Root is always trusted (it can write everything anyway), and so is this process's own effective
-user: a file only it can write lets no one else in. Every user is never trusted, even where the environment's own code is
-world-writable: such a file stays refused, and the refusal says so.
+user: a file only it can write lets no one else in. Every user is never trusted, even where the
+environment's own code is world-writable: such a file stays refused, and the refusal says so.
 """
 
 import os
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     Writer = tuple[str, int]  # ("uid", N), ("gid", N) or EVERYONE
 
-__all__ = ["Grant", "Refusal", "Trusted", "writers", "trusted_writers", "refusal", "CAUSE_WORLD_WRITABLE",
+__all__ = ["Grant", "Refusal", "Trusted", "writers", "refusal", "CAUSE_WORLD_WRITABLE",
            "CAUSE_UNTRUSTED_WRITER", "CAUSE_UNCHECKED", "CAUSES"]
 
 # Refusal.cause values (``doctor --json`` ``candidates[].cause``).
@@ -45,13 +45,22 @@ EVERYONE = ("everyone", -1)  # the writer "every user"
 
 
 class Grant:
-    """How a writer can change a file: through which path component, in words."""
+    """How a writer can change a file: through which path component (worded only when shown)."""
 
-    __slots__ = ("component", "words")
+    __slots__ = ("component", "note", "mode")
 
-    def __init__(self, component: str, words: str) -> None:
-        self.component = component  # the file itself, or a directory above it
-        self.words = words  # "<component> is owned by", "<component> (mode ...) is writable by"
+    def __init__(self, component: str, note: str = "", mode: int | None = None) -> None:
+        self.component = component  # the file itself, or a directory on the way to it
+        self.note = note  # what the component is to the file ("the directory holding X"), "" for the file
+        self.mode = mode  # the mode that lets its group or every user write it; None: its owner
+
+    @property
+    def words(self) -> str:
+        """``<component> is owned by``, or ``<component> (mode ...) is writable by``."""
+        if self.mode is None:
+            return f"{self.component}{f' ({self.note})' if self.note else ''} is owned by"
+        return (f"{self.component} ({f'{self.note}, ' if self.note else ''}mode {stat.filemode(self.mode)}) "
+                f"is writable by")
 
 
 class Refusal:
@@ -66,22 +75,54 @@ class Refusal:
 
 
 class Trusted:
-    """The writers of this process's own code, plus root and this process's effective user."""
+    """Who could already change this process's code: root, this process's effective user, and the writers
+    of ``code`` (its prefixes, its real interpreter's directory, the site directory of the builds), found
+    only when a file has another writer (a start whose builds only root or the user can write walks no
+    more). Holds the stat results of one survey, so that paths sharing directories examine them once."""
 
-    __slots__ = ("writers", "owner")
+    __slots__ = ("code", "stats", "_writers", "_owner")
 
-    def __init__(self, writers: "frozenset[Writer]", owner: int) -> None:
-        self.writers = writers
-        self.owner = owner  # the owner of that code: whom a fix suggests giving a file to
+    def __init__(self, code: "Iterable[str | None]") -> None:
+        self.code = tuple(p for p in code if p)
+        self.stats: "dict[tuple[bool, str], os.stat_result]" = {}  # (follow links, path) -> its stat
+        self._writers: "frozenset[Writer] | None" = None
+        self._owner = 0
+
+    def _find(self) -> "frozenset[Writer]":
+        if self._writers is None:
+            found: "set[Writer]" = set()
+            owner = None
+            for path in self.code:  # a path that cannot be examined adds no one
+                try:
+                    found |= set(writers(path, self.stats))
+                    owner = _stat(path, True, self.stats).st_uid if owner is None else owner
+                except OSError:
+                    continue
+            found.discard(EVERYONE)
+            self._writers, self._owner = frozenset(found), 0 if owner is None else owner
+        return self._writers
+
+    @property
+    def owner(self) -> int:
+        """The owner of that code (the first of ``code``): whom a fix suggests giving a file to."""
+        self._find()
+        return self._owner
 
     def admits(self, writer: "Writer") -> bool:
-        """Whether ``writer`` could already change this process's code (every user never is): one of its
-        writers, or an account in a group that is."""
+        """Whether ``writer`` could already change this process's code (every user never is): root, this
+        process's user, one of the code's writers, or an account in a group that is one."""
         if writer == EVERYONE:
             return False
-        if writer in self.writers:
+        if writer in (("uid", 0), ("uid", os.geteuid())) or writer in self._find():
             return True
-        return writer[0] == "uid" and any(("gid", g) in self.writers for g in _groups_of(writer[1]))
+        return writer[0] == "uid" and any(("gid", g) in self._find() for g in _groups_of(writer[1]))
+
+
+def _stat(path: str, follow: bool, cache: "dict[tuple[bool, str], os.stat_result]") -> os.stat_result:
+    key = (follow, path)
+    if key not in cache:
+        cache[key] = os.stat(path) if follow else os.lstat(path)
+    return cache[key]
 
 
 def _groups_of(uid: int) -> "tuple[int, ...]":
@@ -95,61 +136,71 @@ def _groups_of(uid: int) -> "tuple[int, ...]":
         return ()
 
 
-def _chain(path: str) -> "tuple[str, ...]":
-    """``path`` and every directory above it, leaf first."""
-    out = [path]
-    while os.path.dirname(out[-1]) != out[-1]:
-        out.append(os.path.dirname(out[-1]))
-    return tuple(out)
+def _lookups(path: str, cache: "dict[tuple[bool, str], os.stat_result]"
+             ) -> "tuple[str, list[tuple[str, str, os.stat_result]]]":
+    """(the real path, every directory entry the kernel looks up to reach ``path``: the directory, the
+    entry's path, the entry's lstat), following symbolic links as path resolution does (a link's target
+    is looked up from the directory holding the link; ``..`` is the parent of the real directory
+    reached). Raises OSError when an entry cannot be examined, and ELOOP past 40 links as the kernel does."""
+    import errno
+
+    pending = [p for p in reversed(path.split("/"))]
+    cur, out, links = "/", [], 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            cur = os.path.dirname(cur)
+            continue
+        entry = os.path.join(cur, name)
+        st = _stat(entry, False, cache)
+        out.append((cur, entry, st))
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if links > 40:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+            target = os.readlink(entry)
+            cur = "/" if target.startswith("/") else cur
+            pending.extend(reversed(target.split("/")))
+        else:
+            cur = entry
+    return cur, out
 
 
 def _grants(component: str, note: str, st: os.stat_result) -> "dict[Writer, Grant]":
     """Who can write the inode ``st`` of ``component`` (a directory: add, rename and remove its entries);
     ``note`` says what the component is to the file judged ("" for the file itself)."""
-    mode = f"mode {stat.filemode(st.st_mode)}"
-    writable = Grant(component, f"{component} ({f'{note}, ' if note else ''}{mode}) is writable by")
-    out = {("uid", st.st_uid): Grant(component, f"{component}{f' ({note})' if note else ''} is owned by")}
+    out = {("uid", st.st_uid): Grant(component, note)}
     if st.st_mode & stat.S_IWGRP:
-        out[("gid", st.st_gid)] = writable
+        out[("gid", st.st_gid)] = Grant(component, note, st.st_mode)
     if st.st_mode & stat.S_IWOTH:
-        out[EVERYONE] = writable
+        out[EVERYONE] = Grant(component, note, st.st_mode)
     return out
 
 
-def writers(path: str) -> "dict[Writer, Grant]":
+def writers(path: str, cache: "dict[tuple[bool, str], os.stat_result] | None" = None) -> "dict[Writer, Grant]":
     """Everyone who can change what ``path`` holds, each with the first component (leaf first) that
-    lets them. Raises OSError when a component cannot be examined."""
+    lets them. ``cache`` keeps stat results between calls. Raises OSError when a component cannot be
+    examined."""
+    cache = {} if cache is None else cache
+    if not os.path.isabs(path):
+        path = os.path.join(os.getcwd(), path)
+    real, lookups = _lookups(path, cache)
+    found: "list[dict[Writer, Grant]]" = [_grants(real, "", _stat(real, True, cache))]
+    for directory, entry, st in reversed(lookups):
+        dst = _stat(directory, True, cache)
+        note = "the directory holding " + os.path.basename(entry)
+        if dst.st_mode & stat.S_ISVTX:  # sticky: only the directory's and the entry's owners may replace it
+            grants = {("uid", dst.st_uid): Grant(directory, note), ("uid", st.st_uid): Grant(entry)}
+        else:
+            grants = _grants(directory, note, dst)
+        found.append(grants)
     out: "dict[Writer, Grant]" = {}
-    for chain in dict.fromkeys((_chain(os.path.abspath(path)), _chain(os.path.realpath(path)))):
-        stats = [os.stat(p) for p in chain]
-        found = [_grants(chain[0], "", stats[0])]
-        for child, parent, parent_st in zip(chain, chain[1:], stats[1:]):
-            grants = _grants(parent, f"the directory holding {os.path.basename(child)}", parent_st)
-            if parent_st.st_mode & stat.S_ISVTX:  # sticky: only the owners may replace an entry
-                grants = {("uid", parent_st.st_uid): grants[("uid", parent_st.st_uid)]}
-            found.append(grants)
-        for grants in found:
-            for who, grant in grants.items():
-                out.setdefault(who, grant)
+    for grants in found:
+        for who, grant in grants.items():
+            out.setdefault(who, grant)
     return out
-
-
-def trusted_writers(code: "Iterable[str | None]") -> Trusted:
-    """The writers of the code this process already runs: the paths in ``code`` (its prefixes, its real
-    interpreter's directory, the site directory of the build; the first names the owner), plus root and
-    this process's user. A path that cannot be examined adds no one."""
-    found: "set[Writer]" = {("uid", 0), ("uid", os.geteuid())}
-    owner = None
-    for path in code:
-        if not path:
-            continue
-        try:
-            found |= set(writers(path))
-            owner = os.stat(path).st_uid if owner is None else owner
-        except OSError:
-            continue
-    found.discard(EVERYONE)
-    return Trusted(frozenset(found), 0 if owner is None else owner)
 
 
 def _who(writer: "Writer") -> str:
@@ -175,7 +226,7 @@ def refusal(path: str, trusted: Trusted) -> "Refusal | None":
     component and the command that takes that power away.
     """
     try:
-        found = writers(path)
+        found = writers(path, trusted.stats)
     except OSError as exc:
         return Refusal(CAUSE_UNCHECKED, f"cannot check who can write {path} ({exc.strerror or exc})",
                        "make it and the directories above it searchable by this user")
