@@ -315,3 +315,21 @@ def test_build_reached_through_a_link_in_a_third_accounts_directory_is_refused(s
     c = candidate(doc, shared.build)
     assert not doc["ok"] and c["cause"] == "untrusted-writer" and f"{hop} (the directory holding {CU13})" in c["reason"] \
         and f"uid {shared.third.uid}" in c["reason"], doc["candidates"]
+
+
+def test_world_writable_site_directory_refuses_every_build_that_fits(shared):
+    """Every user is never trusted, even where the environment's own code is world-writable: both CUDA 12
+    builds that fit are refused, the headline says so once, and the Fix names the directory once."""
+    with shared.changed(shared.venv.site, mode=0o777):
+        r = shared.run(shared.user, ["-m", "tms_autopreload", "doctor", "--json"], {"TMS_AUTOPRELOAD_CUDA_MAJOR": "12"})
+        start, _ = shared.start(shared.user, TMS_AUTOPRELOAD_CUDA_MAJOR="12")
+    doc = json.loads(r.stdout)
+    headline, fix = doc["error"].splitlines()[0], doc["error"].splitlines()[-1]
+    assert headline == ("every torch_memory_saver preload build for CUDA 12 can be changed by someone who cannot "
+                        "change this environment's code, so none is preloaded:"), doc["error"]
+    assert fix.count(f"chmod o-w {shared.venv.site}") == 1 and "install a torch_memory_saver" not in fix, fix
+    causes = {os.path.basename(c["path"]): c["cause"] for c in doc["candidates"]}
+    assert causes == {"torch_memory_saver_hook_mode_preload.abi3.so": "world-writable",
+                      "torch_memory_saver_hook_mode_preload_cu12.abi3.so": "world-writable",
+                      CU13: None}, doc["candidates"]
+    assert assert_stopped(start).startswith(f"tms-autopreload: {headline}\n")

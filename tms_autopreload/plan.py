@@ -407,12 +407,11 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
     """The error when no build fits: the cause first (what the user set, who else can write every build
     that fits, or the driver every build that fits the runtime misses), then every candidate with its
     reason, then the fix."""
-    refused = [v for v in ordered if v.cause in TRUST_CAUSES]  # fit the runtime; others can write them
-    fixes = fixes + list(dict.fromkeys(v.build.refusal.fix for v in refused if v.build.refusal))
+    refused = [v.build for v in ordered if v.cause in TRUST_CAUSES]  # they fit; others can write them
+    fixes = fixes + list(dict.fromkeys(b.refusal.fix for b in refused if b.refusal))
     if refused and not eligible:
-        first = refused[0]
-        lines = [(f"{first.build.name}, the torch_memory_saver preload build for {runtime.name}, is not preloaded: "
-                  f"{first.build.refusal.message}" if len(refused) == 1 and first.build.refusal else
+        lines = [(f"{refused[0].name}, the torch_memory_saver preload build for {runtime.name}, is not preloaded: "
+                  f"{refused[0].refusal.message}" if len(refused) == 1 and refused[0].refusal else
                   f"every torch_memory_saver preload build for {runtime.name} can be changed by someone who "
                   f"cannot change this environment's code, so none is preloaded") + ":"]
         lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
