@@ -62,9 +62,16 @@ class Shared:
     """The environment, owned by ``owner``, with the host it runs on, and ways to run as an account."""
 
     def __init__(self, root: Path, parts) -> None:
-        tag = f"tms{os.getpid() % 100000}"
         self.accounts: list[Account] = []
         self.groups: list[str] = []
+        try:
+            self._make(root, parts)
+        except BaseException:
+            self.remove()  # no account outlives a failed set-up
+            raise
+
+    def _make(self, root: Path, parts) -> None:
+        tag = f"tms{os.getpid() % 100000}"
         self.team_gid = self._add_group(f"{tag}team")  # maintains the environment, in one test
         self.other_gid = self._add_group(f"{tag}grp")  # a group that cannot write the environment
         self.owner = self._add(f"{tag}own")  # the service account that owns the environment
@@ -76,7 +83,8 @@ class Shared:
         shutil.copytree(parts.rt[13], libs / "cuda13")
         self.host = Host(root / "host", [libs / "driver", libs / "cuda13"])
         self.root = root
-        self.venv = Venv(root / "env", python_for_every_account(DEFAULT_PYTHON), [parts.own_wheel, tms_wheel("0.0.9.post1")])
+        self.venv = Venv(root / "env", python_for_every_account(DEFAULT_PYTHON),
+                         [parts.own_wheel, tms_wheel("0.0.9.post1")])
         write_torch_standin(self.venv.site, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-sys"))
         subprocess.run(["chown", "-R", f"{self.owner.uid}:{self.owner.gid}", str(self.venv.path)], check=True)
         self.build = self.venv.site / CU13
@@ -98,13 +106,13 @@ class Shared:
             subprocess.run(["groupdel", g], capture_output=True)
 
     def run(self, who: Account, args: list[str], env: dict[str, str] | None = None):
-        """The environment's python with ``args``, as ``who`` (its own group only)."""
+        """The environment's python with ``args``, as ``who`` (with its groups)."""
         argv = [SETPRIV, f"--reuid={who.uid}", f"--regid={who.gid}", "--init-groups", "--",
                 str(self.venv.python), *args]
         return self.host.run(argv, clean_env(HOME="/nonexistent", **(env or {})), cwd=self.root)
 
-    def doctor(self, who: Account) -> dict:
-        r = self.run(who, ["-m", "tms_autopreload", "doctor", "--json"])
+    def doctor(self, who: Account, **env: str) -> dict:
+        r = self.run(who, ["-m", "tms_autopreload", "doctor", "--json"], env)
         assert r.returncode in (0, 1), r.stderr
         return json.loads(r.stdout)
 
@@ -313,17 +321,16 @@ def test_build_reached_through_a_link_in_a_third_accounts_directory_is_refused(s
         shutil.rmtree(hop)
         shutil.rmtree(real)
     c = candidate(doc, shared.build)
-    assert not doc["ok"] and c["cause"] == "untrusted-writer" and f"{hop} (the directory holding {CU13})" in c["reason"] \
-        and f"uid {shared.third.uid}" in c["reason"], doc["candidates"]
+    assert not doc["ok"] and c["cause"] == "untrusted-writer", doc["candidates"]
+    assert f"{hop} (the directory holding {CU13}) is owned by uid {shared.third.uid}" in c["reason"], c
 
 
 def test_world_writable_site_directory_refuses_every_build_that_fits(shared):
     """Every user is never trusted, even where the environment's own code is world-writable: both CUDA 12
     builds that fit are refused, the headline says so once, and the Fix names the directory once."""
     with shared.changed(shared.venv.site, mode=0o777):
-        r = shared.run(shared.user, ["-m", "tms_autopreload", "doctor", "--json"], {"TMS_AUTOPRELOAD_CUDA_MAJOR": "12"})
+        doc = shared.doctor(shared.user, TMS_AUTOPRELOAD_CUDA_MAJOR="12")
         start, _ = shared.start(shared.user, TMS_AUTOPRELOAD_CUDA_MAJOR="12")
-    doc = json.loads(r.stdout)
     headline, fix = doc["error"].splitlines()[0], doc["error"].splitlines()[-1]
     assert headline == ("every torch_memory_saver preload build for CUDA 12 can be changed by someone who cannot "
                         "change this environment's code, so none is preloaded:"), doc["error"]
