@@ -64,7 +64,7 @@ def test_which_and_doctor(scenario, python):
     assert set(doc["runtime"]) == {"kind", "major", "source", "library", "library_rule", "library_why", "torch_dir",
                                   "torch_version"}
     assert set(doc["candidates"][0]) == {"path", "target", "kind", "major", "needs", "interposes", "loads", "status",
-                                         "reason"}
+                                         "reason", "cause"}
 
 
 def test_doctor_prints_the_table_when_there_is_no_plan(scenario):

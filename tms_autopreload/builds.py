@@ -13,11 +13,10 @@ those decide. ``..._hook_mode_torch*`` builds are pluggable allocators, not prel
 """
 
 import os
-import stat
 
-from . import PATH_VAR
 from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbols
 from .sonames import DRIVER_SONAME, runtime_of, runtime_soname
+from .trust import Refusal, Trusted, refusal
 
 __all__ = ["Build", "read_build", "find_builds", "interposed", "PRELOAD_PREFIXES"]
 
@@ -27,15 +26,16 @@ PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_
 class Build:
     """One candidate preload file."""
 
-    __slots__ = ("path", "kind", "major", "info", "problem")
+    __slots__ = ("path", "kind", "major", "info", "problem", "refusal")
 
     def __init__(self, path: str, kind: str, major: int | None, info: DynamicInfo | None,
-                 problem: str | None) -> None:
+                 problem: str | None, refusal: Refusal | None = None) -> None:
         self.path = path
         self.kind = kind  # "cuda", "hip", "driver" (links only libcuda.so.1), or "unusable"
         self.major = major
         self.info = info  # its dynamic section, when readable
         self.problem = problem  # why it can never be preloaded here, or None
+        self.refusal = refusal  # why it may not be: who else can write it (tms_autopreload.trust), or None
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -57,25 +57,6 @@ class Build:
         return "nothing loadable"
 
 
-def writable_by_others(path: str) -> str | None:
-    """Why ``path`` or its directory could be replaced by another user, or None.
-
-    A preloaded file runs inside every process that inherits LD_PRELOAD, so a file that
-    someone else can rewrite is someone else's code in all of them.
-    """
-    for p in (path, os.path.dirname(path) or "."):
-        try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        if st.st_mode & stat.S_IWOTH:
-            return f"{p} is writable by every user (mode {stat.filemode(st.st_mode)})"
-        if st.st_uid not in (0, os.getuid()):
-            if st.st_mode & stat.S_IWUSR:
-                return f"{p} belongs to another user (uid {st.st_uid}) who can write it"
-    return None
-
-
 def _classify(info: DynamicInfo) -> tuple[str, int | None]:
     for name in info.needed:
         found = runtime_of(name)
@@ -86,8 +67,9 @@ def _classify(info: DynamicInfo) -> tuple[str, int | None]:
     return "unusable", None
 
 
-def read_build(path: str, want: DynamicInfo, *, explicit: bool = False) -> Build:
-    """Classify ``path`` for a process whose executable is ``want`` (same ELF class and machine)."""
+def read_build(path: str, want: DynamicInfo, trusted: Trusted | None = None) -> Build:
+    """Classify ``path`` for a process whose executable is ``want`` (same ELF class and machine), and
+    judge who can write it against ``trusted``, the writers of that process's code (None: not judged)."""
     path = os.path.abspath(path)
     try:
         info = read_dynamic(path)
@@ -102,15 +84,12 @@ def read_build(path: str, want: DynamicInfo, *, explicit: bool = False) -> Build
                    f"this interpreter is {want.machine_name} {want.elf_class}-bit")
     elif kind == "unusable":
         problem = f"links neither libcudart, libamdhip64 nor {DRIVER_SONAME}: not a torch_memory_saver hook"
-    elif not explicit:
-        problem = writable_by_others(path)
-        if problem:
-            problem += f"; refusing to preload it (name it in {PATH_VAR} to override)"
-    return Build(path, kind, major, info, problem)
+    return Build(path, kind, major, info, problem, None if problem or trusted is None else refusal(path, trusted))
 
 
-def find_builds(package_dir: str, want: DynamicInfo) -> list[Build]:
-    """Every preload build in the package directory and the one above it, in that order."""
+def find_builds(package_dir: str, want: DynamicInfo, trusted: Trusted) -> list[Build]:
+    """Every preload build in the package directory and the one above it, in that order, each judged
+    against ``trusted``."""
     builds: list[Build] = []
     seen: set[tuple[int, int]] = set()  # (device, inode): wheels may hold one file under two names
     for d in (package_dir, os.path.dirname(os.path.abspath(package_dir))):
@@ -128,7 +107,7 @@ def find_builds(package_dir: str, want: DynamicInfo) -> list[Build]:
                 key = (st.st_dev, st.st_ino) if st else (-1, len(seen))
                 if key not in seen:
                     seen.add(key)
-                    builds.append(read_build(path, want))
+                    builds.append(read_build(path, want, trusted))
     return builds
 
 

@@ -20,7 +20,7 @@ import sys
 from . import PATH_VAR as FORCE_VAR
 from . import STATE_VAR, state_key
 from . import compose_preload, locate, open_regular, same_file, split_preload
-from .builds import Build, find_builds, read_build, writable_by_others
+from .builds import Build, find_builds, read_build
 from .elf import ElfError, read_dynamic
 from .environ import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
 from .errors import ResolveError, shown
@@ -28,6 +28,8 @@ from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, detect, install_hint
 from .sonames import DRIVER_SONAME, GLIBC_SONAMES
 from .trace import Trace, run_trace, run_traces
+from .trust import CAUSES as TRUST_CAUSES
+from .trust import Trusted, refusal
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
@@ -75,7 +77,7 @@ class Verdict:
         self.status = status  # "chosen", "loads" (fits and loads, not chosen), "rejected", "untried"
         self.reason = reason
         self.loads = loads  # the real loader's answer; None when not traced
-        self.cause = cause  # CAUSE_NO_DRIVER, or None: what code may act on, never the wording
+        self.cause = cause  # CAUSE_NO_DRIVER, a tms_autopreload.trust cause, or None: what code may act on
 
 
 class Plan:
@@ -136,7 +138,7 @@ class Report:
             "candidates": [{
                 "path": v.build.path, "target": v.build.target(), "kind": v.build.kind,
                 "major": v.build.major, "needs": list(v.build.needs), "loads": v.loads,
-                "status": v.status, "reason": v.reason,
+                "status": v.status, "reason": v.reason, "cause": v.cause,
             } for v in self.verdicts],
             "plan": None if self.plan is None else {
                 "build": self.plan.build, "env": self.plan.changes(), "binding": self.plan.binding,
@@ -512,9 +514,18 @@ def _no_binding_fix(options: "list[Option]", runtime: Runtime) -> "str | None":
     return None
 
 
+def _code_writers(exe: str, package_dir: str | None) -> Trusted:
+    """Who can already change the code this process runs (:mod:`tms_autopreload.trust`): its prefixes,
+    its real interpreter's directory, and the site directory that holds torch_memory_saver (and so
+    the builds found next to it)."""
+    return Trusted((sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(exe)),
+                    os.path.dirname(package_dir) if package_dir else None))
+
+
 def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, want: "DynamicInfo",
                 warnings: list[str]) -> "tuple[list[Build], str | None, str | None]":
     """Step 1: (the builds to consider, or an error; the path TMS_AUTOPRELOAD_PATH forces, if any)."""
+    trusted = _code_writers(exe, package_dir)
     forced = env.get(FORCE_VAR, "").strip() or None
     if forced:
         what = ("is not an absolute path" if not os.path.isabs(forced) else
@@ -522,19 +533,19 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, wan
                 "is not a regular file" if not os.path.isfile(forced) else None)
         if what:
             return [], f"{FORCE_VAR}={shown(forced)} {what}; point it at a preload build or unset it", forced
-        build = read_build(forced, want, explicit=True)
+        build = read_build(forced, want)
         if build.problem:
             return [], (f"{FORCE_VAR}={shown(forced)} does not name a torch_memory_saver preload build for this "
                         f"interpreter: {build.problem}. Fix: point {FORCE_VAR} at one (`tms-autopreload doctor` "
                         f"lists the installed builds) or unset it"), forced
-        unsafe = writable_by_others(forced)
+        unsafe = refusal(forced, trusted)
         if unsafe:
-            warnings.append(f"{FORCE_VAR} names a file others can change ({unsafe}); preloading it anyway")
+            warnings.append(f"{FORCE_VAR} names a file others can change ({unsafe.message}); preloading it anyway")
         return [build], None, forced
     if package_dir is None:
         return [], (f"torch_memory_saver is not installed for {exe}: pip install torch-memory-saver "
                     f"(or set {FORCE_VAR}=/abs/path/to/build.so)"), None
-    builds = find_builds(package_dir, want)
+    builds = find_builds(package_dir, want, trusted)
     if not builds:
         return [], (f"torch_memory_saver at {package_dir} ships no preload build (looked for "
                     f"torch_memory_saver_hook_mode_preload*.so and torch_memory_saver_cpp*.so there and "
@@ -543,7 +554,8 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, wan
 
 
 def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Verdict], list[int]]":
-    """Step 3: verdicts for builds that cannot fit, and the indexes of those that may, best first."""
+    """Step 3: verdicts for builds that cannot fit or may not be preloaded (who can write them, judged
+    only for builds that fit, so that the error names that cause), and the indexes of the rest, best first."""
     verdicts: dict[int, Verdict] = {}
     eligible: list[tuple[tuple[int, int, int], int]] = []
     for i, b in enumerate(builds):
@@ -551,10 +563,13 @@ def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Ve
             verdicts[i] = Verdict(b, "rejected", b.problem)
         elif runtime is None:
             verdicts[i] = Verdict(b, "untried", "no runtime could be decided")
-        elif _fits(b, runtime):
-            eligible.append((_preference(b, runtime, i), i))
-        else:
+        elif not _fits(b, runtime):
             verdicts[i] = Verdict(b, "rejected", f"built for {b.target()}, not for this process's {runtime.name}")
+        elif b.refusal:
+            verdicts[i] = Verdict(b, "rejected", f"{b.refusal.message}; refusing to preload it (name it in "
+                                  f"{FORCE_VAR} to override)", cause=b.refusal.cause)
+        else:
+            eligible.append((_preference(b, runtime, i), i))
     return verdicts, [i for _, i in sorted(eligible)]
 
 
@@ -594,7 +609,7 @@ def _trace_the_rest(verdicts: dict[int, Verdict], env: "Mapping[str, str]", plan
     probe_env = {**env, **(plan.changes() if plan else {})}
     out = dict(verdicts)
     for i, v in verdicts.items():
-        if v.loads is None and v.build.info is not None and v.build.problem is None:
+        if v.loads is None and v.build.info is not None and v.build.problem is None and v.build.refusal is None:
             probe_env["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), v.build.path)
             try:
                 t = run_trace(exe, probe_env)
@@ -620,9 +635,19 @@ def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str |
 
 def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int], fixes: list[str],
             forced: str | None, ld_library_path: str) -> str:
-    """The error when no build fits: the cause first (what the user set, or the driver every build
-    that fits the runtime misses), then every candidate with its reason, then the fix."""
-    any_eligible = bool(eligible)
+    """The error when no build fits: the cause first (what the user set, who else can write every build
+    that fits, or the driver every build that fits the runtime misses), then every candidate with its
+    reason, then the fix."""
+    refused = [v.build for v in ordered if v.cause in TRUST_CAUSES]  # they fit; others can write them
+    fixes = fixes + list(dict.fromkeys(b.refusal.fix for b in refused if b.refusal))
+    if refused and not eligible:
+        lines = [(f"{refused[0].name}, the torch_memory_saver preload build for {runtime.name}, is not preloaded: "
+                  f"{refused[0].refusal.message}" if len(refused) == 1 and refused[0].refusal else
+                  f"every torch_memory_saver preload build for {runtime.name} can be changed by someone who "
+                  f"cannot change this environment's code, so none is preloaded") + ":"]
+        lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
+        lines.append("Fix: " + "; or ".join(fixes) + f"; or name the build in {FORCE_VAR} to preload it anyway")
+        return "\n".join(lines)
     if eligible and all(ordered[i].cause == CAUSE_NO_DRIVER for i in eligible):
         where = (f"LD_LIBRARY_PATH={shown(ld_library_path)}, /etc/ld.so.cache and the default directories"
                  if ld_library_path else "/etc/ld.so.cache and the default directories")
@@ -646,10 +671,10 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
         return "\n".join(lines)
     lines = [f"no torch_memory_saver preload build fits {runtime.describe()}:"]
     lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
-    if not any_eligible and runtime.kind == "cuda":
+    if not eligible and runtime.kind == "cuda":
         fixes.append(f"install a torch_memory_saver that ships a CUDA {runtime.major} build: "
                      f"pip install 'torch-memory-saver>=0.0.9.post1' (it ships _cu12 and _cu13 builds)")
-    elif not any_eligible:
+    elif not eligible:
         fixes.append("install a ROCm build of torch_memory_saver (built from source with ROCm)")
     lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
                  f"Fix: see the reasons above, or set {FORCE_VAR} to a build that loads")

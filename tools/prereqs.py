@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from rootfs import bootstrapper  # noqa: E402
-from sandbox import CACHE, SetupError, check_namespaces, locate_python  # noqa: E402
+from sandbox import CACHE, SetupError, check_namespaces, locate_python, python_for_every_account  # noqa: E402
 from standins import compiler  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -138,7 +138,24 @@ PROGRAMS = {
     "bash": ("bash", ("check", "test")),
     "patchelf": ("patchelf", ("check", "test")),  # conda's interpreters: DT_RPATH set with --force-rpath (test_conda.py)
     "script": ("bsdutils", ("test",)),
+    "useradd": ("passwd", ("check", "test")),  # tests/test_shared_env.py: accounts of its own
+    "userdel": ("passwd", ("check", "test")),
+    "groupadd": ("passwd", ("check", "test")),
+    "groupdel": ("passwd", ("check", "test")),
 }
+
+
+def _root(lane: str) -> str | None:
+    return None if os.geteuid() == 0 else f"running as uid {os.geteuid()}"
+
+
+def _shared_python(lane: str) -> str | None:
+    """The interpreter tests/test_shared_env.py starts as other accounts."""
+    try:
+        python_for_every_account(f"{sys.version_info.major}.{sys.version_info.minor}")
+    except SetupError as exc:
+        return str(exc)
+    return None
 
 NEEDS = (
     Need("private mount namespaces", ("check", "test"), _setup_step(check_namespaces),
@@ -147,6 +164,10 @@ NEEDS = (
     *(Need(name, lanes, _program(name), f"Debian: apt-get install {package}")
       for name, (package, lanes) in PROGRAMS.items()),
     Need("a C compiler", ("check", "test"), _compiler, "Debian: apt-get install gcc"),
+    Need("root (a shared environment's tests create accounts and change file owners)", ("check", "test"), _root,
+         "run the tests as root (in a container, say)"),
+    Need("a Python every account can run", ("check", "test"), _shared_python,
+         "Debian: apt-get install python3 (an interpreter outside /root)"),
     Need("debootstrap or mmdebstrap", ("test",), _setup_step(bootstrapper),
          "Debian: apt-get install debootstrap (run as root with apt-get, make test installs it)"),
     Need("Slurm", ("test",), _setup_step(slurm.ensure_installed),

@@ -191,6 +191,20 @@ def find_python(minor: str) -> str | None:
         return None
 
 
+def python_for_every_account(minor: str) -> str:
+    """The real path of a CPython that every account can run (each directory above it searchable by all),
+    ``3.<minor>`` where there is one, else the system's python3; a shared environment's tests
+    (tests/test_shared_env.py) start it as other users. An interpreter under /root (pyenv) is not one.
+    Raises SetupError when there is none."""
+    for c in (find_python(minor), f"/usr/bin/python{minor}", "/usr/bin/python3"):
+        if c and os.path.exists(c):
+            real = Path(os.path.realpath(c))
+            if all(os.stat(p).st_mode & 0o001 for p in real.parents):
+                return str(real)
+    raise SetupError("no Python interpreter that every account can run: each one found lies under a directory "
+                     "other users cannot enter (such as pyenv's under /root)")
+
+
 def build_own_wheel(dest: Path) -> Path:
     """Build this project's wheel (what users install) from a clean copy of the source tree.
 
