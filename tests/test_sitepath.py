@@ -1,0 +1,172 @@
+"""The whole search path, and ``doctor`` = the hook, in the layouts people build.
+
+site.py runs ``tms_autopreload.pth``'s import line while it is still adding site directories (on
+CPython 3.10-3.14): packages in a directory it adds later must be found all the same. Each layout here
+is built as people's tools build it, with real interpreters:
+
+* ``system-site``: a venv made with ``python -m venv --system-site-packages`` over a base interpreter
+  (a prefix of its own, :func:`support.base_python`) whose own site-packages hold torch and NVIDIA's
+  runtime wheel, the package in the venv (an NGC-style image; ``scripts/gpu-check.sh`` builds this);
+* ``user-site``: the package installed with ``pip install --user`` under a real ``HOME``, beside the
+  base interpreter's torch;
+* ``pth-line``: torch in a directory that a later ``.pth`` file (``zz_torch.pth``) adds.
+
+The property checked everywhere (:func:`assert_doctor_is_hook`): a flagged start applies exactly the
+plan ``doctor --json`` printed in the same environment without the flag (exec mode: the build,
+LD_PRELOAD and LD_LIBRARY_PATH; dlopen mode: the build), with one runtime library mapped, the one
+``doctor`` named, once torch's own libraries are loaded; where ``doctor`` has no plan, the start stops
+with its error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import DEFAULT_PYTHON, MODES, Scenario, mode_env, need
+from support import (REEXECD, SetupError, Venv, assert_stopped, base_python, clean_env, locate_python, run,
+                     runtime_wheel, tms_wheel, torch_venv, write_torch_standin)
+
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+
+# A flagged start's own account: its image (re-exec'd or not), the hooks and runtime libraries mapped once
+# torch's libraries are loaded as torch loads them, and what its children would inherit. A torch stand-in
+# (tools/standins.py) cannot be imported: its libtorch_global_deps.so is loaded the way torch 2.14.1's
+# _load_global_deps does (ctypes.CDLL, RTLD_GLOBAL), which maps the runtime its DT_NEEDED names.
+PROBE = REEXECD + r"""
+import ctypes, importlib.util, json, os
+try:
+    import torch
+except ModuleNotFoundError:
+    pass
+except ImportError as exc:
+    if 'stand-in' not in str(exc):
+        raise
+    lib = os.path.join(importlib.util.find_spec('torch').submodule_search_locations[0], 'lib')
+    ctypes.CDLL(os.path.join(lib, 'libtorch_global_deps.so'), mode=ctypes.RTLD_GLOBAL)
+files = {f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6}
+print(json.dumps({'reexecd': reexecd(),
+                  'hooks': sorted(f for f in files if 'torch_memory_saver' in os.path.basename(f)),
+                  'runtimes': sorted({os.path.realpath(f) for f in files
+                                      if os.path.basename(f).startswith(('libcudart.so', 'libamdhip64.so'))}),
+                  'LD_PRELOAD': os.environ.get('LD_PRELOAD'), 'LD_LIBRARY_PATH': os.environ.get('LD_LIBRARY_PATH')}))
+"""
+
+
+class World(Scenario):
+    """A layout on a host, with the variables every process of it gets (``HOME`` for a user site)."""
+
+    def __init__(self, venv: Venv, host, parts, env: dict[str, str] | None = None) -> None:
+        super().__init__(venv, host, parts)
+        self.env = env or {}
+
+    def run(self, args: list[str], env: dict[str, str] | None = None, **kw):
+        return super().run(args, {**self.env, **(env or {})}, **kw)
+
+
+def assert_doctor_is_hook(world: Scenario, env: dict[str, str] | None = None) -> dict:
+    """What ``doctor --json`` printed without the flag is what a flagged start does, in both modes;
+    returns doctor's document."""
+    env = env or {}
+    doc = world.doctor(env)
+    for mode in MODES:
+        r = world.run(["-c", PROBE], {"TMS_AUTOPRELOAD": "1", **mode_env(mode), **env}, timeout=300)
+        if doc["plan"] is None:
+            message = assert_stopped(r, verbose=True)
+            assert doc["error"].splitlines()[0] in message, (mode, doc["error"], message)
+            continue
+        assert r.returncode == 0, (mode, doc["plan"], r.stderr[-3000:])
+        seen = json.loads(r.stdout.strip().splitlines()[-1])
+        plan = doc["plan"]
+        assert [os.path.realpath(h) for h in seen["hooks"]] == [os.path.realpath(plan["build"])], (mode, seen, plan)
+        library = doc["runtime"]["library"]
+        assert len(seen["runtimes"]) <= 1 and seen["runtimes"] in ([], [os.path.realpath(library or "")]), \
+            (mode, seen["runtimes"], library)
+        if mode == "exec":
+            assert seen["reexecd"], (seen, r.stderr)
+            assert seen["LD_PRELOAD"] == plan["env"]["LD_PRELOAD"], (seen, plan)
+            assert seen["LD_LIBRARY_PATH"] == plan["env"].get("LD_LIBRARY_PATH", env.get("LD_LIBRARY_PATH")), \
+                (seen, plan)
+    return doc
+
+
+# ---------------------------------------------------------------- the layouts
+
+def _base_with_torch(parts, root: Path, python: str, torch: str = "cu13-pip") -> Venv:
+    """A base interpreter whose own site-packages hold a torch stand-in and NVIDIA's runtime wheel,
+    as ``pip install torch`` leaves them (torch/lib finds nvidia/cu13/lib by its DT_RPATH)."""
+    base = need(base_python, need(locate_python, python), root / "base")
+    major = 13 if "13" in torch else 12
+    need(base.install, runtime_wheel(major))
+    cuda = "13.0" if major == 13 else "12.8"
+    write_torch_standin(base.site, cuda=cuda, hip=None, deps_lib=parts.global_deps(torch))
+    return base
+
+
+def _host(parts, root: Path, host: tuple[str, ...]):
+    from support import Host
+
+    return need(Host, root / "host", parts.host_dirs(host))
+
+
+def system_site(parts, root: Path, python: str, host: tuple[str, ...], tms: str = "0.0.9.post1") -> World:
+    base = _base_with_torch(parts, root, python)
+    venv = need(Venv, root / "venv", str(base.python), [parts.own_wheel, tms_wheel(tms)], system_site=True)
+    return World(venv, _host(parts, root, host), parts)
+
+
+def user_site(parts, root: Path, python: str, host: tuple[str, ...], tms: str = "0.0.9.post1") -> World:
+    base = _base_with_torch(parts, root, python)
+    home = root / "home"
+    home.mkdir()
+    import sys
+
+    need(run, [sys.executable, "-m", "pip", "--python", str(base.python), "install", "-q", "--user", "--no-deps",
+               "--no-index", "--disable-pip-version-check", str(parts.own_wheel), str(tms_wheel(tms))],
+         env=clean_env(HOME=str(home)))
+    assert list(home.glob("lib/python*/site-packages/tms_autopreload.pth")) == [] and \
+        list(home.glob(".local/lib/python*/site-packages/tms_autopreload.pth")), "pip --user put it elsewhere"
+    return World(base, _host(parts, root, host), parts, {"HOME": str(home)})
+
+
+def pth_line(parts, root: Path, python: str, host: tuple[str, ...], tms: str = "0.0.9.post1",
+             torch_site: Path | None = None) -> World:
+    """``torch_site``: a directory already holding torch (real torch's); else a stand-in is made."""
+    venv = need(Venv, root / "venv", need(locate_python, python), [parts.own_wheel, tms_wheel(tms)])
+    if torch_site is None:
+        torch_site = root / "extra"
+        import sys
+
+        need(run, [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                   str(torch_site), str(runtime_wheel(13))])
+        write_torch_standin(torch_site, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
+    (venv.site / "zz_torch.pth").write_text(f"{torch_site}\n")
+    return World(venv, _host(parts, root, host), parts)
+
+
+LAYOUTS = {"system-site": system_site, "user-site": user_site, "pth-line": pth_line}
+PIP_ONLY = ("driver",)
+SYSTEM_CUDA13 = ("driver", "cuda13")
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_torch_on_a_later_site_directory_is_found(parts, tmp_path, layout, python):
+    """Pip-only host: torch and its runtime exist only in a directory site.py adds after the
+    package's ``.pth`` ran. The flagged start finds them, as ``doctor`` does."""
+    world = LAYOUTS[layout](parts, tmp_path, python, PIP_ONLY)
+    doc = assert_doctor_is_hook(world)
+    assert doc["ok"] and os.path.basename(doc["plan"]["build"]) == CU13, doc
+    assert doc["runtime"]["torch_dir"] and "nvidia/cu13/lib" in doc["runtime"]["library"], doc["runtime"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_one_runtime_beside_a_system_cuda(parts, tmp_path, layout):
+    """Host with a system CUDA 13: the hook binds torch's own libcudart (the one torch loads by its
+    DT_RPATH), not the system's, so one copy maps."""
+    world = LAYOUTS[layout](parts, tmp_path, DEFAULT_PYTHON, SYSTEM_CUDA13)
+    doc = assert_doctor_is_hook(world)
+    assert doc["ok"] and "nvidia/cu13/lib" in doc["plan"]["env"].get("LD_LIBRARY_PATH", ""), doc["plan"]
