@@ -170,3 +170,19 @@ def test_one_runtime_beside_a_system_cuda(parts, tmp_path, layout):
     world = LAYOUTS[layout](parts, tmp_path, DEFAULT_PYTHON, SYSTEM_CUDA13)
     doc = assert_doctor_is_hook(world)
     assert doc["ok"] and "nvidia/cu13/lib" in doc["plan"]["env"].get("LD_LIBRARY_PATH", ""), doc["plan"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("host", [PIP_ONLY, SYSTEM_CUDA13], ids=["pip-only", "system-cuda13"])
+def test_real_torch_on_a_later_pth_line(parts, tmp_path, host):
+    """Real torch 2.14.1 (CUDA 13) in a directory ``zz_torch.pth`` adds: the flagged start imports it
+    hooked with the cu13 build and exactly one libcudart, torch's own, counting what torch loads by
+    path (``_load_global_deps``) once imported."""
+    shared = need(torch_venv, need(locate_python, DEFAULT_PYTHON))
+    world = pth_line(parts, tmp_path, DEFAULT_PYTHON, host, torch_site=shared.site)
+    world.env = {"PYTHONDONTWRITEBYTECODE": "1"}  # the cached torch is shared: nothing is written into it
+    doc = assert_doctor_is_hook(world)
+    assert doc["ok"] and os.path.basename(doc["plan"]["build"]) == CU13, doc
+    assert doc["runtime"]["torch_version"].startswith("2.14.1"), doc["runtime"]
+    assert os.path.realpath(doc["runtime"]["library"]) == os.path.realpath(
+        shared.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13"), doc["runtime"]
