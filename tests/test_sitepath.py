@@ -227,3 +227,36 @@ SCENARIO_WORLDS = {
 @pytest.mark.parametrize("world", SCENARIO_WORLDS)
 def test_doctor_is_the_hook_in_every_scenario_world(scenario, world):
     assert_doctor_is_hook(scenario(**SCENARIO_WORLDS[world]))
+
+
+# ---------------------------------------------------------------- scripts/gpu-check.sh's own layout
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _real_torch_base(root: Path) -> Venv:
+    """A base interpreter whose own site-packages hold real torch 2.14.1 and its NVIDIA wheels, as an
+    image's python3 does: the cached torch venv's packages hard-linked in (seconds, no space; nothing is
+    written into the cache: new files go to the copy's own directories)."""
+    shared = need(torch_venv, need(locate_python, DEFAULT_PYTHON))
+    base = need(base_python, need(locate_python, DEFAULT_PYTHON), root / "base")
+    need(run, ["cp", "-al", *map(str, shared.site.iterdir()), str(base.site)])
+    return base
+
+
+@pytest.mark.parametrize("torch", ["stand-in", pytest.param("real", marks=pytest.mark.slow)])
+def test_gpu_check_layout_up_to_the_gpu(parts, tmp_path, torch):
+    """The venv ``scripts/gpu-check.sh`` makes (``--venv``: the same steps, stopped before the GPU):
+    ``--system-site-packages`` over a python3 that carries a CUDA 13 torch. On a pip-only host its
+    flagged start is hooked with the cu13 build and torch's one libcudart, as ``doctor`` says."""
+    base = _real_torch_base(tmp_path) if torch == "real" else _base_with_torch(parts, tmp_path, DEFAULT_PYTHON)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for w in (parts.own_wheel, tms_wheel("0.0.9.post1")):
+        (wheels / w.name).symlink_to(w)
+    need(run, ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--venv", str(tmp_path / "venv")],
+         env=clean_env(PYTHON=str(base.python), WHEELS=str(wheels)), timeout=600)
+    world = World(Venv(tmp_path / "venv"), _host(parts, tmp_path, PIP_ONLY), parts, {"PYTHONDONTWRITEBYTECODE": "1"})
+    doc = assert_doctor_is_hook(world)
+    assert doc["ok"] and os.path.basename(doc["plan"]["build"]) == CU13, doc
+    assert doc["runtime"]["torch_dir"] == str(base.site / "torch"), doc["runtime"]
