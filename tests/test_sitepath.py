@@ -260,3 +260,71 @@ def test_gpu_check_layout_up_to_the_gpu(parts, tmp_path, torch):
     doc = assert_doctor_is_hook(world)
     assert doc["ok"] and os.path.basename(doc["plan"]["build"]) == CU13, doc
     assert doc["runtime"]["torch_dir"] == str(base.site / "torch"), doc["runtime"]
+
+
+# ---------------------------------------------------------------- what an import line sees, per version
+
+# An import line of a .pth file in the venv's site-packages (sorting first): the search path the package
+# computes there, and sys.path as it is then, written to $PROBE_OUT the first time it runs (on 3.10-3.14
+# a venv's site-packages is processed twice, CPython #75723; the start-up hook acts the first time).
+EARLY_PROBE = ("import os, json, sys; from tms_autopreload.sitepath import search_path; "
+               "os.path.exists(os.environ['PROBE_OUT']) or "
+               "open(os.environ['PROBE_OUT'], 'w').write(json.dumps([search_path(), sys.path]))\n")
+FINAL = "import json, sys; print(json.dumps(sys.path[1:]))"  # sys.path[0] (here '') comes after site.py
+
+
+def _site_probe_layout(root: Path, venv_site: Path, base_site: Path, user_site: Path) -> dict[str, Path]:
+    """Every kind of directory site.py adds after the venv's site-packages, each with a ``.pth`` path line
+    of its own, and the venv's own later ``zz_`` line; returns the directories named."""
+    named = {}
+    for name, site in (("base", base_site), ("user", user_site), ("zz", venv_site)):
+        site.mkdir(parents=True, exist_ok=True)
+        named[name] = root / f"added-by-{name}"
+        named[name].mkdir()
+        (site / f"{name}_line.pth").write_text(f"# a comment\n{named[name]}\n\nimport os\n")
+    (venv_site / "aa_probe.pth").write_text(EARLY_PROBE)
+    return named
+
+
+@pytest.mark.parametrize("python", [*PYTHONS, "sid/3.14", "sid/3.15"])
+def test_search_path_at_an_import_line_is_the_final_path(parts, rootfs, tmp_path, python):
+    """From an import line in a ``--system-site-packages`` venv, with a user site, the package's search
+    path is the one the interpreter has once site.py is done. What ``sys.path`` itself holds then is the
+    version's own: on 3.10-3.14 the user site, the base's site-packages and every later path line are
+    missing; from 3.15 (PEP 829's batching, Debian's 3.15.2 here) every path line is already there."""
+    home = tmp_path / "home"
+    out = tmp_path / "probe.json"
+    suite, _, version = python.rpartition("/")
+    env = clean_env(HOME=str(home), PROBE_OUT=str(out))
+    if suite:
+        fs = rootfs(suite)
+        dist = f"/usr/local/lib/python{version}/dist-packages"  # Debian's site-packages for local installs
+        base_site = tmp_path / "dist-packages"
+        base_site.mkdir()
+        setup = f'mkdir -p "$ROOT{dist}" && mount --bind {base_site} "$ROOT{dist}"'
+        fs.run([fs.python(version), "-m", "venv", "--without-pip", "--system-site-packages", str(tmp_path / "venv")])
+        from rootfs import RootfsVenv
+
+        venv = need(RootfsVenv, fs, tmp_path / "venv", None, [parts.own_wheel])
+
+        def start(code: str):
+            return run(fs.wrap([str(venv.python), "-c", code], env, setup=setup), env=clean_env())
+    else:
+        base = need(base_python, need(locate_python, python), tmp_path / "base")
+        venv = need(Venv, tmp_path / "venv", str(base.python), [parts.own_wheel], system_site=True)
+        base_site = base.site
+
+        def start(code: str):
+            return run([str(venv.python), "-c", code], env=env)
+    user = home / ".local" / "lib" / f"python{version}" / "site-packages"
+    named = _site_probe_layout(tmp_path, venv.site, base_site, user)
+    final = json.loads(start(FINAL).stdout)
+    computed, raw = json.loads(out.read_text())
+    print(f"{python}: at the import line sys.path lacks",
+          [p for p in final if p not in raw] or "nothing", "of the final", final)
+    assert all(str(d) in final for d in named.values()), final
+    assert computed == final
+    if version >= "3.15":
+        assert raw == final
+    else:  # only what came before: the interpreter's own entries and the venv's site-packages
+        assert raw == final[:final.index(str(venv.site)) + 1], raw
