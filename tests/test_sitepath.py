@@ -270,7 +270,9 @@ def test_gpu_check_layout_up_to_the_gpu(parts, tmp_path, torch):
 EARLY_PROBE = ("import os, json, sys; from tms_autopreload.sitepath import search_path; "
                "os.path.exists(os.environ['PROBE_OUT']) or "
                "open(os.environ['PROBE_OUT'], 'w').write(json.dumps([search_path(), sys.path]))\n")
-FINAL = "import json, sys; print(json.dumps(sys.path[1:]))"  # sys.path[0] (here '') comes after site.py
+# sys.path once site.py is done: sys.path[0] ('' for -c) comes after it, except under -I or -P.
+FINAL = ("import json, sys; print(json.dumps(sys.path[0 if sys.flags.isolated or getattr(sys.flags, 'safe_path', 0) "
+         "else 1:]))")
 
 
 def _site_probe_layout(root: Path, venv_site: Path, base_site: Path, user_site: Path) -> dict[str, Path]:
@@ -286,45 +288,71 @@ def _site_probe_layout(root: Path, venv_site: Path, base_site: Path, user_site: 
     return named
 
 
+def _early_and_final(parts, rootfs, root: Path, python: str, options: tuple[str, ...] = (),
+                     extra_env: dict[str, str] | None = None, system_site: bool = True):
+    """Build the probe layout in a venv of ``python`` and start it with ``options``: (the directories named,
+    the final sys.path, search_path() at the import line, sys.path there, the venv)."""
+    home = root / "home"
+    out = root / "probe.json"
+    suite, _, version = python.rpartition("/")
+    env = clean_env(HOME=str(home), PROBE_OUT=str(out), **(extra_env or {}))
+    made = ["--system-site-packages"] if system_site else []
+    if suite:
+        fs = rootfs(suite)
+        dist = f"/usr/local/lib/python{version}/dist-packages"  # Debian's site-packages for local installs
+        base_site = root / "dist-packages"
+        base_site.mkdir()
+        setup = f'mkdir -p "$ROOT{dist}" && mount --bind {base_site} "$ROOT{dist}"'
+        fs.run([fs.python(version), "-m", "venv", "--without-pip", *made, str(root / "venv")])
+        from rootfs import RootfsVenv
+
+        venv = need(RootfsVenv, fs, root / "venv", None, [parts.own_wheel])
+
+        def start(code: str):
+            return run(fs.wrap([str(venv.python), *options, "-c", code], env, setup=setup), env=clean_env())
+    else:
+        base = need(base_python, need(locate_python, python), root / "base")
+        venv = need(Venv, root / "venv", str(base.python), [parts.own_wheel], system_site=system_site)
+        base_site = base.site
+
+        def start(code: str):
+            return run([str(venv.python), *options, "-c", code], env=env)
+    user = home / ".local" / "lib" / f"python{version}" / "site-packages"
+    named = _site_probe_layout(root, venv.site, base_site, user)
+    final = json.loads(start(FINAL).stdout)
+    computed, raw = json.loads(out.read_text())
+    print(f"{python} {' '.join(options)} {extra_env or ''}: at the import line sys.path lacks",
+          [p for p in final if p not in raw] or "nothing", "of the final", final)
+    return named, final, computed, raw, venv
+
+
 @pytest.mark.parametrize("python", [*PYTHONS, "sid/3.14", "sid/3.15"])
 def test_search_path_at_an_import_line_is_the_final_path(parts, rootfs, tmp_path, python):
     """From an import line in a ``--system-site-packages`` venv, with a user site, the package's search
     path is the one the interpreter has once site.py is done. What ``sys.path`` itself holds then is the
     version's own: on 3.10-3.14 the user site, the base's site-packages and every later path line are
     missing; from 3.15 (PEP 829's batching, Debian's 3.15.2 here) every path line is already there."""
-    home = tmp_path / "home"
-    out = tmp_path / "probe.json"
-    suite, _, version = python.rpartition("/")
-    env = clean_env(HOME=str(home), PROBE_OUT=str(out))
-    if suite:
-        fs = rootfs(suite)
-        dist = f"/usr/local/lib/python{version}/dist-packages"  # Debian's site-packages for local installs
-        base_site = tmp_path / "dist-packages"
-        base_site.mkdir()
-        setup = f'mkdir -p "$ROOT{dist}" && mount --bind {base_site} "$ROOT{dist}"'
-        fs.run([fs.python(version), "-m", "venv", "--without-pip", "--system-site-packages", str(tmp_path / "venv")])
-        from rootfs import RootfsVenv
-
-        venv = need(RootfsVenv, fs, tmp_path / "venv", None, [parts.own_wheel])
-
-        def start(code: str):
-            return run(fs.wrap([str(venv.python), "-c", code], env, setup=setup), env=clean_env())
-    else:
-        base = need(base_python, need(locate_python, python), tmp_path / "base")
-        venv = need(Venv, tmp_path / "venv", str(base.python), [parts.own_wheel], system_site=True)
-        base_site = base.site
-
-        def start(code: str):
-            return run([str(venv.python), "-c", code], env=env)
-    user = home / ".local" / "lib" / f"python{version}" / "site-packages"
-    named = _site_probe_layout(tmp_path, venv.site, base_site, user)
-    final = json.loads(start(FINAL).stdout)
-    computed, raw = json.loads(out.read_text())
-    print(f"{python}: at the import line sys.path lacks",
-          [p for p in final if p not in raw] or "nothing", "of the final", final)
+    named, final, computed, raw, venv = _early_and_final(parts, rootfs, tmp_path, python)
     assert all(str(d) in final for d in named.values()), final
     assert computed == final
-    if version >= "3.15":
+    if python.endswith("3.15"):
         assert raw == final
     else:  # only what came before: the interpreter's own entries and the venv's site-packages
         assert raw == final[:final.index(str(venv.site)) + 1], raw
+
+
+@pytest.mark.parametrize("python", [DEFAULT_PYTHON, "sid/3.14"])
+@pytest.mark.parametrize("how, options, extra_env, system_site, left_out", [
+    ("-s", ("-s",), None, True, ("user",)),
+    ("-I", ("-I",), None, True, ("user",)),
+    ("PYTHONNOUSERSITE", (), {"PYTHONNOUSERSITE": "1"}, True, ("user",)),
+    ("venv without system site", (), None, False, ("user", "base")),
+])
+def test_search_path_follows_site_options(parts, rootfs, tmp_path, python, how, options, extra_env, system_site,
+                                          left_out):
+    """The options and settings that leave site directories out (``-s``, ``-I``, ``PYTHONNOUSERSITE``, a
+    venv's ``include-system-site-packages = false``) leave them out of the computed path too."""
+    named, final, computed, raw, venv = _early_and_final(parts, rootfs, tmp_path, python, options, extra_env,
+                                                         system_site)
+    assert computed == final
+    assert str(named["zz"]) in final and not any(str(named[n]) in final for n in left_out), final
