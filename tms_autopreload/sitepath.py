@@ -23,7 +23,7 @@ import sys
 
 from . import open_regular
 
-__all__ = ["search_path", "pth_paths", "system_site"]
+__all__ = ["search_path", "add_site_dir", "pth_paths", "system_site"]
 
 # From 3.15 every .pth path line is on sys.path before any import line runs.
 _BATCHED = (3, 15)
@@ -45,7 +45,7 @@ def search_path() -> "list[str]":
     skip_dotted = hasattr(site, "stat")
     for sitedir in _site_dirs(site):
         if os.path.isdir(sitedir):
-            _add_site_dir(sitedir, path, known, skip_dotted)
+            add_site_dir(sitedir, path, known, skip_dotted)
     return path
 
 
@@ -110,8 +110,9 @@ def pth_paths(data: bytes) -> "list[str]":
             if not line.startswith("#") and line.strip() and not line.startswith(("import ", "import\t"))]
 
 
-def _add_site_dir(sitedir: str, path: "list[str]", known: "set[str]", skip_dotted: bool) -> None:
-    """site.addsitedir: the directory, then its ``.pth`` files' existing path lines, once each."""
+def add_site_dir(sitedir: str, path: "list[str]", known: "set[str]", skip_dotted: bool) -> None:
+    """site.addsitedir, running nothing: append to ``path`` the directory, then its ``.pth`` files'
+    existing path lines, each unless ``known`` (case-normalised absolute paths) holds it already."""
     _append(_absolute(sitedir), path, known)
     try:
         names = os.listdir(sitedir)
