@@ -62,13 +62,17 @@ print(json.dumps({'reexecd': reexecd(),
 
 
 class World(Scenario):
-    """A layout on a host, with the variables every process of it gets (``HOME`` for a user site)."""
+    """A layout on a host, with the variables every process of it gets (``HOME`` for a user site) and, in
+    a root file system, the shell that mounts its directories there first."""
 
-    def __init__(self, venv: Venv, host, parts, env: dict[str, str] | None = None) -> None:
+    def __init__(self, venv: Venv, host, parts, env: dict[str, str] | None = None, setup: str = "") -> None:
         super().__init__(venv, host, parts)
         self.env = env or {}
+        self.setup = setup
 
     def run(self, args: list[str], env: dict[str, str] | None = None, **kw):
+        if self.setup:
+            kw.setdefault("setup", self.setup)
         return super().run(args, {**self.env, **(env or {})}, **kw)
 
 
@@ -175,6 +179,32 @@ def test_one_runtime_beside_a_system_cuda(parts, tmp_path, layout):
     world = LAYOUTS[layout](parts, tmp_path, DEFAULT_PYTHON, SYSTEM_CUDA13)
     doc = assert_doctor_is_hook(world)
     assert doc["ok"] and "nvidia/cu13/lib" in doc["plan"]["env"].get("LD_LIBRARY_PATH", ""), doc["plan"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("python", ["sid/3.14", "sid/3.15"])
+def test_debian_python_with_torch_in_dist_packages(parts, rootfs, tmp_path, python):
+    """Debian's own python3 with torch installed where ``pip install`` puts it for that interpreter
+    (``/usr/local/lib/python3.X/dist-packages``), and a ``--system-site-packages`` venv over it holding the
+    package: hooked with the cu13 build and torch's runtime, as ``doctor`` says, on a pip-only host."""
+    from rootfs import RootfsHost, RootfsVenv
+
+    suite, _, version = python.rpartition("/")
+    fs = rootfs(suite)
+    dist = tmp_path / "dist-packages"
+    import sys
+
+    need(run, [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(dist),
+               str(runtime_wheel(13))])
+    write_torch_standin(dist, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
+    fs.run([fs.python(version), "-m", "venv", "--without-pip", "--system-site-packages", str(tmp_path / "venv")])
+    venv = need(RootfsVenv, fs, tmp_path / "venv", None, [parts.own_wheel, tms_wheel("0.0.9.post1")])
+    target = f"/usr/local/lib/python{version}/dist-packages"
+    world = World(venv, need(RootfsHost, fs, tmp_path / "host", parts.host_dirs(PIP_ONLY)), parts,
+                  setup=f'mkdir -p "$ROOT{target}" && mount --bind {dist} "$ROOT{target}"')
+    doc = assert_doctor_is_hook(world)
+    assert doc["ok"] and os.path.basename(doc["plan"]["build"]) == CU13, doc
+    assert doc["runtime"]["torch_dir"] == f"{target}/torch", doc["runtime"]
 
 
 @pytest.mark.slow
