@@ -27,7 +27,7 @@ __all__ = ["search_path", "add_site_dir", "pth_paths", "system_site"]
 
 # From 3.15 every .pth path line is on sys.path before any import line runs.
 _BATCHED = (3, 15)
-# 3.13 reads a .pth file as UTF-8 first (gh-77102); before, in the locale's encoding.
+# 3.13 reads a .pth file as UTF-8 first (then the locale's encoding); before, in the locale's encoding.
 _UTF8_PTH = (3, 13)
 _LIMIT = 1 << 20  # a .pth or pyvenv.cfg larger than this is not read further
 
@@ -40,7 +40,7 @@ def search_path() -> "list[str]":
     if site is None or sys.flags.no_site or sys.version_info >= _BATCHED:
         return path
     known = {os.path.normcase(_absolute(p)) for p in path}
-    # gh-113659 (3.13, and 3.8.19, 3.9.19, 3.10.14, 3.11.8, 3.12.2) skips .pth files named with a leading
+    # gh-113659 (3.13, and its backports to 3.8-3.12 of early 2024) skips .pth files named with a leading
     # dot; its hidden-file check is why such a site.py imports ``stat``.
     skip_dotted = hasattr(site, "stat")
     for sitedir in _site_dirs(site):
