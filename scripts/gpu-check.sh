@@ -9,16 +9,33 @@
 # region with CPU backup, pause(), check that the GPU's free memory rose by >= 90% of that,
 # resume(), and check that the tensor's contents survived. Prints one table; exit 0 = all passed,
 # 1 = a check failed, 2 = no GPU / no CUDA torch here (said clearly).
+#
+# `scripts/gpu-check.sh --venv DIR` builds only that venv, at DIR, and stops: the layout the check
+# runs in, without a GPU (tests/test_sitepath.py starts it there). WHEELS names another wheel directory.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-wheels="$here/wheels"
+wheels="${WHEELS:-$here/wheels}"
 python="${PYTHON:-python3}"
+
+# The venv the check runs in: it sees $python's own torch (--system-site-packages), as on an image
+# whose interpreter carries torch, with torch_memory_saver and tms_autopreload installed in it.
+make_venv() {
+  ls "$wheels"/torch_memory_saver-0.0.9.post1-*.whl "$wheels"/tms_autopreload-*.whl >/dev/null || {
+    echo "gpu-check: wheels missing in $wheels: run 'scripts/gpu-check.sh --fetch' where pip reaches the index" >&2; exit 2; }
+  "$python" -m venv --system-site-packages "$1"
+  "$1/bin/python" -m pip install -q --no-index --no-deps "$wheels"/torch_memory_saver-0.0.9.post1-*.whl "$wheels"/tms_autopreload-*.whl
+}
 
 if [ "${1:-}" = "--fetch" ]; then
   mkdir -p "$wheels"
   "$python" -m pip download -q --no-deps -d "$wheels" torch-memory-saver==0.0.9.post1
   "$python" -m pip wheel -q --no-deps -w "$wheels" "$here/.."
   ls -1 "$wheels"
+  exit 0
+fi
+
+if [ "${1:-}" = "--venv" ]; then
+  make_venv "${2:?usage: scripts/gpu-check.sh --venv DIR}"
   exit 0
 fi
 
@@ -30,12 +47,8 @@ if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() an
   echo "gpu-check: $python has no CUDA 13 torch that sees the GPU; nothing to check" >&2
   exit 2
 fi
-ls "$wheels"/torch_memory_saver-0.0.9.post1-*.whl "$wheels"/tms_autopreload-*.whl >/dev/null || {
-  echo "gpu-check: wheels missing in $wheels: run 'scripts/gpu-check.sh --fetch' where pip reaches the index" >&2; exit 2; }
-
 venv="$(mktemp -d)/venv"
-"$python" -m venv --system-site-packages "$venv"
-"$venv/bin/python" -m pip install -q --no-index --no-deps "$wheels"/torch_memory_saver-0.0.9.post1-*.whl "$wheels"/tms_autopreload-*.whl
+make_venv "$venv"
 
 # First the binding proof (no GPU needed): where the loader binds torch's allocator calls.
 deep_json="$(mktemp)"

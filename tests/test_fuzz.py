@@ -14,13 +14,15 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload  # noqa: E402
-from tms_autopreload import bindings, cli, driver, elf, environ, ldcache, nodes, preflight, runtime, trace  # noqa: E402
+from tms_autopreload import (bindings, cli, driver, elf, environ, ldcache, nodes, preflight, runtime,  # noqa: E402
+                             sitepath, trace)
 from tms_autopreload.rows import document_rows  # noqa: E402
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
@@ -259,6 +261,60 @@ def test_search_path_prepend_keeps_what_every_other_entry_means(entries, seps, d
     meant = [e or "." for e in entries] if current else []
     expected = [directory, *(e for e in meant if e != directory)]
     assert environ.prepend_search_path(current, directory) == ":".join(expected)
+
+
+# Lines of a .pth file: names of directories that exist beside it (some with spaces, one a comment's look-alike),
+# paths that do not, and the characters that split or end lines in one version or another. None starts
+# with "import " or "import\t": site.py would run it (what running one adds cannot be foreseen, and this
+# must not run generated code).
+PTH_DIRS = ("a", "b", "a b", " c", "#d")
+pth_line = st.one_of(st.sampled_from([*PTH_DIRS, "a ", "./a", "a/../b", "missing", "#a", "import", "importa", "",
+                                      "/", "\ufeffa"]),
+                     st.text(alphabet="ab #\t\r\x0b\x0c\x1c\x85\u2028\ufeff/.", max_size=12))
+
+
+@pytest.fixture(scope="module")
+def pth_site(tmp_path_factory) -> Path:
+    site_dir = tmp_path_factory.mktemp("pth-site")
+    for name in PTH_DIRS:
+        (site_dir / name).mkdir()
+    return site_dir
+
+
+@FUZZ
+@given(st.lists(st.tuples(pth_line, st.sampled_from(["\n", "\r\n", "\r", ""])), max_size=8),
+       st.sampled_from(["utf-8", "utf-8-sig", "latin-1"]), st.sampled_from(["x.pth", ".x.pth"]))
+def test_pth_files_add_what_site_py_adds(pth_site, lines, encoding, name):
+    """Differential: a site directory with one generated ``.pth`` file adds the same entries, in the same
+    order, through this interpreter's own ``site.addsitedir`` and through ``sitepath.add_site_dir``."""
+    import site
+
+    for old in pth_site.glob("*.pth"):
+        old.unlink()
+    data = "".join(line + end for line, end in lines).encode(encoding, "replace")
+    (pth_site / name).write_bytes(data)
+    before = list(sys.path)
+    known = {os.path.normcase(os.path.abspath(p)) for p in before}
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            site.addsitedir(str(pth_site), set(known))
+            theirs = sys.path[len(before):]
+        except UnicodeDecodeError:
+            theirs = None  # site.py stops the start there; the package skips the file
+        finally:
+            sys.path[:] = before
+    ours: "list[str]" = []
+    _bounded(sitepath.add_site_dir, str(pth_site), ours, set(known), hasattr(site, "stat"))
+    assert theirs is None or ours == theirs, (data, ours, theirs)
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=600), st.lists(st.sampled_from(
+    ["home = /usr/bin", "include-system-site-packages = false", "include-system-site-packages=TRUE",
+     " Include-System-Site-Packages =  False ", "include-system-site-packages", "version = 3.11", "=", "\xff"]),
+    max_size=6).map(lambda ls: "\n".join(ls).encode("utf-8", "surrogateescape"))))
+def test_pyvenv_cfg_reader_never_raises(data):
+    assert isinstance(_bounded(sitepath.system_site, data), bool)
 
 
 def test_skipped_preload_message_with_newlines_in_the_name_found_by_fuzzing():

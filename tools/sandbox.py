@@ -248,6 +248,30 @@ class Venv:
 
 
 
+def base_python(python: str, dest: Path) -> Venv:
+    """An interpreter prefix of its own, as an image's ``/usr/local`` or ``/opt/python`` is: ``python``'s
+    binary and standard library hard-linked (seconds, no space) under ``dest``, with an empty
+    site-packages of its own. Its ``sys.prefix`` is ``dest`` (the interpreter finds its prefix from
+    its own location), so packages installed into it are a base interpreter's, which a venv made
+    with ``--system-site-packages`` sees after its own."""
+    facts = run([python, "-S", "-c", "import sys, sysconfig; print(sys.executable); "
+                 "print(sysconfig.get_path('stdlib')); print(f'python{sys.version_info[0]}.{sys.version_info[1]}')"],
+                env=clean_env()).stdout.split("\n")
+    exe, stdlib, name = facts[0], Path(facts[1]), facts[2]
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "bin").mkdir(parents=True)
+    lib = dest / "lib" / name
+    lib.mkdir(parents=True)
+    os.link(os.path.realpath(exe), dest / "bin" / name)
+    for alias in ("python3", "python"):
+        (dest / "bin" / alias).symlink_to(name)
+    entries = [str(stdlib / e) for e in os.listdir(stdlib) if e != "site-packages"]
+    run(["cp", "-al", *entries, str(lib)])
+    (lib / "site-packages").mkdir()
+    return Venv(dest)
+
+
 def cached_venv(name: str, python: str, requirement: str, extras: tuple[str, ...] = ()) -> Venv:
     """A venv with ``requirement`` installed from the index, made once and kept in the cache.
 

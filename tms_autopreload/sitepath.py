@@ -1,0 +1,158 @@
+"""The module search path this interpreter will have once site.py is done, asked while it is not.
+
+The start-up hook runs from a ``.pth`` import line, and site.py executes an import line while it
+is still adding site directories. On CPython 3.10-3.14 it adds, in this order (``site.main``):
+the venv's site-packages, the user site (``~/.local/lib/pythonX.Y/site-packages``), then the
+site-packages of ``site.PREFIXES`` (a venv's base interpreter's too, under
+``--system-site-packages``), each directory followed by the path lines of its ``.pth`` files in
+sorted order. An import line sees only what came before it: from a venv, the user site and the
+base's packages are not on ``sys.path`` yet, nor is a directory that ``zz_torch.pth`` (sorting after
+``tms_autopreload.pth``) names. :func:`search_path` adds what site.py will still add, with site.py's
+own functions where it has them (a distribution's patched ``getsitepackages``, Debian's
+``dist-packages``, included) and its rules where it has none.
+
+From 3.15 site.py adds the path lines of every site directory before it runs any import line (PEP
+829's batching); tests/test_sitepath.py shows it with Debian's 3.15, so there ``sys.path`` is taken as
+it is. What no version can tell beforehand: the directories that later import lines, ``.start``
+entry points, ``sitecustomize`` or ``usercustomize`` add, and ``sys.path[0]`` (the script's
+directory), which the interpreter inserts after site.py.
+"""
+
+import os
+import sys
+
+from . import open_regular
+
+__all__ = ["search_path", "add_site_dir", "pth_paths", "system_site"]
+
+# From 3.15 every .pth path line is on sys.path before any import line runs.
+_BATCHED = (3, 15)
+# 3.13 reads a .pth file as UTF-8 first (then the locale's encoding); before, in the locale's encoding.
+_UTF8_PTH = (3, 13)
+_LIMIT = 1 << 20  # a .pth or pyvenv.cfg larger than this is not read further
+
+
+def search_path() -> "list[str]":
+    """``sys.path`` as site.py will leave it: the current entries, then each site directory and
+    each ``.pth`` path line that site.py has still to add, in its order."""
+    path = list(sys.path)
+    site = sys.modules.get("site")
+    if site is None or sys.flags.no_site or sys.version_info >= _BATCHED:
+        return path
+    known = {os.path.normcase(_absolute(p)) for p in path}
+    # gh-113659 (3.13, and its backports to 3.8-3.12 of early 2024) skips .pth files named with a leading
+    # dot; its hidden-file check is why such a site.py imports ``stat``.
+    skip_dotted = hasattr(site, "stat")
+    for sitedir in _site_dirs(site):
+        if os.path.isdir(sitedir):
+            add_site_dir(sitedir, path, known, skip_dotted)
+    return path
+
+
+def _site_dirs(site) -> "list[str]":  # noqa: ANN001 - the running site module
+    """Every site directory ``site.main`` processes, in its order (the same directory may repeat)."""
+    conf = _pyvenv_cfg()
+    try:
+        include = None if conf is None else system_site(_read(conf))
+    except OSError:
+        include = None  # site.py could not have read it either
+    prefixes = [sys.prefix, sys.exec_prefix]
+    dirs: "list[str]" = []
+    if include is not None:  # site.venv(): the venv's own site-packages come first
+        dirs += site.getsitepackages([sys.prefix])
+        if include:
+            prefixes += [sys.base_prefix, sys.base_exec_prefix]
+    if include is not False:
+        enabled = site.ENABLE_USER_SITE
+        if enabled is None:
+            enabled = site.check_enableusersite()
+        user = site.getusersitepackages()
+        if enabled and user:
+            dirs.append(user)
+    return dirs + site.getsitepackages(prefixes)
+
+
+def _pyvenv_cfg() -> "str | None":
+    """The ``pyvenv.cfg`` site.py reads: beside the executable, or one directory up."""
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    for conf in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
+        if os.path.isfile(conf):
+            return conf
+    return None
+
+
+def system_site(data: bytes) -> bool:
+    """``include-system-site-packages`` of a ``pyvenv.cfg``, as site.py reads it (true unless it says
+    otherwise; the last such line counts)."""
+    include = "true"
+    for line in data.decode("utf-8", "replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip().lower() == "include-system-site-packages":
+            include = value.strip().lower()
+    return include == "true"
+
+
+def pth_paths(data: bytes) -> "list[str]":
+    """The path lines of a ``.pth`` file's bytes, as site.py reads them; import lines are left out
+    (nothing can tell what running them adds)."""
+    if sys.version_info >= _UTF8_PTH:
+        try:
+            lines = data.decode("utf-8-sig").splitlines()
+        except UnicodeDecodeError:
+            import locale
+
+            lines = data.decode(locale.getencoding()).splitlines()
+    else:
+        import io
+
+        lines = list(io.TextIOWrapper(io.BytesIO(data), encoding="locale"))
+    return [line.rstrip() for line in lines
+            if not line.startswith("#") and line.strip() and not line.startswith(("import ", "import\t"))]
+
+
+def add_site_dir(sitedir: str, path: "list[str]", known: "set[str]", skip_dotted: bool) -> None:
+    """site.addsitedir, running nothing: append to ``path`` the directory, then its ``.pth`` files'
+    existing path lines, each unless ``known`` (case-normalised absolute paths) holds it already."""
+    _append(_absolute(sitedir), path, known)
+    try:
+        names = os.listdir(sitedir)
+    except OSError:
+        return
+    for name in sorted(n for n in names if n.endswith(".pth") and not (skip_dotted and n.startswith("."))):
+        try:
+            data = _read(os.path.join(sitedir, name))
+            lines = pth_paths(data)
+        except (OSError, UnicodeDecodeError, LookupError):
+            continue  # site.py skips a file it cannot open; one it cannot decode stops its start
+        for line in lines:
+            entry = _absolute(os.path.join(sitedir, line))
+            if os.path.normcase(entry) not in known and os.path.exists(entry):
+                _append(entry, path, known)
+
+
+def _append(entry: str, path: "list[str]", known: "set[str]") -> None:
+    case = os.path.normcase(entry)
+    if case not in known:
+        path.append(entry)
+        known.add(case)
+
+
+def _absolute(entry: str) -> str:
+    """site.makepath: the absolute path, or the path itself when the working directory is gone."""
+    try:
+        return os.path.abspath(entry)
+    except OSError:
+        return entry
+
+
+def _read(path: str) -> bytes:
+    """A small configuration file's bytes (regular files only: a FIFO would block the start)."""
+    fd = open_regular(path)
+    try:
+        chunks, size = [], 0
+        while size < _LIMIT and (chunk := os.read(fd, 65536)):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
