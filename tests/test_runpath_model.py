@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import zipfile
 
 import pytest
@@ -114,3 +115,118 @@ def test_the_unsuffixed_names_are_never_picked_for_cuda(real_torch):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == str({"12.9": str(scn.site / "torch_memory_saver_hook_mode_preload_cu12.abi3.so"),
                                     "13.0": str(scn.site / CU13)})
+
+
+# ---------------------------------------------------------------- what a DT_RUNPATH hook changes
+
+def _conda_like(root, parts):
+    """A conda-style prefix: ``bin/python-like`` with DT_RPATH ``$ORIGIN/../lib`` (conda-build and
+    rattler-build write DT_RPATH) and the CUDA 13 runtime in ``lib/``, as conda's ``cuda-cudart`` puts it."""
+    from standins import SetupError, compiler
+
+    exe = root / "bin" / "python-like"
+    exe.parent.mkdir(parents=True)
+    (root / "lib").mkdir()
+    (root / "lib" / "libcudart.so.13").write_bytes((parts.rt[13] / "libcudart.so.13").read_bytes())
+    src = root / "main.c"
+    src.write_text("int main(void) { return 0; }\n")
+    if compiler() is None:
+        raise SetupError("no C compiler (gcc or cc) on PATH: install one (Debian: apt-get install gcc)")
+    subprocess.run([compiler(), "-o", str(exe), str(src), "-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../lib"],
+                   check=True)
+    assert elf.read_dynamic(str(exe)).rpath == ("$ORIGIN/../lib",)
+    return exe
+
+
+def _hook(build: str, dest):
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(tms_wheel(build)) as z:
+        (dest / CU13).write_bytes(z.read(CU13))
+    (dest / CU13).chmod(0o755)
+    return dest / CU13
+
+
+def _predicted(host, exe, hook, llp: str):
+    """(rule, path) the loader model gives for the hook's libcudart.so.13 under ``exe`` on ``host``."""
+    from tms_autopreload import ldcache
+    from tms_autopreload.ldso import Loader, Object
+
+    info = elf.read_dynamic(str(exe))
+    loader = Loader(Object(str(exe), info), llp, ldcache.load(info.machine, str(host.cache)))
+    found = loader.find("libcudart.so.13", Object(str(hook), elf.read_dynamic(str(hook))))
+    return (found.rule, found.path) if found else None
+
+
+def _loaded(host, exe, hook, llp: str | None):
+    """The real loader: exit status, and (search rule glibc names, the file it took) for libcudart.so.13."""
+    env = {"PATH": os.environ["PATH"], "LD_PRELOAD": str(hook), "LD_DEBUG": "libs"}
+    if llp is not None:
+        env["LD_LIBRARY_PATH"] = llp
+    r = host.run([str(exe)], env)
+    rule = path = None
+    lines = r.stderr.splitlines()
+    for i, line in enumerate(lines):
+        if "find library=libcudart.so.13" in line:
+            for later in lines[i + 1:]:
+                m = re.search(r"search path=\S*\s+\((.*)\)", later)
+                if m:
+                    rule = m.group(1).split(" from file")[0]
+                m = re.search(r"trying file=(\S+)", later)
+                if m and os.path.exists(m.group(1)):
+                    path = m.group(1)
+                    break
+                if "find library=" in later:
+                    break
+            break
+    return r.returncode, rule, path, r.stderr
+
+
+@pytest.mark.parametrize("build", ["0.0.10-source", MODEL])
+def test_a_runpath_hook_does_not_search_the_executables_rpath(build, parts, tmp_path):
+    """glibc searches the executable's DT_RPATH for an object's DT_NEEDED only when that object has no
+    DT_RUNPATH. So under a conda interpreter (DT_RPATH ``$ORIGIN/../lib``, libcudart there, no pip runtime),
+    0.0.10's hook finds the prefix's libcudart through the interpreter's DT_RPATH, while #108's, whose
+    DT_RUNPATH names no existing directory here, dies in the loader (exit 127) unless LD_LIBRARY_PATH names
+    the directory. The loader model (tms_autopreload.ldso) predicts each case as the real loader does."""
+    from support import Host
+
+    exe = _conda_like(tmp_path / "prefix", parts)
+    hook = _hook(build, tmp_path / "prefix" / "lib" / "python3.11" / "site-packages")
+    host = Host(tmp_path / "host", parts.host_dirs(("driver",)))
+    prefix_lib = os.path.normpath(exe.parent / ".." / "lib" / "libcudart.so.13")
+    status, rule, path, err = _loaded(host, exe, hook, None)
+    if build == MODEL:
+        assert status == 127 and "libcudart.so.13: cannot open shared object file" in err, err[-3000:]
+        assert _predicted(host, exe, hook, "") is None
+    else:
+        assert (status, rule) == (0, "RPATH"), err[-3000:]
+        assert os.path.realpath(path) == os.path.realpath(prefix_lib)
+        assert _predicted(host, exe, hook, "") == ("DT_RPATH", prefix_lib)
+    lib = str(tmp_path / "prefix" / "lib")
+    status, rule, path, err = _loaded(host, exe, hook, lib)
+    assert status == 0, err[-3000:]
+    assert rule == ("LD_LIBRARY_PATH" if build == MODEL else "RPATH"), err[-3000:]  # DT_RPATH comes first
+    assert _predicted(host, exe, hook, lib)[0] == ("LD_LIBRARY_PATH" if build == MODEL else "DT_RPATH")
+
+
+@pytest.mark.parametrize("build", [MODEL])
+def test_ld_library_path_overrides_the_hooks_runpath(build, parts, tmp_path):
+    """#108 chose DT_RUNPATH so that LD_LIBRARY_PATH still wins: a hook beside a pip runtime takes that
+    runtime through its DT_RUNPATH, and another copy named on LD_LIBRARY_PATH instead; the model agrees."""
+    from support import Host
+
+    site = tmp_path / "site"
+    hook = _hook(build, site)
+    (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
+    (site / "nvidia" / "cu13" / "lib" / "libcudart.so.13").write_bytes((parts.rt[13] / "libcudart.so.13").read_bytes())
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "libcudart.so.13").write_bytes((parts.rt[13] / "libcudart.so.13").read_bytes())
+    host = Host(tmp_path / "host", parts.host_dirs(("driver",)))
+    true = "/bin/true"
+    status, rule, path, err = _loaded(host, true, hook, None)
+    assert (status, rule, path) == (0, "RUNPATH", str(site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")), err[-3000:]
+    assert _predicted(host, true, hook, "") == ("DT_RUNPATH", str(site / "nvidia" / "cu13" / "lib" / "libcudart.so.13"))
+    status, rule, path, err = _loaded(host, true, hook, str(other))
+    assert (status, rule, path) == (0, "LD_LIBRARY_PATH", str(other / "libcudart.so.13")), err[-3000:]
+    assert _predicted(host, true, hook, str(other)) == ("LD_LIBRARY_PATH", str(other / "libcudart.so.13"))
