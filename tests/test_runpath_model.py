@@ -230,3 +230,18 @@ def test_ld_library_path_overrides_the_hooks_runpath(build, parts, tmp_path):
     status, rule, path, err = _loaded(host, true, hook, str(other))
     assert (status, rule, path) == (0, "LD_LIBRARY_PATH", str(other / "libcudart.so.13")), err[-3000:]
     assert _predicted(host, true, hook, str(other)) == ("LD_LIBRARY_PATH", str(other / "libcudart.so.13"))
+
+
+@pytest.mark.parametrize("build", ["0.0.10-source", MODEL])
+def test_doctor_names_the_rule_that_finds_the_runtime_for_the_chosen_build(real_torch, build):
+    """On the pip-only host beside torch's pip runtime: #108's hook finds it through its own DT_RUNPATH,
+    so the plan binds nothing; 0.0.10's has no search path of its own, so the plan's LD_LIBRARY_PATH
+    binding finds it. ``doctor`` says which, from the loader model for the planned environment."""
+    scn = real_torch(("driver",), tms=build)
+    doc = scn.doctor()
+    assert doc["ok"], doc["error"]
+    rule = "DT_RUNPATH" if build == MODEL else "LD_LIBRARY_PATH"
+    assert doc["plan"]["runtime_rule"] == rule, doc["plan"]
+    assert ("LD_LIBRARY_PATH" in doc["plan"]["env"]) == (build != MODEL), doc["plan"]
+    r = scn.run(["-m", "tms_autopreload", "doctor"])
+    assert f"chosen:   {doc['plan']['build']} (libcudart.so.13 found through {rule})" in r.stdout, r.stdout
