@@ -19,12 +19,13 @@ tests assuming that no hook is preloaded when it starts; :data:`VERDICTS` says w
 from __future__ import annotations
 
 import json
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, need
-from support import Host, Venv, clean_env, find_python, private_copy, tms_wheel, torch_venv
+from support import Host, Venv, clean_env, find_python, private_copy, run, tms_wheel, torch_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST = next(line.strip() for line in (ROOT / "tests" / "requirements.txt").read_text().splitlines()
@@ -111,6 +112,12 @@ class PeerVenv:
         self.venv.install(tms_wheel(build))
         if own_wheel is not None:
             self.venv.install(own_wheel)
+        elif (self.venv.site / "tms_autopreload").exists():  # the shared venv is not ours to trust: not here
+            run([sys.executable, "-m", "pip", "--python", str(self.venv.python), "uninstall", "-q", "-y",
+                 "tms-autopreload"])
+        importable = run([str(self.venv.python), "-c", "import importlib.util as u; "
+                          "print(u.find_spec('tms_autopreload') is not None)"], env=clean_env()).stdout.strip()
+        assert importable == str(own_wheel is not None), (build, importable)
         self.root = root
         self.host = host
 
