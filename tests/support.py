@@ -18,7 +18,8 @@ Where the torch stand-in (``tools/standins.py``: ``torch/version.py`` and
 * ``tools/demo.py`` without ``--real-torch`` and ``tools/bench.py``'s P1-P3.
 
 Real torch 2.14.1 (the ``real_torch`` fixture) is what test_real_torch, test_launchers' SGLang,
-torchrun and Jupyter tests, and test_inprocess's ``activate()`` tests import.
+torchrun and Jupyter tests, test_inprocess's ``activate()`` tests and test_runpath_model's
+``configure_subprocess()`` parents import; test_peer_suite runs torch_memory_saver's own tests with it.
 """
 
 from __future__ import annotations

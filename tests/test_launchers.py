@@ -26,6 +26,7 @@ TMS_VERSIONS = ["0.0.9.post1", "0.0.10"]  # 0.0.9.post1 replaces LD_PRELOAD, 0.0
 RUNPATH_BUILD = "0.0.10-source-runpath"
 RELEASED_SOURCE = "0.0.10-source"
 PATCHED_SOURCE = "0.0.10-source-patched"
+RUNPATH_PATCHED = "0.0.10-source-runpath-patched"  # the same patch over the model of #108
 
 LAUNCHER = REEXECD + r'''
 import concurrent.futures as cf, ctypes, json, multiprocessing as mp, os, queue, sys
@@ -253,11 +254,13 @@ def test_upstream_patch_fixes_sglang_36533_in_torch_memory_saver_itself(real_tor
     assert "LD_PRELOAD rewritten as" not in err, err[-3000:]
 
 
-def test_upstream_patch_keeps_todays_pick_without_tms_autopreload(real_torch):
+@pytest.mark.parametrize("tms", [PATCHED_SOURCE, RUNPATH_PATCHED])
+def test_upstream_patch_keeps_todays_pick_without_tms_autopreload(real_torch, tms):
     """The guarded import: with tms_autopreload not importable, or turned off (TMS_AUTOPRELOAD_DISABLE=1),
-    the patched configure_subprocess() is today's (its own pick in LD_PRELOAD, LD_LIBRARY_PATH untouched);
-    with it, the verified plan."""
-    scn = real_torch(("driver",), tms=PATCHED_SOURCE)
+    the patched configure_subprocess() is torch_memory_saver's own (its pick in LD_PRELOAD; LD_LIBRARY_PATH
+    untouched in 0.0.10, the parent's libcudart directory prepended with #108); with it, the verified plan
+    (which needs no binding for #108's RUNPATH build beside torch's pip runtime)."""
+    scn = real_torch(("driver",), tms=tms)
     code = textwrap.dedent("""
         import json, os, sys
         if sys.argv[1] == 'blocked':
@@ -272,9 +275,29 @@ def test_upstream_patch_keeps_todays_pick_without_tms_autopreload(real_torch):
         r = scn.host.run([str(scn.venv.python), "-c", code, case], env, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         got[case] = json.loads(r.stdout.strip().splitlines()[-1])
-    hook = str(scn.site / CU13)
-    assert got["blocked"] == got["disabled"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": None}
-    assert got["installed"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": str(scn.site / "nvidia" / "cu13" / "lib")}
+    hook, runtime_dir = str(scn.site / CU13), str(scn.site / "nvidia" / "cu13" / "lib")
+    if tms == PATCHED_SOURCE:
+        assert got["blocked"] == got["disabled"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": None}
+        assert got["installed"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": runtime_dir}
+    else:
+        assert got["blocked"] == got["disabled"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": os.path.realpath(runtime_dir)}
+        assert got["installed"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": None}
+
+
+def test_upstream_patch_over_108_hooks_sglangs_children(real_torch, launcher):
+    """The tree users will have next (#108, as modelled, with patches/torch_memory_saver/ on top): the
+    SGLang pattern on the pip-only host starts hooked children with tms_autopreload's plan, and with
+    tms_autopreload turned off, with #108's own values (the parent's libcudart directory first on
+    LD_LIBRARY_PATH)."""
+    scn = real_torch(("driver",), tms=RUNPATH_PATCHED)
+    out, err = launch(scn, launcher, "tms")
+    assert execs(out["reexecd"]) == 0 and out["hooks"] == [], out
+    assert_children_hooked(scn, out, err)
+    assert all(c["library_path"] == "" for c in out["children"]), out
+    out, err = launch(scn, launcher, "tms", env={"TMS_AUTOPRELOAD_DISABLE": "1"})
+    assert_children_hooked(scn, out, err)
+    runtime_dir = os.path.realpath(scn.site / "nvidia" / "cu13" / "lib")
+    assert all(c["library_path"] == runtime_dir for c in out["children"]), out
 
 
 def test_configure_subprocess_contract(scenario, parts):

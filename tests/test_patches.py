@@ -112,16 +112,22 @@ def test_a_malformed_patch_is_caught(tmp_path):
 
 def test_torch_memory_saver_patches_apply_to_its_released_source(tmp_path):
     """The 0.0.10 sdist carries the mode_preload.py and setup.py of upstream main 4a43c97 (its version
-    string aside): the shipped patch and the tests' RUNPATH model apply to those real files."""
+    string aside). Each source build's patches apply, in order, with ``git apply`` to those real files:
+    the shipped patch to the released tree and to the tree with the model of #108 (the tree users will
+    have next), and the model itself to the released tree."""
     import support  # noqa: F401 - puts tools/ on sys.path
     from tms_source import SOURCE_BUILDS, unpack
 
-    src = unpack(tmp_path)
-    patches = {p for build in SOURCE_BUILDS.values() for p in build}
-    assert ROOT / "patches" / "torch_memory_saver" / "main-4a43c97.patch" in patches
-    for patch in sorted(patches):
-        r = git(src, "apply", "--check", str(patch))
-        assert r.returncode == 0, (patch.name, r.stderr)
+    shipped = ROOT / "patches" / "torch_memory_saver" / "main-4a43c97.patch"
+    model = ROOT / "tests" / "data" / "torch_memory_saver-runpath-model.patch"
+    assert {tuple(p.name for p in build) for build in SOURCE_BUILDS.values()} >= {
+        (shipped.name,), (model.name,), (model.name, shipped.name)}
+    for name, patches in SOURCE_BUILDS.items():
+        src = unpack(tmp_path / name)
+        for patch in patches:
+            r = git(src, "apply", "--check", str(patch))
+            assert r.returncode == 0, (name, patch.name, r.stderr)
+            assert git(src, "apply", str(patch)).returncode == 0, (name, patch.name)
 
 
 # ---------------------------------------------------------------- AReaL and miles

@@ -99,13 +99,15 @@ def test_preload_builds_interpose_cuda_malloc_and_free(files, version, request):
 def test_source_builds_link_as_the_release_does(source_files):
     files = source_files
     """Built here from the sdist against NVIDIA's pip headers: the driver and runtime the released 0.0.10
-    builds need; the RUNPATH model adds only ``$ORIGIN/<the pip runtime directory>``, as DT_RUNPATH
-    (LD_LIBRARY_PATH keeps precedence); the unsuffixed name holds the cu12 build, as in the release."""
+    builds need; the model of #108 adds only #108's DT_RUNPATH, ``$ORIGIN/<the pip runtime directory>``
+    and ``$ORIGIN/../<the same>`` (LD_LIBRARY_PATH keeps precedence); the unsuffixed name holds the cu12
+    build, as in the release."""
     for major, runtime_dir in ((12, "nvidia/cuda_runtime/lib"), (13, "nvidia/cu13/lib")):
         name = f"torch_memory_saver_hook_mode_preload_cu{major}.abi3.so"
         cuda = [n for n in elf.read_dynamic(str(files[f"0.0.10/{name}"])).needed if n.startswith("libcud")]
         assert cuda == ["libcuda.so.1", f"libcudart.so.{major}"]
-        for build, runpath in (("0.0.10-source", ()), ("0.0.10-source-runpath", (f"$ORIGIN/{runtime_dir}",))):
+        for build, runpath in (("0.0.10-source", ()),
+                               ("0.0.10-source-runpath", (f"$ORIGIN/{runtime_dir}", f"$ORIGIN/../{runtime_dir}"))):
             info = elf.read_dynamic(str(files[f"{build}/{name}"]))
             assert [n for n in info.needed if n.startswith("libcud")] == cuda
             assert (info.rpath, info.runpath) == ((), runpath), build

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["document", "text", "table", "driver_facts", "versions", "VERSIONED"]
+__all__ = ["document", "text", "table", "driver_facts", "runtime_rule", "versions", "VERSIONED"]
 
 # The distributions whose versions a document carries (the per-node table compares them across nodes).
 VERSIONED = ("tms_autopreload", "torch_memory_saver")
@@ -59,6 +59,28 @@ def driver_facts(report: Report, environ: "Mapping[str, str] | None" = None) -> 
     return examine(loader, rt.major if rt is not None and rt.kind == "cuda" else None).to_dict()
 
 
+def runtime_rule(report: Report, environ: "Mapping[str, str] | None" = None) -> "str | None":
+    """The search rule (ld.so(8)'s: ``DT_RUNPATH``, ``LD_LIBRARY_PATH``, ...) by which the chosen build's
+    runtime library is found once the plan's variables are set, as the loader model predicts it; None
+    when there is no plan, no runtime library, or the interpreter cannot be read. A build with its own
+    DT_RUNPATH (torch_memory_saver #108) may need no binding; this says which rule did the finding."""
+    from .elf import ElfError
+    from .ldso import Loader, Object
+
+    plan, rt = report.plan, report.runtime
+    build = next((v.build for v in report.verdicts if v.status == "chosen"), None)
+    if plan is None or rt is None or rt.library is None or build is None or build.info is None:
+        return None
+    env = {**(os.environ if environ is None else environ), **plan.changes()}
+    try:
+        loader = Loader.for_executable(report.executable or sys.executable, env.get("LD_LIBRARY_PATH", ""),
+                                       env["LD_PRELOAD"])
+    except (OSError, ElfError):
+        return None
+    found = loader.find(rt.soname, Object(build.path, build.info))
+    return found.rule if found is not None else None
+
+
 def versions() -> "dict[str, str | None]":
     """This interpreter's installed versions of :data:`VERSIONED` (None: not installed)."""
     from importlib import metadata
@@ -81,6 +103,8 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
            **report.to_dict()}
     for candidate in doc["candidates"]:
         candidate["interposes"] = interposes.get(candidate["path"])
+    if doc["plan"] is not None:
+        doc["plan"]["runtime_rule"] = runtime_rule(report, environ)
     doc["driver"] = driver_facts(report, environ)
     doc["ok"] = doc["ok"] and not (doc["driver"] and doc["driver"]["verdict"] == "failing")
     return doc
@@ -124,6 +148,8 @@ def driver_lines(driver: "dict[str, Any] | None") -> "list[str]":
 
 def text(doc: "dict[str, Any]") -> str:
     """``doctor``'s text: interpreter, runtime, driver, the candidate table, then the plan or why none."""
+    from .sonames import runtime_soname
+
     out = [f"python:   {doc['executable']}",
            f"package:  {doc['torch_memory_saver_dir'] or 'torch_memory_saver not found'}",
            *_runtime_lines(doc), *driver_lines(doc.get("driver")), ""]
@@ -136,7 +162,9 @@ def text(doc: "dict[str, Any]") -> str:
         out += [table(rows), ""]
     out += [f"warning: {w}" for w in doc["warnings"]]
     if doc["plan"] is not None:
-        out.append(f"chosen:   {doc['plan']['build']}")
+        rule, rt = doc["plan"].get("runtime_rule"), doc["runtime"]
+        found = f" ({runtime_soname(rt['kind'], rt['major'])} found through {rule})" if rule and rt else ""
+        out.append(f"chosen:   {doc['plan']['build']}{found}")
         out += [f"set:      {k}={v}" for k, v in doc["plan"]["env"].items()]
     else:
         out.append(f"NO PLAN:  {doc['error']}")

@@ -43,6 +43,9 @@ SOURCE_BUILDS = {
     "0.0.10-source-runpath": (ROOT / "tests" / "data" / "torch_memory_saver-runpath-model.patch",),
     # with the patch this project ships for upstream
     "0.0.10-source-patched": (ROOT / "patches" / "torch_memory_saver" / "main-4a43c97.patch",),
+    # the tree users will have next: the model of #108, then the same patch on top
+    "0.0.10-source-runpath-patched": (ROOT / "tests" / "data" / "torch_memory_saver-runpath-model.patch",
+                                      ROOT / "patches" / "torch_memory_saver" / "main-4a43c97.patch"),
 }
 
 
