@@ -290,6 +290,13 @@ def cached_venv(name: str, python: str, requirement: str, extras: tuple[str, ...
             if not marker.exists():
                 venv.install(requirement, *extras, deps=True)
                 marker.touch()
+        strays = sorted(p.name for p in venv.site.glob("*")
+                        if p.name.startswith(("tms_autopreload", "torch_memory_saver")))
+        if strays:
+            # Every test installs those into a private copy (:func:`private_copy`): one in the cache means a
+            # run installed into the shared venv, and every later "not installed" check would be wrong.
+            raise SetupError(f"the cached venv {path} holds {', '.join(strays)}, which no cached venv is made "
+                             f"with: a run installed into it. Fix: rm -rf {path} (it is rebuilt on next use)")
     return venv
 
 
