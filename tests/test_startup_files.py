@@ -145,7 +145,7 @@ def assert_left_over_said(r, pth, python: str, warn: bool) -> None:
     78 before user code, or (``warn``) user code runs; never site.py's traceback."""
     assert "Traceback" not in r.stderr and "Error processing line" not in r.stderr, r.stderr
     lines = r.stderr.splitlines()
-    assert len(lines) == 1, r.stderr  # once, though site.py reads a venv's site-packages twice on 3.10-3.13
+    assert len(lines) == 1, r.stderr  # once, though site.py reads a venv's site-packages twice on 3.10-3.14
     assert lines[0] == (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be "
                         f"imported, so this process is not hooked. Fix: reinstall tms-autopreload for {python}, "
                         f"or remove {pth}" + ("; continuing without the hook (TMS_AUTOPRELOAD_ON_ERROR=warn)"
