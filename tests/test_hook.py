@@ -257,10 +257,22 @@ def test_odd_flag_value_warns_and_is_off(scenario):
 
 def test_odd_value_of_a_flagged_start_is_warned_once_not_again_after_the_exec(scenario):
     scn = report_host(scenario)
-    _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": "banana"},
+    _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD": "1", "SLIME_OFFLOAD_TRAIN": "banana"},
                             flag=None, verbose=False)
     assert rc == 0 and rep["maps"] == [str(scn.site / CU13)] and execs(rep["reexecd"]) == 1, err
-    assert err.count("TMS_AUTOPRELOAD_DISABLE='banana' is not a recognised value") == 1, err
+    assert err.count("SLIME_OFFLOAD_TRAIN='banana' is not a recognised value") == 1, err
+
+
+@pytest.mark.parametrize("value", ["ture", "banana", " 2 ", "disable"])
+def test_kill_switch_fails_safe(scenario, value):
+    """Any TMS_AUTOPRELOAD_DISABLE but the off words turns the hook off: a misspelt ``true`` disables, with
+    one warning naming the value and what it meant; nothing is mapped, nothing re-exec'd."""
+    scn = report_host(scenario)
+    _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": value},
+                            flag=None, verbose=False)
+    assert rc == 0 and rep["maps"] == [] and execs(rep["reexecd"]) == 0, err
+    assert err == (f"tms-autopreload: warning: TMS_AUTOPRELOAD_DISABLE={value!r} is not a recognised value (use "
+                   f"1/true/yes/on or 0/false/no/off); using on (the hook is off)\n"), err
 
 
 def test_disable_beats_everything(scenario):

@@ -203,6 +203,20 @@ def test_falls_back_when_dlopen_itself_fails(scenario, parts, toys):
     assert_applied("exec", out["reexecd"], out["hooks"], toys["tls"])
 
 
+def test_dlopen_mode_start_imports_no_threading(scenario):
+    """P2' (tools/bench.py): a dlopen-mode start, hooked in-process, imports what it needs and not
+    ``threading`` (for activate()'s lock the interpreter's own ``_thread`` has one), which would pull
+    ``functools``, ``collections`` and more into every such start."""
+    scn = report_host(scenario)
+    code = ("import sys; print(' '.join(sorted(sys.modules))); "
+            "print(any('torch_memory_saver' in l for l in open('/proc/self/maps')))")
+    r = scn.run(["-c", code], {"SLIME_OFFLOAD_TRAIN": "1", **mode_env("dlopen")})
+    assert r.returncode == 0 and "falling back to exec" not in r.stderr, r.stderr
+    modules, hooked = r.stdout.splitlines()
+    assert hooked == "True" and "tms_autopreload.inprocess" in modules.split(), r.stdout
+    assert not {"threading", "functools", "collections", "_weakrefset"} & set(modules.split()), modules
+
+
 def test_unknown_mode_warns_and_execs(scenario, parts, toys):
     scn = report_host(scenario)
     out, err = probe(scn, parts, toys, "fork")
@@ -437,10 +451,12 @@ def test_activate_advice_fits_a_preload_that_defines_cudamalloc(scenario, parts,
     assert "Restart" not in r.stdout and "restart" not in r.stdout, r.stdout
 
 
-def test_disable_turns_off_activate_and_configure_subprocess(scenario):
+@pytest.mark.parametrize("value", ["1", "ture"])
+def test_disable_turns_off_activate_and_configure_subprocess(scenario, value):
     """TMS_AUTOPRELOAD_DISABLE=1, the rollback switch, turns off every way the package applies a plan:
     activate() returns None and loads nothing, configure_subprocess() yields None and changes nothing;
-    each says so once, as a RuntimeWarning."""
+    each says so once, as a RuntimeWarning. It fails safe: a value that is no off word (``ture``) does the
+    same, and the warning says that value is not recognised and was taken as on."""
     scn = report_host(scenario)
     code = textwrap.dedent("""
         import json, os, subprocess, sys, warnings
@@ -456,9 +472,13 @@ def test_disable_turns_off_activate_and_configure_subprocess(scenario):
                           'self': 'torch_memory_saver' in open('/proc/self/maps').read(),
                           'same': dict(os.environ) == before}))
     """)
-    r = scn.run(["-c", code], {"TMS_AUTOPRELOAD_DISABLE": "1"})
+    r = scn.run(["-c", code], {"TMS_AUTOPRELOAD_DISABLE": value})
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out == {"plan": True, "child_plan": True, "inside": True, "child": "False", "self": False, "same": True}
-    said = [line for line in r.stderr.splitlines() if "TMS_AUTOPRELOAD_DISABLE=1" in line]
-    assert len(said) == 2 and "activate()" in said[0] and "configure_subprocess()" in said[1], r.stderr
+    named = ("TMS_AUTOPRELOAD_DISABLE=1: " if value == "1" else
+             "TMS_AUTOPRELOAD_DISABLE='ture' is not a recognised value (use 1/true/yes/on or 0/false/no/off); "
+             "using on (the hook is off): ")
+    said = [line for line in r.stderr.splitlines() if named in line]
+    assert len(said) == 2 and f"{named}activate() changes nothing" in said[0], r.stderr
+    assert f"{named}configure_subprocess() changes nothing" in said[1], r.stderr

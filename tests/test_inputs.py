@@ -232,18 +232,24 @@ maps = sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if '
 print(json.dumps({'argv': sys.argv[1:], 'stdin': sys.stdin.read(), 'hooks': maps, 'reexecd': reexecd(),
                   'bytes': os.environb.get(b'TMS_TEST_BYTES', b'').hex()}))
 """
-TRUE_WORDS = ("1", "true", "yes", "on")  # as the README's variable table documents them
+TRUE_WORDS = ("1", "true", "yes", "on")  # as docs/reference.md's variable table documents them
+FALSE_WORDS = ("", "0", "false", "no", "off")
 
 
 def _is_on(env: dict, name: str) -> bool:
     return env.get(name, "").strip().lower() in TRUE_WORDS
 
 
+def _kill_switch_on(env: dict) -> bool:
+    """The kill switch fails safe: set to anything but an off word, it is on."""
+    return env.get("TMS_AUTOPRELOAD_DISABLE", "").strip().lower() not in FALSE_WORDS
+
+
 def _expected_build(env: dict, scn) -> "str | None":
     """The build a start with ``env`` must end with mapped when it runs, or None for an unhooked start:
     no flag on, or TMS_AUTOPRELOAD_DISABLE on. Else the file TMS_AUTOPRELOAD_PATH names, or the
     installed build for this host's CUDA 13."""
-    if _is_on(env, "TMS_AUTOPRELOAD_DISABLE") or not (_is_on(env, "SLIME_OFFLOAD_TRAIN")
+    if _kill_switch_on(env) or not (_is_on(env, "SLIME_OFFLOAD_TRAIN")
                                                         or _is_on(env, "TMS_AUTOPRELOAD")):
         return None
     forced = env.get("TMS_AUTOPRELOAD_PATH", "").strip()

@@ -121,6 +121,30 @@ def test_editable_install_hooks(scenario, tmp_path):
         scn.venv.install(scn.parts.own_wheel)
 
 
+
+@pytest.mark.slow  # an editable install builds in an isolated environment from the index
+def test_editable_install_whose_checkout_moved(scenario, tmp_path):
+    """``pip install -e`` of a checkout, then the checkout moved: the ``.pth`` the editable wheel put in
+    site-packages is left over. A flagged start says so in one line naming it (no traceback) and stops
+    (exit 78); an unflagged one runs, and says nothing."""
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), tag="editable-moved")
+    src = tmp_path / "checkout"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info",
+                                                             "__pycache__"))
+    run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "uninstall", "-y", "-q", "tms-autopreload"])
+    run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "install", "-q", "-e", str(src)])
+    assert_hooked(scn, scn.flagged(PROBE))
+    src.rename(tmp_path / "moved")
+    pth = scn.site / "tms_autopreload.pth"
+    r = scn.run(["-c", "print('user code ran')"])
+    assert (r.returncode, r.stdout, r.stderr) == (0, "user code ran\n", ""), r.stderr
+    r = scn.flagged("print('user code ran')")
+    assert (r.returncode, r.stdout) == (78, ""), r.stderr
+    assert r.stderr.splitlines() == [
+        f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so this "
+        f"process is not hooked. Fix: reinstall tms-autopreload for {scn.venv.python}, or remove {pth}"], r.stderr
+
+
 # ---------------------------------------------------------------- what a packager expects
 
 PACKAGE = {f"tms_autopreload/{p.name}" for p in (ROOT / "tms_autopreload").glob("*.py")}

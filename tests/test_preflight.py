@@ -128,6 +128,50 @@ def test_cpu_only_nodes_do_not_fail_the_preflight():
     assert "none" in rows.render(got).splitlines()[2]
 
 
+def test_a_preflight_that_counted_no_node_does_not_pass():
+    """Only nodes that offer Ray no GPU (shown, not counted): nothing was checked, so the verdict is not a
+    pass, and the summary says so and how to count them; --all-nodes counts them. The same rule as an
+    empty ``doctor --nodes`` input (no row at all)."""
+    ok = {"survey": {"plan": {"build": "/x/hook.so"}, "driver": {"verdict": "ok"}, "error": None},
+          "versions": {"tms_autopreload": "1", "torch_memory_saver": "0.0.10"}}
+    head = [rows.node_row("head", "10.0.0.2", "b" * 16, ok, None, gpus=0)]
+    assert not rows.passed(head, all_nodes=False) and rows.passed(head, all_nodes=True)
+    assert not rows.passed([], all_nodes=False) and not rows.passed([], all_nodes=True)
+    assert rows.summary(head, None, all_nodes=False) == [
+        "1 nodes: 0 ok, 0 failing, 1 without a GPU for Ray (shown, not counted: 0 of them failing; --all-nodes "
+        "counts them); no node was counted, so nothing was checked: declare each GPU node's GPUs to Ray (`ray start "
+        "--num-gpus N`), or pass --all-nodes to count every node"]
+    assert rows.summary(head, None, all_nodes=True) == ["1 nodes: 1 ok, 0 failing"]
+
+
+@pytest.fixture(scope="module")
+def gpuless_cluster(parts, tmp_path_factory):
+    """A cluster of one head started as `ray start --head` is, without --num-gpus: on this machine (no GPU) it
+    offers Ray no GPU, as a CPU head or a test cluster does. Its loader sees no driver, so its row says NO."""
+    head = _world(parts, tmp_path_factory, "fieldcpu", ())
+    cluster = RayCluster()
+    try:
+        cluster.start(head.host, head.venv.path, head=True)
+        yield cluster, head
+    finally:
+        cluster.stop()
+
+
+def test_doctor_ray_that_counted_no_node_exits_1(gpuless_cluster):
+    cluster, head = gpuless_cluster
+    r = preflight(head, cluster.address)
+    assert r.returncode == 1, r.stdout + r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("1 nodes: 0 ok, 0 failing, 1 without a GPU for Ray (shown, not counted: 1 of them "
+                           "failing; --all-nodes counts them); no node was counted, so nothing was checked: declare "
+                           "each GPU node's GPUs to Ray (`ray start --num-gpus N`), or pass --all-nodes to count "
+                           "every node"), r.stdout
+    doc = json.loads(preflight(head, cluster.address, "--json").stdout)
+    assert not doc["ok"] and doc["nodes"][0]["gpus"] == 0 and "no node was counted" in doc["summary"], doc
+    r = preflight(head, cluster.address, "--all-nodes")
+    assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith("1 nodes: 0 ok, 1 failing"), r.stdout
+
+
 @pytest.fixture(scope="module")
 def client(parts, tmp_path_factory) -> Scenario:
     """A machine with Ray and the package, to run the preflight against addresses where no cluster is."""

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 import support
 from conftest import assert_applied, mode_env
 from support import REEXECD, assert_stopped
+
+sys.path.insert(0, str(support.ROOT))
 
 PROBE = REEXECD + """
 import ctypes, json, os, subprocess, sys
@@ -168,6 +171,51 @@ def test_rocm_torch_picks_the_hip_build(scenario):
     scn = scenario(tms="0.0.10", torch="rocm6", layout="rocm", host=("rocm6",))
     doc = scn.doctor()
     assert chosen(doc) == PLAIN and doc["runtime"]["kind"] == "hip"
+
+
+def _wheel_majors(version: str) -> set[int]:
+    """The CUDA majors the preload builds of a real torch_memory_saver wheel link (their DT_NEEDED)."""
+    import tempfile
+    import zipfile
+
+    from tms_autopreload.elf import read_dynamic
+    from tms_autopreload.sonames import runtime_of
+
+    majors = set()
+    with zipfile.ZipFile(support.tms_wheel(version)) as z, tempfile.TemporaryDirectory() as d:
+        for name in z.namelist():
+            if name.startswith("torch_memory_saver_hook_mode_preload") and name.endswith(".so"):
+                path = z.extract(name, d)
+                majors |= {runtime_of(n)[1] for n in read_dynamic(path).needed if runtime_of(n)}
+    return majors
+
+
+def test_no_message_names_a_build_no_release_ships(scenario):
+    """TMS_AUTOPRELOAD_CUDA_MAJOR=11: no release ships a CUDA 11 build (the real wheels' builds link CUDA 12
+    and 13 only). The error says so and names what exists: torch_memory_saver 0.0.8, whose build links only the
+    driver; installed, that build is chosen and the start is hooked. The runtime hints name only wheels
+    NVIDIA publishes."""
+    from tms_autopreload.builds import RELEASED_CUDA_MAJORS
+    from tms_autopreload.runtime import install_hint
+
+    assert _wheel_majors("0.0.9.post1") == _wheel_majors("0.0.10") == set(RELEASED_CUDA_MAJORS) == {12, 13}
+    env = {"TMS_AUTOPRELOAD_CUDA_MAJOR": "11"}
+    doc = scenario(tms="0.0.10", torch="cu13-sys").doctor(env)
+    assert not doc["ok"] and "ships a CUDA 11 build:" not in doc["error"], doc["error"]
+    fix = ("Fix: no torch_memory_saver release ships a CUDA 11 build (releases ship CUDA 12 and 13 builds); "
+           "torch_memory_saver 0.0.8's build needs only the driver (libcuda.so.1), not a CUDA 11 runtime: "
+           "pip install 'torch-memory-saver==0.0.8'")
+    assert doc["error"].splitlines()[-1] == fix, doc["error"]
+    assert_stopped(scenario(tms="0.0.10", torch="cu13-sys").flagged("print('user code ran')", env), fix)
+    driver_only = scenario(tms="0.0.8", torch="cu13-sys")
+    assert chosen(driver_only.doctor(env)) == "torch_memory_saver_cpp.abi3.so"
+    hooked(driver_only, driver_only.site / "torch_memory_saver_cpp.abi3.so", "exec", env)
+    assert [install_hint("cuda", m) for m in (10, 11, 12, 13, 14)] == [
+        "install a CUDA 10 toolkit (NVIDIA publishes no pip wheel of its runtime)",
+        "pip install nvidia-cuda-runtime-cu11 (or a CUDA 11 toolkit)",
+        "pip install nvidia-cuda-runtime-cu12 (or a CUDA 12 toolkit)",
+        "pip install 'nvidia-cuda-runtime==13.*' (or a CUDA 13 toolkit)",
+        "install a CUDA 14 toolkit (NVIDIA publishes no pip wheel of its runtime)"]
 
 
 def test_override_decides_when_no_torch_and_both_visible(scenario):

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOTFS_PYTHONS, need
+from conftest import DEFAULT_PYTHON, ROOTFS_PYTHONS, need
 from conftest import python_version as version
 from rootfs import RootfsVenv
 from support import REEXECD, Venv, clean_env, execs, locate_python, uv
@@ -137,6 +137,43 @@ def test_site_options_follow_the_same_rules_on_every_version(scenario, python, h
         assert hooks == [] and execs(reexecd) == 0 and r.stderr == ""
     else:
         assert hooks == [str(scn.site / CU13)] and execs(reexecd) == 1, r.stderr
+
+
+
+def assert_left_over_said(r, pth, python: str, warn: bool) -> None:
+    """One ``tms-autopreload:`` line naming the left-over ``.pth`` and both fixes, then the policy: exit
+    78 before user code, or (``warn``) user code runs; never site.py's traceback."""
+    assert "Traceback" not in r.stderr and "Error processing line" not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr  # once, though site.py reads a venv's site-packages twice on 3.10-3.14
+    assert lines[0] == (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be "
+                        f"imported, so this process is not hooked. Fix: reinstall tms-autopreload for {python}, "
+                        f"or remove {pth}" + ("; continuing without the hook (TMS_AUTOPRELOAD_ON_ERROR=warn)"
+                                              if warn else "")), r.stderr
+    assert (r.returncode, r.stdout) == ((0, "user code ran\n") if warn else (78, "")), (r.returncode, r.stdout)
+
+
+@pytest.mark.parametrize("python", [DEFAULT_PYTHON, "3.13", "sid/3.15"])
+def test_a_left_over_pth_whose_package_is_gone(scenario, python):
+    """The wheel installed, then its package directory removed (``tms_autopreload.pth`` left over): a
+    flagged start says so in one line naming the file and the fix, then follows TMS_AUTOPRELOAD_ON_ERROR
+    as the package does (exit 78, or continue with ``warn``; an unknown policy is ``exit``); without a flag
+    on (none, an off word, or the kill switch on, misspelt or not) nothing is said and the program runs."""
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python, tag="left-over")
+    shutil.rmtree(scn.site / "tms_autopreload")
+    pth = scn.site / "tms_autopreload.pth"
+    user = ["-c", "print('user code ran')"]
+    for env in ({}, {"TMS_AUTOPRELOAD": "0"}, {"SLIME_OFFLOAD_TRAIN": "maybe"}, {"TMS_AUTOPRELOAD": ""},
+                {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": "1"},
+                {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": "ture"}):
+        r = scn.run(user, env)
+        assert (r.returncode, r.stdout, r.stderr) == (0, "user code ran\n", ""), (env, r.returncode, r.stderr)
+    for env, warn in (({"TMS_AUTOPRELOAD": "1"}, False), ({"SLIME_OFFLOAD_TRAIN": " Yes "}, False),
+                      ({"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_ON_ERROR": "exit"}, False),
+                      ({"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_ON_ERROR": "fail"}, False),
+                      ({"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": "off", "TMS_AUTOPRELOAD_ON_ERROR": " WARN"},
+                       True)):
+        assert_left_over_said(scn.run(user, env), pth, str(scn.venv.python), warn)
 
 
 # ---------------------------------------------------------------- what 3.18 needs

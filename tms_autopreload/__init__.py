@@ -59,8 +59,12 @@ FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
 _started = False
 
 
-def parse_flag(name: str, value: "str | None") -> "tuple[bool, str | None]":
-    """(is it on, a warning) for a boolean variable; unknown spellings are off, with a warning."""
+def parse_flag(name: str, value: "str | None", unknown: bool = False) -> "tuple[bool, str | None]":
+    """(is it on, a warning) for a boolean variable; an unknown spelling means ``unknown``, with a warning.
+
+    Off (``False``) for every flag that turns something on; the kill switch passes ``True``
+    (:func:`kill_switch`), so that a typo there fails safe.
+    """
     if value is None:
         return False, None
     word = value.strip().lower()
@@ -68,7 +72,8 @@ def parse_flag(name: str, value: "str | None") -> "tuple[bool, str | None]":
         return True, None
     if word in FALSE_WORDS:
         return False, None
-    return False, _unrecognised(name, value, "1/true/yes/on or 0/false/no/off", "off")
+    return unknown, _unrecognised(name, value, "1/true/yes/on or 0/false/no/off",
+                                  "on (the hook is off)" if unknown else "off")
 
 
 def parse_choice(name: str, value: "str | None", choices: "tuple[str, ...]") -> "tuple[str, str | None]":
@@ -207,15 +212,20 @@ def state_key(build: str) -> str:
     return "::".join((sys.prefix, env.get(CUDA_MAJOR_VAR, ""), env.get(PATH_VAR, ""), build))
 
 
-def disabled(env: "Mapping[str, str] | None" = None) -> bool:
-    """True when TMS_AUTOPRELOAD_DISABLE is on in ``env`` (default: this process's): nothing may hook."""
-    return parse_flag(DISABLE_VAR, (os.environ if env is None else env).get(DISABLE_VAR))[0]
+def kill_switch(env: "Mapping[str, str] | None" = None) -> "tuple[bool, str | None]":
+    """(is TMS_AUTOPRELOAD_DISABLE on, a warning) for ``env`` (default: this process's).
+
+    The kill switch fails safe: unset or an off word (``0``, ``false``, ``no``, ``off``, empty) leaves
+    the hook alone; any other value, ``ture`` as much as ``1``, turns it off, an unknown one with a warning.
+    (``tms_autopreload.pth`` mirrors this rule for a start whose package is gone.)
+    """
+    return parse_flag(DISABLE_VAR, (os.environ if env is None else env).get(DISABLE_VAR), unknown=True)
 
 
 def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
     """(hook on, slime mode) for ``env`` (default: this process's); one warning per unrecognised value."""
     env = os.environ if env is None else env
-    values = {name: parse_flag(name, env.get(name)) for name in (DISABLE_VAR, *FLAG_VARS)}
+    values = {DISABLE_VAR: kill_switch(env), **{name: parse_flag(name, env.get(name)) for name in FLAG_VARS}}
     for _, warning in values.values():
         if warning and warn:
             say("warning: " + warning)

@@ -18,9 +18,26 @@ from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbol
 from .sonames import DRIVER_SONAME, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
-__all__ = ["Build", "read_build", "find_builds", "interposed", "PRELOAD_PREFIXES"]
+__all__ = ["Build", "read_build", "find_builds", "interposed", "build_install_hint", "PRELOAD_PREFIXES",
+           "RELEASED_CUDA_MAJORS"]
 
 PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")
+# The CUDA majors that torch_memory_saver releases ship a preload build for (0.0.9: 12; 0.0.9.post1 and
+# 0.0.10: _cu12 and _cu13). No release ships one for another major; 0.0.8's build links only the driver.
+RELEASED_CUDA_MAJORS = (12, 13)
+
+
+def build_install_hint(kind: str, major: int) -> str:
+    """The torch_memory_saver to install when no installed build fits ``kind`` ``major``: only what
+    a release ships, or how to build it."""
+    if kind == "hip":
+        return "install a ROCm build of torch_memory_saver (built from source with ROCm)"
+    if major in RELEASED_CUDA_MAJORS:
+        return (f"install a torch_memory_saver that ships a CUDA {major} build: "
+                f"pip install 'torch-memory-saver>=0.0.9.post1' (it ships _cu12 and _cu13 builds)")
+    return (f"no torch_memory_saver release ships a CUDA {major} build (releases ship CUDA "
+            f"{' and '.join(map(str, RELEASED_CUDA_MAJORS))} builds); torch_memory_saver 0.0.8's build needs only the "
+            f"driver ({DRIVER_SONAME}), not a CUDA {major} runtime: pip install 'torch-memory-saver==0.0.8'")
 
 
 class Build:

@@ -13,7 +13,7 @@ import os
 import threading
 import warnings
 
-from . import DISABLE_VAR, disabled, mapped_hooks, same_file, say
+from . import DISABLE_VAR, kill_switch, mapped_hooks, same_file, say
 from .plan import Plan, resolve
 
 TYPE_CHECKING = False
@@ -79,9 +79,10 @@ def configure_subprocess() -> "Iterator[Plan | None]":
     as with torch_memory_saver's own function.
     """
     global _open_blocks
-    if disabled():
-        warnings.warn(f"{DISABLE_VAR}={os.environ[DISABLE_VAR]}: configure_subprocess() changes nothing; "
-                      f"children started in this block are not hooked", RuntimeWarning, stacklevel=3)
+    off, unknown = kill_switch()
+    if off:
+        warnings.warn(f"{unknown or DISABLE_VAR + '=' + os.environ[DISABLE_VAR]}: configure_subprocess() changes "
+                      f"nothing; children started in this block are not hooked", RuntimeWarning, stacklevel=3)
         yield None
         return
     with _environ_lock:

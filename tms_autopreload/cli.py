@@ -115,13 +115,12 @@ def _nodes(args: argparse.Namespace) -> int:
 def _show_nodes(rows: "list[dict]", args: argparse.Namespace, took: str,
                 here: "dict[str, str | None] | None" = None) -> int:
     """The per-node table (or ``--json`` document), then the notes (nodes whose versions differ from
-    ``here``'s) and the summary line; exit 0 only when every counted node is ok (nodes that offer no GPU
-    count with ``--all-nodes``)."""
+    ``here``'s) and the summary line; exit 0 only when the preflight passed (:func:`.rows.passed`)."""
     from . import rows as table
 
     lines = table.summary(rows, here, args.all_nodes)
     lines[0] += took
-    ok = bool(rows) and not table.failing(rows, args.all_nodes)
+    ok = table.passed(rows, args.all_nodes)
     if args.json:
         print(json.dumps({"ok": ok, "nodes": rows, "summary": lines[0], "notes": lines[1:]}, indent=2))
     else:

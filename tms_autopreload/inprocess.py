@@ -20,12 +20,13 @@ caller falls back to ``exec`` (or refuses, for :func:`tms_autopreload.activate`)
 * a ``dlopen`` fails (``dlerror``'s text is reported).
 
 ``_ctypes`` (the C half of ctypes, about 1.5 ms to import) gives ``dlopen`` and ``dlsym``; ``ctypes``
-itself is not imported.
+itself is not imported. The lock of :func:`activate` is the interpreter's own (``_thread``): ``threading``
+would import ``functools``, ``collections`` and more into every dlopen-mode start.
 """
 
+import _thread
 import os
 import sys
-import threading
 
 import _ctypes
 
@@ -143,7 +144,7 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
 
 
 _activated: "Plan | None" = None
-_activating = threading.Lock()
+_activating = _thread.allocate_lock()
 
 
 def activate() -> "Plan | None":
@@ -165,14 +166,15 @@ def activate() -> "Plan | None":
     global _activated
     if _activated is not None:
         return _activated
-    from . import DISABLE_VAR, SLIME_DEFAULTS, SLIME_FLAG, disabled, parse_flag
+    from . import DISABLE_VAR, SLIME_DEFAULTS, SLIME_FLAG, kill_switch, parse_flag
 
     env = os.environ
-    if disabled(env):
+    off, unknown = kill_switch(env)
+    if off:
         import warnings
 
-        warnings.warn(f"{DISABLE_VAR}={env[DISABLE_VAR]}: activate() changes nothing; this process is not hooked",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(f"{unknown or DISABLE_VAR + '=' + env[DISABLE_VAR]}: activate() changes nothing; this process "
+                      f"is not hooked", RuntimeWarning, stacklevel=2)
         return None
     with _activating:
         if _activated is not None:  # another thread did the work while this one waited

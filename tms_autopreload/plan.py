@@ -20,7 +20,7 @@ import sys
 from . import PATH_VAR as FORCE_VAR
 from . import STATE_VAR, state_key
 from . import compose_preload, locate, open_regular, same_file, split_preload
-from .builds import Build, find_builds, read_build
+from .builds import Build, build_install_hint, find_builds, read_build
 from .elf import ElfError, read_dynamic
 from .environ import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
 from .errors import ResolveError, shown
@@ -671,11 +671,8 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
         return "\n".join(lines)
     lines = [f"no torch_memory_saver preload build fits {runtime.describe()}:"]
     lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
-    if not eligible and runtime.kind == "cuda":
-        fixes.append(f"install a torch_memory_saver that ships a CUDA {runtime.major} build: "
-                     f"pip install 'torch-memory-saver>=0.0.9.post1' (it ships _cu12 and _cu13 builds)")
-    elif not eligible:
-        fixes.append("install a ROCm build of torch_memory_saver (built from source with ROCm)")
+    if not eligible:
+        fixes.append(build_install_hint(runtime.kind, runtime.major))
     lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
                  f"Fix: see the reasons above, or set {FORCE_VAR} to a build that loads")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["node_row", "document_answer", "document_rows", "render", "summary", "failing", "not_installed",
+__all__ = ["node_row", "document_answer", "document_rows", "render", "summary", "failing", "passed", "not_installed",
            "VERSIONED"]
 
 
@@ -100,6 +100,13 @@ def failing(rows: "list[dict[str, Any]]", all_nodes: bool) -> "list[dict[str, An
     return [r for r in rows if counted(r, all_nodes) and not r["ok"]]
 
 
+def passed(rows: "list[dict[str, Any]]", all_nodes: bool) -> bool:
+    """The preflight's verdict, for ``doctor --ray`` and ``doctor --nodes`` alike: at least one node was
+    counted, and no counted node fails. A preflight that counted no node checked nothing, so it does
+    not pass: no input (``--nodes`` read no document), or only nodes that offer Ray no GPU."""
+    return any(counted(r, all_nodes) for r in rows) and not failing(rows, all_nodes)
+
+
 def _versions(answer: "dict[str, Any] | None") -> "dict[str, str | None]":
     return {name: _str(_dict(_dict(answer).get("versions")).get(name)) for name in VERSIONED}
 
@@ -150,6 +157,9 @@ def summary(rows: "list[dict[str, Any]]", here: "dict[str, str | None] | None", 
     if skipped:
         head += (f", {len(skipped)} without a GPU for Ray (shown, not counted: "
                  f"{sum(not r['ok'] for r in skipped)} of them failing; --all-nodes counts them)")
+    if rows and len(skipped) == len(rows):
+        head += ("; no node was counted, so nothing was checked: declare each GPU node's GPUs to Ray "
+                 "(`ray start --num-gpus N`), or pass --all-nodes to count every node")
     out = [head]
     for r in rows if here is not None else ():
         if not _dict(r["answer"]).get("versions"):

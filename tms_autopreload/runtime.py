@@ -26,13 +26,18 @@ __all__ = ["Runtime", "TorchBuild", "detect", "read_torch", "install_hint", "DEF
 DEFAULT_CUDA_MAJORS = (12, 13)
 
 
+# NVIDIA's pip wheels of the CUDA runtime, by major, as published on PyPI (before 11: none; from 13 one
+# project, versioned by the CUDA release).
+_RUNTIME_WHEELS = {11: "nvidia-cuda-runtime-cu11", 12: "nvidia-cuda-runtime-cu12", 13: "'nvidia-cuda-runtime==13.*'"}
+
+
 def install_hint(kind: str, major: int) -> str:
-    """The package that provides a runtime, for error messages."""
+    """What provides a runtime, for error messages: only a wheel NVIDIA publishes, else the toolkit."""
     if kind == "hip":
         return f"install ROCm {major} ({runtime_soname(kind, major)})"
-    if major >= 13:
-        return f"pip install 'nvidia-cuda-runtime=={major}.*' (or a CUDA {major} toolkit)"
-    return f"pip install nvidia-cuda-runtime-cu{major} (or a CUDA {major} toolkit)"
+    if major in _RUNTIME_WHEELS:
+        return f"pip install {_RUNTIME_WHEELS[major]} (or a CUDA {major} toolkit)"
+    return f"install a CUDA {major} toolkit (NVIDIA publishes no pip wheel of its runtime)"
 
 
 class TorchBuild:
