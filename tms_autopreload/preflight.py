@@ -272,7 +272,7 @@ def _ray_said(log: str) -> str:
 
 def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
         progress: "Callable[[int, int], None] | None" = None) -> "list[dict[str, Any]]":
-    """One row per alive node (:func:`tms_autopreload.nodes.row`), within ``timeout`` seconds in all.
+    """One row per alive node (:func:`tms_autopreload.rows.node_row`), within ``timeout`` seconds in all.
 
     Raises NoRay, or Unreachable when nothing answers at ``address`` or the cluster stops answering
     before every node did (a head that died)."""
