@@ -289,3 +289,14 @@ def test_a_runtime_only_in_the_machines_default_directory_is_found(scenario, pyt
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert mapped(out, "torch_memory_saver") == [str(scn.site / CU13)] and out["child"] == 0, out
     assert mapped(out, "libcudart") == [system], out["maps"]
+
+
+@pytest.mark.parametrize("python", MACHINES)
+def test_c_cuda12_system_runtime(scenario, python, mode):
+    """A CUDA 12 torch on a node whose CUDA 12 runtime is in the loader cache: the cu12 build, and one libcudart."""
+    scn = scenario(tms="0.0.10", torch="cu12-sys", host=("driver", "cuda12"), python=python)
+    doc = scn.doctor()
+    assert chosen(doc) == CU12 and doc["runtime"]["major"] == 12
+    assert verdict(doc, CU13)["status"] == "rejected"
+    out = hooked(scn, scn.site / CU12, mode)
+    assert mapped(out, "libcudart") == [str(scn.parts.rt[12] / "libcudart.so.12")]
