@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv-test
 
-.PHONY: test check demo demo-clean bench fuzz clean
+.PHONY: test check aarch64 demo demo-clean bench fuzz clean
 
 # The test command (CI runs it through .ci/run): a venv with the test tools (uv among them, which
 # finds or installs interpreters); what the machine must have, checked before any test and said in
@@ -18,6 +18,12 @@ test: $(VENV)/.ready
 check: $(VENV)/.ready
 	$(VENV)/bin/python tools/prereqs.py check
 	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs -m "not slow"
+
+# The aarch64 lane alone (part of `make test`): the scenarios run again in Debian trixie for arm64, its
+# programs run by qemu-user-static through a binfmt_misc private to the test's user namespace.
+aarch64: $(VENV)/.ready
+	$(VENV)/bin/python tools/prereqs.py aarch64
+	TMS_TEST_STRICT=1 nice -n 10 $(VENV)/bin/python -m pytest -q -rs -m aarch64
 
 $(VENV)/.ready: tests/requirements.txt
 	$(PYTHON) -m venv $(VENV)

@@ -18,12 +18,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import support  # noqa: E402
 from strict import pytest_configure, pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401 (hooks)
-from rootfs import Rootfs, RootfsHost, RootfsVenv  # noqa: E402
+from rootfs import Rootfs, RootfsHost, RootfsVenv, arch  # noqa: E402
 from support import Host, SetupError, Venv  # noqa: E402
 
 DEFAULT_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 # Interpreters in Debian root file systems (tools/rootfs.py): glibc 2.41 and 2.43, CPython 3.13-3.15.
 ROOTFS_PYTHONS = ["trixie/3.13", "sid/3.14", "sid/3.15"]
+# Debian trixie for arm64, run under emulation: its interpreter, loader and children are aarch64 programs,
+# with the aarch64 wheels and stand-ins built for aarch64.
+AARCH64 = "trixie-arm64/3.13"
 
 
 def python_version(python: str) -> tuple[int, ...]:
@@ -49,13 +52,16 @@ SLOW_FIXTURES = {"real_torch", "ray_cluster", "field", "client", "gpuless_cluste
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Mark slow what needs the whole suite's set-up, before ``-m "not slow"`` deselects."""
+    """Mark slow what needs the whole suite's set-up, before ``-m "not slow"`` deselects; and mark the
+    aarch64 lane (interpreters of an arm64 root file system), which ``-m aarch64`` selects."""
     for item in items:
         params = getattr(item, "callspec", None)
         python = params.params.get("python", DEFAULT_PYTHON) if params else DEFAULT_PYTHON
         source_build = params is not None and any("-source" in str(v) for v in params.params.values())
         if SLOW_FIXTURES & set(item.fixturenames) or python != DEFAULT_PYTHON or source_build:
             item.add_marker(pytest.mark.slow)
+        if arch(python.rpartition("/")[0]) is not None:
+            item.add_marker(pytest.mark.aarch64)
 
 
 def need(fn, *args, **kw):
@@ -67,21 +73,23 @@ def need(fn, *args, **kw):
 
 
 class Parts:
-    """Shared, built-once ingredients: driver stub, runtime dirs, stand-in libraries, our wheel."""
+    """Shared, built-once ingredients: driver stub, runtime dirs, stand-in libraries, our wheel; for this
+    machine, or for the Debian architecture ``arch`` (its wheels, built by its cross compiler)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, arch: str | None = None, own_wheel: Path | None = None) -> None:
         self.root = root
+        self.arch = arch
         support.check_namespaces()
         self.stub = root / "driver"
-        support.driver_stub(self.stub)
+        support.driver_stub(self.stub, arch=arch)
         self.rt = {}
         for major, member in ((12, "nvidia/cuda_runtime/lib/libcudart.so.12"), (13, "nvidia/cu13/lib/libcudart.so.13")):
             d = root / f"cuda{major}"
-            support.extract(support.runtime_wheel(major), member, d)
+            support.extract(support.runtime_wheel(major, arch), member, d)
             self.rt[major] = d
         self.hip = root / "rocm6"
-        support.hip_stub(self.hip, 6)
-        self.own_wheel = support.build_own_wheel(root / "dist")
+        support.hip_stub(self.hip, 6, arch=arch)
+        self.own_wheel = own_wheel or support.build_own_wheel(root / "dist")
         self._deps: dict[str, Path] = {}
 
     def host_dirs(self, names: tuple[str, ...]) -> list[Path]:
@@ -99,7 +107,8 @@ class Parts:
                 "rocm6": (self.hip, "libamdhip64.so.6", None),
                 "cpu": (None, None, None),
             }[torch]
-            self._deps[torch] = support.global_deps(self.root / "deps" / torch / "libtorch_global_deps.so", *spec)
+            self._deps[torch] = support.global_deps(self.root / "deps" / torch / "libtorch_global_deps.so", *spec,
+                                                    arch=self.arch)
         return self._deps[torch]
 
 
@@ -159,6 +168,19 @@ def parts(tmp_path_factory) -> Parts:
 
 
 @pytest.fixture(scope="session")
+def arch_parts(parts, tmp_path_factory):
+    """Factory: the :class:`Parts` of a Debian architecture (``arch_parts("arm64")``), with our same wheel."""
+    made: dict[str, Parts] = {}
+
+    def make(name: str) -> Parts:
+        if name not in made:
+            made[name] = need(Parts, tmp_path_factory.mktemp(f"parts-{name}"), name, parts.own_wheel)
+        return made[name]
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def rootfs(tmp_path_factory):
     """Factory: the Debian root file system ``suite`` (cached), sharing this run's temporary
     directories and the cached wheels at their own paths."""
@@ -173,11 +195,12 @@ def rootfs(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def scenario(parts, rootfs, tmp_path_factory):
+def scenario(parts, arch_parts, rootfs, tmp_path_factory):
     """Factory: ``scenario(tms=..., torch=..., pip=(13,), host=("driver", "cuda13"), python=...)``.
 
     ``python`` is a version on this machine ("3.11") or one in a Debian root file system
-    ("sid/3.15"), whose host is then that root with the loader cache built for ``host``.
+    ("sid/3.15"), whose host is then that root with the loader cache built for ``host``. In a root of
+    another architecture ("trixie-arm64/3.13") every part is that architecture's.
     """
     made: dict[tuple, Scenario] = {}
 
@@ -189,24 +212,26 @@ def scenario(parts, rootfs, tmp_path_factory):
         if key in made:
             return made[key]
         suite, _, version = python.rpartition("/")
+        foreign = arch(suite) if suite else None
+        own = arch_parts(foreign) if foreign else parts
         name = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         root = tmp_path_factory.mktemp(f"scn-{name}")
-        wheels = [parts.own_wheel] + [support.runtime_wheel(m) for m in pip]
+        wheels = [own.own_wheel] + [need(support.runtime_wheel, m, foreign) for m in pip]
         if tms and layout is None:
-            wheels.append(support.tms_wheel(tms))
+            wheels.append(need(support.tms_wheel, tms, foreign))
         if suite:
             fs = rootfs(suite)
             venv = need(RootfsVenv, fs, root / "venv", need(fs.python, version), wheels)
         else:
             venv = need(Venv, root / "venv", need(support.locate_python, python), wheels)
         if layout is not None:
-            _custom_layout(venv, tms or "0.0.10", layout, parts)
+            _custom_layout(venv, tms or "0.0.10", layout, own)
         if torch:
             cuda, hip = TORCH_FIELDS[torch]
-            support.write_torch_standin(venv.site, cuda=cuda, hip=hip, deps_lib=parts.global_deps(torch))
-        dirs = parts.host_dirs(host)
+            support.write_torch_standin(venv.site, cuda=cuda, hip=hip, deps_lib=own.global_deps(torch))
+        dirs = own.host_dirs(host)
         made[key] = Scenario(venv, need(RootfsHost, fs, root / "host", dirs) if suite
-                             else need(Host, root / "host", dirs), parts)
+                             else need(Host, root / "host", dirs), own)
         return made[key]
 
     return make
@@ -222,7 +247,7 @@ def _custom_layout(venv: Venv, tms: str, layout: str, parts: Parts) -> None:
     """
     import zipfile
 
-    with zipfile.ZipFile(support.tms_wheel(tms)) as z:
+    with zipfile.ZipFile(support.tms_wheel(tms, parts.arch)) as z:
         for name in z.namelist():
             if name.startswith("torch_memory_saver/"):
                 target = venv.site / name
@@ -235,7 +260,7 @@ def _custom_layout(venv: Venv, tms: str, layout: str, parts: Parts) -> None:
         out.chmod(0o755)
     else:
         support.cc(out, "int tms_hip_hook_standin(void) { return 0; }\n", "-Wl,--no-as-needed",
-                   f"-L{parts.hip}", "-l:libamdhip64.so.6")
+                   f"-L{parts.hip}", "-l:libamdhip64.so.6", arch=parts.arch)
 
 
 @pytest.fixture(scope="session")

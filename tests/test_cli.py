@@ -7,7 +7,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import DEFAULT_PYTHON, ROOTFS_PYTHONS
+from conftest import AARCH64, DEFAULT_PYTHON, ROOTFS_PYTHONS
 from support import ROOT, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -48,9 +48,9 @@ def test_env_for_eval_and_json(scenario):
     assert doc == {"LD_PRELOAD": str(scn.site / CU13)}
 
 
-@pytest.mark.parametrize("python", [DEFAULT_PYTHON, *ROOTFS_PYTHONS])
+@pytest.mark.parametrize("python", [DEFAULT_PYTHON, *ROOTFS_PYTHONS, AARCH64])
 def test_which_and_doctor(scenario, python):
-    """Also in Debian's root file systems: their glibc's loader cache and loader decide there."""
+    """Also in Debian's root file systems (arm64's too): their glibc's loader cache and loader decide there."""
     scn = report_host(scenario, python)
     r = cli(scn, "which")
     assert r.returncode == 0 and r.stdout.strip() == str(scn.site / CU13) and r.stderr == ""

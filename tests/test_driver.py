@@ -15,7 +15,8 @@ import os
 import sys
 
 import pytest
-from conftest import Scenario, mode_env, need
+from conftest import AARCH64, Scenario, mode_env, need
+from rootfs import RootfsHost
 from support import ROOT, Host, clean_env, driver_stub
 
 sys.path.insert(0, str(ROOT))
@@ -150,3 +151,25 @@ def test_matching_new_driver_is_ok(world):
     r = doctor(hosts[NEW], module(NEW))
     assert r.returncode == 0, r.stdout + r.stderr
     assert driver_line(r.stdout) == f"driver:   OK: driver {NEW} runs CUDA 13.x (>= 580 needed for CUDA 13)"
+
+
+@pytest.mark.slow
+@pytest.mark.aarch64
+def test_the_aarch64_module_line_and_driver_in_an_arm64_root(scenario, tmp_path):
+    """Debian trixie for arm64 (emulated): the kernel module's line as NVIDIA's open module writes it there
+    (``... Open Kernel Module for aarch64  <version> ...``) and an aarch64 libcuda installed as NVIDIA
+    installs it: doctor reads both, and a driver 580 runs torch's CUDA 13."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",), python=AARCH64)
+    nvidia = tmp_path / f"nvidia-{NEW}"
+    need(driver_stub, nvidia, NEW, "arm64")
+    host = need(RootfsHost, scn.host.rootfs, tmp_path / "host", [nvidia])
+    line = (f"NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  {NEW}  Release Build  "
+            "(dvs-builder@U22-I3-B17-02-5)  Tue Sep 23 09:55:41 UTC 2025")
+    setup = ('mount -t tmpfs none "$ROOT/proc/driver" && mkdir "$ROOT/proc/driver/nvidia" && '
+             f"printf '%s\\nGCC version:  gcc version 13.3.0\\n' '{line}' > \"$ROOT/proc/driver/nvidia/version\"")
+    r = host.run([str(scn.venv.python), "-m", "tms_autopreload", "doctor", "--json"], clean_env(), setup=setup)
+    assert r.returncode == 0, r.stdout + r.stderr
+    driver = json.loads(r.stdout)["driver"]
+    assert driver["module_version"] == NEW and driver["library_version"] == NEW, driver
+    assert driver["library"] == str(nvidia / f"libcuda.so.{NEW}") and driver["newest_major"] == 13, driver
+    assert driver["verdict"] == "ok", driver

@@ -88,7 +88,9 @@ def test_ld_cache_parser_never_raises(data, name):
 
 @FUZZ
 @given(st.one_of(st.text(max_size=512),
-                 st.builds(lambda a, b: f"NVRM version: NVIDIA UNIX x86_64 Kernel Module {a} {b}",
+                 st.builds(lambda m, a, b: f"NVRM version: NVIDIA UNIX {m} {a} {b}",
+                           st.sampled_from(["x86_64 Kernel Module", "aarch64 Kernel Module",
+                                            "Open Kernel Module for x86_64", "Open Kernel Module for aarch64"]),
                            st.text(max_size=40), st.text(max_size=40))))
 def test_kernel_module_version_parser_never_raises(text):
     """/proc/driver/nvidia/version: a version-shaped word or None, whatever the bytes."""
@@ -120,10 +122,21 @@ def test_preflight_options_are_a_usage_error_or_accepted(runtime_env, address):
 
 
 def test_kernel_module_version_parser_reads_both_module_kinds():
+    """Proprietary and open modules, as each writes its first line on x86-64 and on aarch64: the open one's
+    ID is NVIDIA's build rule ``NVIDIA UNIX Open Kernel Module for $(TARGET_ARCH)  <version>  Release Build
+    (<user>@<host>)  <date>`` with ``TARGET_ARCH`` from ``uname -m`` (open-gpu-kernel-modules utils.mk,
+    GENERATE_NVIDSTRING); the proprietary aarch64 one as an aarch64 machine's kernel log printed it
+    ("NVRM: loading <the same ID>", nv.c)."""
     assert driver.parse_module_version(
         "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n") == "535.104.05"
     assert driver.parse_module_version(
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16)\n"
+    ) == "580.95.05"
+    assert driver.parse_module_version(
+        "NVRM version: NVIDIA UNIX aarch64 Kernel Module  460.73.01  Thu Apr  1 21:51:06 UTC 2021\n") == "460.73.01"
+    assert driver.parse_module_version(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build  "
+        "(dvs-builder@U22-I3-B17-02-5)  Tue Sep 23 09:55:41 UTC 2025\nGCC version:  gcc version 13.3.0\n"
     ) == "580.95.05"
     assert driver.newest_major("535.104.05") == 12 and driver.newest_major("580.95.05") == 13
     assert driver.newest_major("525.60.11") == 11 and driver.newest_major("418.39") is None

@@ -1,6 +1,6 @@
 """The installed start-up hook, from venvs holding the built wheel, on every CPython 3.10-3.15:
 this machine's 3.10-3.13, and Debian's 3.13 (trixie, glibc 2.41), 3.14 and 3.15 (sid, glibc 2.43) in
-their own root file systems.
+their own root file systems; the seed's case and spawn children also on aarch64 (trixie for arm64, emulated).
 
 Evidence of what the hook did comes from the process itself: ``/proc/self/maps``, its PID, argv,
 flags, environment, and whether its image was started by the hook's re-exec (``support.REEXECD``,
@@ -16,7 +16,7 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import ROOTFS_PYTHONS, assert_applied
+from conftest import AARCH64, ROOTFS_PYTHONS, assert_applied
 from conftest import python_version as version
 from support import REEXECD, assert_stopped, execs
 
@@ -69,7 +69,7 @@ def hook_lines(err, word):
 
 # ---------------------------------------------------------------- the seed, side by side
 
-@pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parametrize("python", [*PYTHONS, AARCH64])
 def test_slime_2186_side_by_side(scenario, python):
     scn = report_host(scenario, python)
     # slime today: first existing of (cu12, unsuffixed) -> cu12 -> every child dies with 127.
@@ -196,7 +196,7 @@ def test_right_build_preset_is_not_reexecuted(scenario):
     assert rep["env"]["TMS_AUTOPRELOAD_STATE"].endswith(CU13)
 
 
-@pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parametrize("python", [*PYTHONS, AARCH64])
 def test_spawn_children_inherit_and_do_not_reexec(scenario, python, mode):
     scn = report_host(scenario, python)
     code = REEXECD + textwrap.dedent("""

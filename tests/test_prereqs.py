@@ -32,7 +32,7 @@ def prereqs(lane: str, **env: str) -> subprocess.CompletedProcess:
                           env=clean_env(**env))
 
 
-@pytest.mark.parametrize("lane", ["check", "test"])
+@pytest.mark.parametrize("lane", ["check", "test", "aarch64"])
 def test_this_machine_has_everything(lane):
     r = prereqs(lane)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")

@@ -3,6 +3,9 @@
 Each scenario builds its host (a private ld.so.cache), a venv with our built wheel and the
 real torch_memory_saver wheel, then asks ``tms-autopreload doctor --json`` and starts a real
 flagged process that maps the hook and runs a ``bash -c true`` child.
+
+The matrix runs on this machine (x86-64) and again on aarch64 (``conftest.AARCH64``: Debian trixie for
+arm64 under emulation, with the aarch64 wheels of torch_memory_saver and NVIDIA's runtimes).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import sys
 
 import pytest
 import support
-from conftest import assert_applied, mode_env
+from conftest import AARCH64, DEFAULT_PYTHON, assert_applied, mode_env
 from support import REEXECD, assert_stopped
 
 sys.path.insert(0, str(support.ROOT))
@@ -61,11 +64,20 @@ CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 PLAIN = "torch_memory_saver_hook_mode_preload.abi3.so"
 # torch_memory_saver built here with an $ORIGIN-relative RUNPATH to the pip runtime (tools/tms_source.py).
 RUNPATH_BUILD = "0.0.10-source-runpath"
+# Both machines: this one's interpreter (x86-64) and Debian's for arm64, emulated.
+MACHINES = [DEFAULT_PYTHON, AARCH64]
 
 
-@pytest.mark.parametrize("tms", ["0.0.9.post1", RUNPATH_BUILD])
-def test_a_cuda13_system_runtime(scenario, parts, tms, mode):
-    scn = scenario(tms=tms, torch="cu13-sys", host=("driver", "cuda13"))
+def releases(*versions):
+    """(tms, python) for each released version on both machines, and the RUNPATH source build (built for
+    this machine only)."""
+    return [(v, p) for v in versions for p in MACHINES] + [(RUNPATH_BUILD, DEFAULT_PYTHON)]
+
+
+@pytest.mark.parametrize("tms, python", releases("0.0.9.post1"))
+def test_a_cuda13_system_runtime(scenario, tms, python, mode):
+    scn = scenario(tms=tms, torch="cu13-sys", host=("driver", "cuda13"), python=python)
+    parts = scn.parts
     doc = scn.doctor()
     assert chosen(doc) == CU13
     assert doc["runtime"]["major"] == 13 and "torch.version.cuda='13.0'" in doc["runtime"]["source"]
@@ -76,10 +88,10 @@ def test_a_cuda13_system_runtime(scenario, parts, tms, mode):
     assert out["env"]["TMS_INIT_ENABLE"] == "1" and out["env"]["TMS_INIT_ENABLE_CPU_BACKUP"] == "1"
 
 
-@pytest.mark.parametrize("tms", ["0.0.9.post1", RUNPATH_BUILD])
-def test_b_cuda13_from_pip_only(scenario, tms, mode):
+@pytest.mark.parametrize("tms, python", releases("0.0.9.post1"))
+def test_b_cuda13_from_pip_only(scenario, tms, python, mode):
     """The pip runtime is found by the LD_LIBRARY_PATH binding, or by the build's own RUNPATH (then no binding)."""
-    scn = scenario(tms=tms, torch="cu13-pip", pip=(13,), host=("driver",))
+    scn = scenario(tms=tms, torch="cu13-pip", pip=(13,), host=("driver",), python=python)
     doc = scn.doctor()
     assert chosen(doc) == CU13
     pip_dir = str(scn.site / "nvidia" / "cu13" / "lib")
@@ -91,9 +103,9 @@ def test_b_cuda13_from_pip_only(scenario, tms, mode):
     assert mapped(out, "libcudart") == [os.path.join(pip_dir, "libcudart.so.13")]
 
 
-@pytest.mark.parametrize("tms", ["0.0.10", RUNPATH_BUILD])
-def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario, tms, mode):
-    scn = scenario(tms=tms, torch="cu12-pip", pip=(12,), host=("driver",))
+@pytest.mark.parametrize("tms, python", releases("0.0.10"))
+def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario, tms, python, mode):
+    scn = scenario(tms=tms, torch="cu12-pip", pip=(12,), host=("driver",), python=python)
     assert chosen(scn.doctor()) == CU12
     out = hooked(scn, scn.site / CU12, mode)
     assert mapped(out, "libcudart") == [str(scn.site / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12")]
@@ -103,8 +115,9 @@ def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario, tms, mode):
     assert "libcudart.so.13: cannot open shared object file" in r.stderr
 
 
-def test_d_both_runtimes_loadable_torch_for_13(scenario):
-    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda12", "cuda13"))
+@pytest.mark.parametrize("python", MACHINES)
+def test_d_both_runtimes_loadable_torch_for_13(scenario, python):
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda12", "cuda13"), python=python)
     doc = scn.doctor()
     assert chosen(doc) == CU13
     assert verdict(doc, CU12)["loads"] is True and verdict(doc, CU12)["status"] == "rejected"
@@ -138,8 +151,9 @@ def test_f_driver_only_build_on_either_runtime(scenario, major, mode):
     ("no torch, both runtimes", dict(torch=None, host=("driver", "cuda12", "cuda13")),
      ["several CUDA runtimes are visible", "TMS_AUTOPRELOAD_CUDA_MAJOR=N"]),
 ])
-def test_g_each_failure_has_its_clear_error(scenario, case, kw, words):
-    scn = scenario(**kw)
+@pytest.mark.parametrize("python", MACHINES)
+def test_g_each_failure_has_its_clear_error(scenario, case, kw, words, python):
+    scn = scenario(**kw, python=python)
     doc = scn.doctor()
     assert not doc["ok"], case
     for w in words:
@@ -218,16 +232,18 @@ def test_no_message_names_a_build_no_release_ships(scenario):
         "install a CUDA 14 toolkit (NVIDIA publishes no pip wheel of its runtime)"]
 
 
-def test_override_decides_when_no_torch_and_both_visible(scenario):
-    scn = scenario(torch=None, host=("driver", "cuda12", "cuda13"))
+@pytest.mark.parametrize("python", MACHINES)
+def test_override_decides_when_no_torch_and_both_visible(scenario, python):
+    scn = scenario(torch=None, host=("driver", "cuda12", "cuda13"), python=python)
     assert chosen(scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "12"})) == CU12
     assert chosen(scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "13"})) == CU13
     doc = scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "thirteen"})
     assert not doc["ok"] and "TMS_AUTOPRELOAD_CUDA_MAJOR='thirteen'" in doc["error"]
 
 
-def test_forced_path_is_verified_and_major_checked(scenario):
-    scn = scenario(torch="cu13-sys", host=("driver", "cuda13"))
+@pytest.mark.parametrize("python", MACHINES)
+def test_forced_path_is_verified_and_major_checked(scenario, python):
+    scn = scenario(torch="cu13-sys", host=("driver", "cuda13"), python=python)
     doc = scn.doctor({"TMS_AUTOPRELOAD_PATH": str(scn.site / CU13)})
     assert chosen(doc) == CU13
     doc = scn.doctor({"TMS_AUTOPRELOAD_PATH": str(scn.site / CU12)})
@@ -273,3 +289,62 @@ def test_runpath_build_apart_from_torchs_runtime_still_gets_the_binding(scenario
     assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == runtime_dir
     out = hooked(scn, scn.site / CU13, mode, env)
     assert mapped(out, "libcudart") == [os.path.join(runtime_dir, "libcudart.so.13")]
+
+
+@pytest.mark.parametrize("python", MACHINES)
+def test_a_build_for_the_other_machine_is_refused_by_machine_not_traced(scenario, python):
+    """A build of the other architecture among the candidates (a wheel copied across machines, a shared
+    home directory): refused for its ELF machine before the loader is asked about it; named in
+    TMS_AUTOPRELOAD_PATH, the same clear stop."""
+    scn = scenario(tms="0.0.10", torch="cu13-sys", host=("driver", "cuda13"), python=python, tag="other-machine")
+    other, here, theirs = ("arm64", "x86-64", "aarch64") if scn.parts.arch is None else (None, "aarch64", "x86-64")
+    import zipfile
+
+    foreign = scn.site / f"torch_memory_saver_hook_mode_preload_{theirs.replace('-', '_')}.abi3.so"
+    with zipfile.ZipFile(support.tms_wheel("0.0.10", other)) as z:
+        foreign.write_bytes(z.read(CU13))
+    foreign.chmod(0o755)
+    doc = scn.doctor()
+    assert chosen(doc) == CU13
+    refused = verdict(doc, foreign.name)
+    assert refused["status"] == "rejected" and refused["loads"] is None, refused
+    assert f"built for {theirs} 64-bit, this interpreter is {here} 64-bit" in refused["reason"], refused
+    env = {"TMS_AUTOPRELOAD_PATH": str(foreign)}
+    doc = scn.doctor(env)
+    assert not doc["ok"] and f"built for {theirs} 64-bit" in doc["error"], doc
+    assert_stopped(scn.flagged("print('user code ran')", env), f"built for {theirs} 64-bit")
+
+
+@pytest.mark.parametrize("python", ["trixie/3.13", AARCH64])
+def test_a_runtime_only_in_the_machines_default_directory_is_found(scenario, python):
+    """The loader's last resort, its default directories, are those of its machine: a libcudart.so.13
+    copied into /usr/lib/<multiarch tuple> after the loader cache was built is found by that rule alone,
+    on x86-64 and on aarch64 (Debian trixie for each), as the real loader finds it. Trixie's /lib is a link
+    to usr/lib, so the first default directory, /lib/<multiarch tuple>, is where both find it; the kernel
+    names the mapped file by its real path."""
+    scn = scenario(torch=None, host=("driver",), python=python, tag="default-dir")
+    triplet = "x86_64-linux-gnu" if scn.parts.arch is None else "aarch64-linux-gnu"
+    system = f"/usr/lib/{triplet}/libcudart.so.13"
+    setup = f'cp {scn.parts.rt[13] / "libcudart.so.13"} "$ROOT{system}"'
+    r = scn.host.run([str(scn.venv.python), "-m", "tms_autopreload", "doctor", "--json"], support.clean_env(),
+                     setup=setup)
+    doc = json.loads(r.stdout)
+    assert chosen(doc) == CU13
+    assert doc["runtime"]["library"] == f"/lib/{triplet}/libcudart.so.13", doc["runtime"]
+    assert doc["runtime"]["library_rule"] == "default path", doc["runtime"]
+    r = scn.host.run([str(scn.venv.python), "-c", PROBE], support.clean_env(SLIME_OFFLOAD_TRAIN="1"), setup=setup)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert mapped(out, "torch_memory_saver") == [str(scn.site / CU13)] and out["child"] == 0, out
+    assert mapped(out, "libcudart") == [system], out["maps"]
+
+
+@pytest.mark.parametrize("python", MACHINES)
+def test_c_cuda12_system_runtime(scenario, python, mode):
+    """A CUDA 12 torch on a node whose CUDA 12 runtime is in the loader cache: the cu12 build, and one libcudart."""
+    scn = scenario(tms="0.0.10", torch="cu12-sys", host=("driver", "cuda12"), python=python)
+    doc = scn.doctor()
+    assert chosen(doc) == CU12 and doc["runtime"]["major"] == 12
+    assert verdict(doc, CU13)["status"] == "rejected"
+    out = hooked(scn, scn.site / CU12, mode)
+    assert mapped(out, "libcudart") == [str(scn.parts.rt[12] / "libcudart.so.12")]

@@ -10,6 +10,7 @@ is about the roots themselves: how they are built, their glibc, and the loader's
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -50,7 +51,8 @@ def test_mirror_is_the_one_apt_uses(tmp_path):
         mirror((str(tmp_path / "missing"),))
 
 
-@pytest.mark.parametrize("suite, glibc", [("trixie", (2, 41)), ("sid", (2, 43))])
+@pytest.mark.parametrize("suite, glibc", [("trixie", (2, 41)), ("sid", (2, 43)),
+                                          pytest.param("trixie-arm64", (2, 41), marks=pytest.mark.aarch64)])
 def test_root_file_systems_bring_their_glibc_and_pythons(rootfs, suite, glibc):
     fs = rootfs(suite)
     seen = fs.glibc()
@@ -59,6 +61,26 @@ def test_root_file_systems_bring_their_glibc_and_pythons(rootfs, suite, glibc):
     print(f"Debian {suite}: glibc {seen}, CPython {', '.join(versions)}")
     assert tuple(map(int, seen.split("."))) >= glibc
     assert [v.rsplit(".", 1)[0] for v in versions] == list(SUITES[suite])
+
+
+def _binfmt_misc() -> tuple[bool, list[str]]:
+    """Whether this machine's binfmt_misc is mounted, and what it registers."""
+    where = "/proc/sys/fs/binfmt_misc"
+    return os.path.ismount(where), sorted(os.listdir(where)) if os.path.ismount(where) else []
+
+
+@pytest.mark.aarch64
+def test_the_arm64_root_runs_aarch64_programs_and_leaves_the_machine_alone(rootfs):
+    """Its interpreter, the loader it maps and its children are aarch64 programs (qemu-user-static through a
+    binfmt_misc of the test's own user namespace); this machine's binfmt_misc is as it was."""
+    before = _binfmt_misc()
+    fs = rootfs("trixie-arm64")
+    probe = ("import os, platform, subprocess; maps = open('/proc/self/maps').read(); "
+             "print(platform.machine(), 'ld-linux-aarch64.so.1' in maps, "
+             "subprocess.run(['uname', '-m'], capture_output=True, text=True).stdout.strip())")
+    r = fs.run([fs.python("3.13"), "-c", probe])
+    assert r.stdout.split() == ["aarch64", "True", "aarch64"], r.stdout + r.stderr
+    assert _binfmt_misc() == before
 
 
 def test_the_root_is_never_written(rootfs):

@@ -6,8 +6,10 @@ named ``libcuda.so.1``) and fails at its first CUDA call (``torch.cuda.is_availa
 the start-up hook never refuses on these facts; ``doctor`` reports them, with a verdict and the fix.
 
 * The kernel module's version is the first line of ``/proc/driver/nvidia/version``
-  (``NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ...``). Containers and machines
-  without a GPU have no such file: the module is then unknown, which alone never fails.
+  (``NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ...``; the open modules write
+  ``NVIDIA UNIX Open Kernel Module for <uname -m>  <version>  ...``, so ``... for aarch64 ...`` on Grace
+  machines). Containers and machines without a GPU have no such file: the module is then unknown, which
+  alone never fails.
 * NVIDIA installs the user-space driver as ``libcuda.so.1 -> libcuda.so.<version>``; the version is
   read from the real file's name, after the loader's search (:class:`tms_autopreload.ldso.Loader`,
   with ``LD_PRELOAD`` first: a preloaded ``libcuda.so.1`` satisfies every later need of that SONAME).
@@ -37,7 +39,9 @@ LIBCUDA = DRIVER_SONAME
 # Version for CUDA Minor Version Compatibility" (docs.nvidia.com/cuda/cuda-toolkit-release-notes/), and
 # the same rows in the CUDA Compatibility guide's "Minor Version Compatibility" table
 # (docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html): CUDA 13.x >= 580,
-# CUDA 12.x >= 525.60.13, CUDA 11.x >= 450.80.02.
+# CUDA 12.x >= 525.60.13, CUDA 11.x >= 450.80.02. Applied on aarch64 (ARM64 SBSA) as they are: the release
+# notes' table has a Linux x86_64 column only, the Compatibility guide's per-major floors (>= 580, >= 525,
+# >= 450) name no architecture, and no ARM64 SBSA table was found.
 MINIMUM_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580"}
 # Where a library found first is forward compatibility rather than the installed driver.
 _COMPAT_RULES = (PRELOADED, "LD_LIBRARY_PATH")

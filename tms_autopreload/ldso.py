@@ -10,7 +10,7 @@ For a name without a slash, ld.so(8) ("Finding shared objects") searches:
 2. LD_LIBRARY_PATH (ignored in secure mode);
 3. DT_RUNPATH of the object that needs it;
 4. /etc/ld.so.cache;
-5. the default paths (/lib, /usr/lib, and the 64-bit and multiarch variants).
+5. the default paths (/lib, /usr/lib, and the 64-bit and multiarch variants of the loader's machine).
 
 Before any search, a name matches an object already loaded: the loader compares it with the
 name each object was loaded by and with its DT_SONAME (elf/dl-load.c, _dl_map_object). The
@@ -27,12 +27,20 @@ from . import is_tms_entry, ldcache, split_preload
 from .elf import DynamicInfo, ElfError, read_dynamic, read_kind
 from .environ import split_search_path
 
-__all__ = ["Found", "Object", "Loader", "loaded_as", "DEFAULT_DIRS", "PRELOADED"]
+__all__ = ["Found", "Object", "Loader", "loaded_as", "default_dirs", "PRELOADED"]
 
 PRELOADED = "LD_PRELOAD"  # the rule of a name matched by an object LD_PRELOAD loaded
 
-DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
-                "/lib", "/usr/lib")
+# e_machine -> the multiarch tuple Debian's loader for that machine searches first (its SYSTEM_DIRS).
+MULTIARCH = {62: "x86_64-linux-gnu", 183: "aarch64-linux-gnu"}
+
+
+def default_dirs(machine: int) -> "tuple[str, ...]":
+    """The loader's built-in directories for an executable of ``machine`` (e_machine): a loader is built
+    for one machine, and Debian's searches that machine's multiarch directories first."""
+    triplet = MULTIARCH.get(machine)
+    multiarch = (f"/lib/{triplet}", f"/usr/lib/{triplet}") if triplet else ()
+    return (*multiarch, "/lib64", "/usr/lib64", "/lib", "/usr/lib")
 
 
 class Object:
@@ -149,7 +157,7 @@ class Loader:
         cached = self.cache.lookup(name)
         if cached is not None and _accepts(cached, obj.info):
             return Found(cached, "/etc/ld.so.cache")
-        for d in DEFAULT_DIRS:
+        for d in default_dirs(self.executable.info.machine):
             candidate = os.path.join(d, name)
             if _accepts(candidate, obj.info):
                 return Found(candidate, "default path")

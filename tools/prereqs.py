@@ -7,8 +7,9 @@ functions the tests use (``locate_python``, the C compiler, the namespace probe,
 that install Debian's packages), so that what it accepts is exactly what the suite can use.
 
 Each requirement is one row of :data:`NEEDS`: what it is, which lanes need it (``check``, the
-fast lane without downloads of torch or Ray, and ``test``, the whole suite), how to tell whether
-this machine has it and how to get it. Adding a requirement is adding a row.
+fast lane without downloads of torch or Ray, ``test``, the whole suite, and ``aarch64``, the suite's
+arm64 root file system under emulation alone), how to tell whether this machine has it and how to
+get it. Adding a requirement is adding a row.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import emulation  # noqa: E402
 from rootfs import bootstrapper  # noqa: E402
 from sandbox import CACHE, SetupError, check_namespaces, locate_python, python_for_every_account  # noqa: E402
 from standins import compiler  # noqa: E402
@@ -39,7 +41,7 @@ PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 # venv (5.6 GB), four Ray venvs (1.1 GB) and the pinned wheels (51 MB); the Debian root file systems
 # add 0.6 GB. The rest is margin for pip's own download cache. One run's temporary directory (the
 # scenario venvs) was seen past 375 MB.
-CACHE_SPACE = {"check": 1 * GIB, "test": 10 * GIB}
+CACHE_SPACE = {"check": 1 * GIB, "test": 10 * GIB, "aarch64": 2 * GIB}
 TEMP_SPACE = 2 * GIB
 
 
@@ -66,6 +68,12 @@ def _program(name: str) -> Callable[[str], str | None]:
 
 def _compiler(lane: str) -> str | None:
     return None if compiler() else "no C compiler (gcc or cc) on PATH"
+
+
+def _cross_compiler() -> None:
+    """Debian's aarch64 cross compiler (installed when missing, as root), which builds the arm64 stand-ins."""
+    if compiler("arm64") is None:
+        raise SetupError("no aarch64-linux-gnu-gcc on PATH")
 
 
 def _setup_step(step: Callable[[], object]) -> Callable[[str], str | None]:
@@ -125,17 +133,18 @@ def _size(root: Path, limit: int) -> int:
     return total
 
 
+ALL = ("check", "test", "aarch64")
 # Programs the tests start: name -> (Debian package, lanes that need it).
 PROGRAMS = {
-    "unshare": ("util-linux", ("check", "test")),
-    "mount": ("mount", ("check", "test")),
+    "unshare": ("util-linux", ALL),
+    "mount": ("mount", ALL),
     "setpriv": ("util-linux", ("check", "test")),
-    "ldconfig": ("libc-bin", ("check", "test")),
+    "ldconfig": ("libc-bin", ALL),
     "nm": ("binutils", ("check", "test")),
     "git": ("git", ("check", "test")),
     "g++": ("g++", ("check", "test")),  # torch_memory_saver built from its sdist (tools/tms_source.py)
     "pgrep": ("procps", ("check", "test")),
-    "bash": ("bash", ("check", "test")),
+    "bash": ("bash", ALL),
     "patchelf": ("patchelf", ("check", "test")),  # conda's interpreters: DT_RPATH set with --force-rpath (test_conda.py)
     "script": ("bsdutils", ("test",)),
     "useradd": ("passwd", ("check", "test")),  # tests/test_shared_env.py: accounts of its own
@@ -158,16 +167,23 @@ def _shared_python(lane: str) -> str | None:
     return None
 
 NEEDS = (
-    Need("private mount namespaces", ("check", "test"), _setup_step(check_namespaces),
+    Need("private mount namespaces", ALL, _setup_step(check_namespaces),
          "run as root, or as a user the kernel allows user namespaces "
          "(sysctl kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0)"),
     *(Need(name, lanes, _program(name), f"Debian: apt-get install {package}")
       for name, (package, lanes) in PROGRAMS.items()),
-    Need("a C compiler", ("check", "test"), _compiler, "Debian: apt-get install gcc"),
+    Need("a C compiler", ALL, _compiler, "Debian: apt-get install gcc"),
     Need("root (a shared environment's tests create accounts and change file owners)", ("check", "test"), _root,
          "run the tests as root (in a container, say)"),
     Need("a Python every account can run", ("check", "test"), _shared_python,
          "Debian: apt-get install python3 (an interpreter outside /root)"),
+    Need("qemu-user-static and mmdebstrap", ("test", "aarch64"), _setup_step(emulation.install_qemu),
+         "Debian: apt-get install qemu-user-static mmdebstrap (run as root with apt-get, make test installs them)"),
+    Need("a private binfmt_misc for arm64 programs", ("test", "aarch64"), _setup_step(lambda: emulation.check("arm64")),
+         "run as root on Linux 6.7 or later (a user namespace mounts its own binfmt_misc there)"),
+    Need("an aarch64 cross compiler", ("test", "aarch64"), _setup_step(_cross_compiler),
+         "Debian: apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross (run as root with apt-get, make test "
+         "installs them)"),
     Need("debootstrap or mmdebstrap", ("test",), _setup_step(bootstrapper),
          "Debian: apt-get install debootstrap (run as root with apt-get, make test installs it)"),
     Need("Slurm", ("test",), _setup_step(slurm.ensure_installed),
@@ -175,7 +191,7 @@ NEEDS = (
     Need(f"CPython {PYTHONS[0]}-{PYTHONS[-1]}", ("test",), _pythons,
          "install each missing version with uv (uv python install 3.12), pyenv (pyenv install 3.12) or "
          "your distribution's python3.12 package with its venv module (Debian: python3.12-venv)"),
-    Need("disk space", ("check", "test"), _space,
+    Need("disk space", ALL, _space,
          "free space there, or point TMS_TEST_CACHE (the download cache) or TMPDIR at a larger file system"),
 )
 
@@ -201,7 +217,7 @@ def message(lane: str, lacking: list[tuple[Need, str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("lane", choices=("check", "test"), nargs="?", default="test")
+    parser.add_argument("lane", choices=ALL, nargs="?", default="test")
     lane = parser.parse_args(argv).lane
     lacking = missing(lane)
     if lacking:

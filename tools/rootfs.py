@@ -13,18 +13,21 @@ glibc, its cache format), mounted over its ``/etc/ld.so.cache``.
 from __future__ import annotations
 
 import glob
-import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-from sandbox import CACHE, Venv, cache_lock, clean_env, run, unshare_mounts
+import apt
+import emulation
+from sandbox import CACHE, PLATFORMS, Venv, cache_lock, clean_env, run, unshare_mounts
 from standins import SetupError
 
 # The Debian suites the tests use, and the CPython packages each brings (with its venv module).
-SUITES: dict[str, tuple[str, ...]] = {"trixie": ("3.13",), "sid": ("3.14", "3.15")}
+# ``<suite>-<arch>`` is that suite for another Debian architecture, run under emulation.
+SUITES: dict[str, tuple[str, ...]] = {"trixie": ("3.13",), "sid": ("3.14", "3.15"), "trixie-arm64": ("3.13",)}
 SOURCES = ("/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*.list")),
            *sorted(glob.glob("/etc/apt/sources.list.d/*.sources")))
 
@@ -69,24 +72,33 @@ def bootstrapper() -> list[str]:
     """The command that builds a root file system: debootstrap, else mmdebstrap, else debootstrap
     installed from this machine's apt (root only)."""
     if shutil.which("debootstrap") is None and shutil.which("mmdebstrap") is None:
-        if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            raise SetupError("building Debian root file systems needs debootstrap or mmdebstrap: "
-                             "`apt-get install debootstrap` (as root)")
-        with cache_lock("apt-get"):
-            if shutil.which("debootstrap") is None:
-                env = clean_env(DEBIAN_FRONTEND="noninteractive")
-                if subprocess.run(["apt-get", "install", "-y", "-q", "debootstrap"], env=env,
-                                  capture_output=True).returncode != 0:
-                    run(["apt-get", "update", "-q"], env=env)
-                    run(["apt-get", "install", "-y", "-q", "debootstrap"], env=env)
+        apt.ensure({"debootstrap": "debootstrap"}, "building Debian root file systems")
     if shutil.which("debootstrap"):
         return ["debootstrap", "--variant=minbase"]
     return ["mmdebstrap", "--variant=minbase"]
 
 
+def arch(suite: str) -> str | None:
+    """The foreign Debian architecture of a suite name (``trixie-arm64``: arm64), None for this machine's."""
+    name, _, foreign = suite.partition("-")
+    return foreign or None
+
+
+def bootstrap(suite: str, target: Path, packages: list[str]) -> list[str]:
+    """The command that builds ``suite``'s root file system into ``target``: for another architecture
+    mmdebstrap, running the new root's own programs (its package scripts) under emulation."""
+    release, foreign = suite.partition("-")[0], arch(suite)
+    include = f"--include={','.join(packages)}"
+    if foreign is None:
+        return [*bootstrapper(), include, release, str(target), mirror()]
+    return [*emulation.namespace(foreign), "nice", "-n", "10", "mmdebstrap", "--mode=root", "--variant=minbase",
+            f"--architectures={foreign}", include, release, str(target), mirror()]
+
+
 def build(suite: str) -> Path:
-    """The cached root file system of ``suite`` (built on first use, about a minute; under a lock, so
-    that parallel runs build it once). Delete ``$TMS_TEST_CACHE/rootfs/<suite>`` to take a newer one."""
+    """The cached root file system of ``suite`` (built on first use: about a minute, ten under emulation;
+    under a lock, so that parallel runs build it once). Delete ``$TMS_TEST_CACHE/rootfs/<suite>`` to take a
+    newer one."""
     root = CACHE / "rootfs" / suite
     with cache_lock(f"rootfs-{suite}"):
         if not (root / ".complete").exists():
@@ -95,7 +107,7 @@ def build(suite: str) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(root, ignore_errors=True)
             tmp.parent.mkdir(parents=True, exist_ok=True)
-            run([*bootstrapper(), f"--include={','.join(packages)}", suite, str(tmp), mirror()], timeout=1800)
+            run(bootstrap(suite, tmp, packages), timeout=3600)
             tmp.rename(root)
             (root / ".complete").touch()
     return root
@@ -109,6 +121,9 @@ class Rootfs:
         if shutil.which("unshare") is None or shutil.which("chroot") is None:
             raise SetupError("root file system hosts need unshare and chroot (util-linux, coreutils)")
         self.suite = suite
+        self.arch = arch(suite)
+        if self.arch is not None:
+            emulation.check(self.arch)
         self.path = build(suite)
         self.shared = [Path(p) for p in shared]
 
@@ -142,7 +157,8 @@ class Rootfs:
             lines.append(setup)
         # The working directory carries over where the root shows it (a shared path), as it would on a host.
         lines += ['W="$(pwd)"', '[ -d "$ROOT$W" ] || W=/', 'exec chroot "$ROOT" env -i -C "$W" "$@"']
-        return [*unshare_mounts(), "sh", "-ec", "\n".join(lines), "rootfs",
+        namespace = emulation.namespace(self.arch) if self.arch else unshare_mounts()
+        return [*namespace, "sh", "-ec", "\n".join(lines), "rootfs",
                 *(f"{k}={v}" for k, v in env.items()), *map(str, argv)]
 
     def run(self, argv: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
@@ -181,7 +197,13 @@ class RootfsHost:
 
 class RootfsVenv(Venv):
     """A venv made by the root's interpreter inside the root (at a shared path), with wheels
-    installed by the root's own pip (Debian's pip wheel run from the file: the venv stays bare)."""
+    installed by the root's own pip (Debian's pip wheel run from the file: the venv stays bare).
+
+    In a root of another architecture the wheels are installed by this machine's pip for the root's
+    platform and interpreter (``--target`` the venv's site-packages): the same files in the same places,
+    without minutes of pip under emulation for every venv. The venv itself is still made by the root's
+    interpreter, and everything a test starts runs there.
+    """
 
     def __init__(self, rootfs: Rootfs, path: Path, python: str | None = None, wheels: list[Path] = ()) -> None:
         self.rootfs = rootfs
@@ -189,14 +211,20 @@ class RootfsVenv(Venv):
         if python is not None:
             rootfs.run([python, "-m", "venv", "--without-pip", str(path)])
         self.python = path / "bin" / "python"
-        self.site = Path(rootfs.run([str(self.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
-                                    ).stdout.strip())
+        query = "import sys, sysconfig; print(sysconfig.get_paths()['purelib']); print('%d.%d' % sys.version_info[:2])"
+        site, self.version = rootfs.run([str(self.python), "-c", query]).stdout.split()
+        self.site = Path(site)
         if wheels:
             self.install(*wheels)
 
     def install(self, *wheels: Path | str, deps: bool = False) -> None:
         if deps:
             raise SetupError("root file system venvs install wheel files only (no index inside the root)")
+        if self.rootfs.arch is not None:
+            run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--no-index",
+                 "--no-compile", "--upgrade", "--target", str(self.site), "--platform", PLATFORMS[self.rootfs.arch],
+                 "--python-version", self.version, "--implementation", "cp", "--only-binary=:all:", *map(str, wheels)])
+            return
         pip = self.rootfs.run(["sh", "-c", "ls /usr/share/python-wheels/pip-*.whl"]).stdout.split()[-1]
         self.rootfs.run([str(self.python), f"{pip}/pip", "install", "-q", "--disable-pip-version-check",
                          "--no-cache-dir", "--no-deps", "--no-index", "--force-reinstall", *map(str, wheels)])

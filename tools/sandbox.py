@@ -79,33 +79,43 @@ def cache_lock(name: str):
         yield
 
 
-def wheel(spec: str) -> Path:
-    """The wheel for ``name==version`` from the package index, downloaded once into the cache."""
+# Debian architectures other than this machine's, and the wheel platform tag pip downloads for each.
+PLATFORMS = {"arm64": "manylinux2014_aarch64"}
+
+
+def wheel(spec: str, arch: str | None = None) -> Path:
+    """The wheel for ``name==version`` from the package index, downloaded once into the cache: for
+    this machine, or for the Debian architecture ``arch`` (kept apart, in ``wheels/<arch>``)."""
     name, _, version = spec.partition("==")
-    dest = CACHE / "wheels"
+    dest = CACHE / "wheels" / (arch or "")
     dest.mkdir(parents=True, exist_ok=True)
     pattern = f"{name.replace('-', '_')}-{version}-*.whl"
-    with cache_lock(f"wheel-{name}-{version}"):
+    platform = ["--platform", PLATFORMS[arch]] if arch else []
+    with cache_lock(f"wheel-{name}-{version}" + (f"-{arch}" if arch else "")):
         found = sorted(dest.glob(pattern))
         if not found:
-            run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), spec])
+            run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *platform,
+                 "-d", str(dest), spec])
             found = sorted(dest.glob(pattern))
     if not found:
         raise SetupError(f"pip download {spec} gave no file matching {pattern}")
     return found[-1]
 
 
-def tms_wheel(version: str) -> Path:
-    """A released torch_memory_saver wheel, or a build of its source (a name of tms_source.SOURCE_BUILDS)."""
+def tms_wheel(version: str, arch: str | None = None) -> Path:
+    """A released torch_memory_saver wheel (for ``arch``, as :func:`wheel`), or a build of its source
+    (a name of tms_source.SOURCE_BUILDS, this machine's only)."""
     if "-source" in version:
         from tms_source import source_wheel
 
+        if arch:
+            raise SetupError(f"source builds of torch_memory_saver are made for this machine only, not {arch}")
         return source_wheel(version)
-    return wheel(f"torch-memory-saver=={version}")
+    return wheel(f"torch-memory-saver=={version}", arch)
 
 
-def runtime_wheel(major: int) -> Path:
-    return wheel(RUNTIME_WHEELS[major])
+def runtime_wheel(major: int, arch: str | None = None) -> Path:
+    return wheel(RUNTIME_WHEELS[major], arch)
 
 
 def extract(whl: Path, member_glob: str, dest: Path) -> list[Path]:

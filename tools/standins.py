@@ -4,7 +4,8 @@ Only three things are ever faked: the NVIDIA driver (``libcuda.so.1``), ROCm's
 ``libamdhip64.so.N``, and a torch build that has no wheel for this machine (CUDA 12, ROCm,
 CPU-only). The torch stand-in carries exactly what tms_autopreload reads, ``torch/version.py``
 and ``torch/lib/libtorch_global_deps.so`` linked against the *real* runtime library, and
-raises if anyone imports it. Everything is compiled here with the system C compiler.
+raises if anyone imports it. Everything is compiled here with the system C compiler, or for
+another Debian architecture (``arch="arm64"``) with Debian's cross compiler for it.
 """
 
 from __future__ import annotations
@@ -28,14 +29,27 @@ class SetupError(RuntimeError):
     """This machine lacks something a scenario needs; the message says what."""
 
 
-def compiler() -> str | None:
-    """The system C compiler: gcc, else cc, on PATH."""
-    return shutil.which("gcc") or shutil.which("cc")
+# Debian architecture -> the GNU triplet of its cross compiler (Debian's gcc-<triplet> package).
+CROSS = {"arm64": "aarch64-linux-gnu"}
 
 
-def cc(out: Path, source: str, *args: str) -> Path:
-    """Compile ``source`` (C) into the shared object ``out`` with the system C compiler."""
-    compiler_path = compiler()
+def compiler(arch: str | None = None) -> str | None:
+    """The system C compiler (gcc, else cc, on PATH), or for ``arch`` Debian's cross compiler, installed
+    from this machine's apt when missing (root only; raises SetupError when it cannot be)."""
+    if arch is None:
+        return shutil.which("gcc") or shutil.which("cc")
+    import apt  # its module imports this one
+
+    triplet = CROSS[arch]
+    apt.ensure({f"gcc-{triplet}": f"{triplet}-gcc", f"libc6-dev-{arch}-cross": f"/usr/{triplet}/include/stdio.h"},
+               f"building the {arch} stand-ins")
+    return shutil.which(f"{triplet}-gcc")
+
+
+def cc(out: Path, source: str, *args: str, arch: str | None = None) -> Path:
+    """Compile ``source`` (C) into the shared object ``out`` with the system C compiler (for ``arch``:
+    its cross compiler)."""
+    compiler_path = compiler(arch)
     if compiler_path is None:
         raise SetupError("no C compiler (gcc or cc) on PATH: install one (Debian: apt-get install gcc)")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -48,7 +62,7 @@ def cc(out: Path, source: str, *args: str) -> Path:
     return out
 
 
-def driver_stub(directory: Path, version: str | None = None) -> Path:
+def driver_stub(directory: Path, version: str | None = None, arch: str | None = None) -> Path:
     """``libcuda.so.1`` defining the driver functions the hooks import, each failing with 100.
 
     With ``version``, installed the way NVIDIA's installer does it: the file ``libcuda.so.<version>``
@@ -56,8 +70,8 @@ def driver_stub(directory: Path, version: str | None = None) -> Path:
     """
     body = "".join(f"int {s}(void) {{ return 100; }}\n" for s in DRIVER_SYMBOLS)
     if version is None:
-        return cc(directory / "libcuda.so.1", body, "-Wl,-soname,libcuda.so.1")
-    real = cc(directory / f"libcuda.so.{version}", body, "-Wl,-soname,libcuda.so.1")
+        return cc(directory / "libcuda.so.1", body, "-Wl,-soname,libcuda.so.1", arch=arch)
+    real = cc(directory / f"libcuda.so.{version}", body, "-Wl,-soname,libcuda.so.1", arch=arch)
     link = directory / "libcuda.so.1"
     if link.is_symlink() or link.exists():
         link.unlink()
@@ -65,13 +79,14 @@ def driver_stub(directory: Path, version: str | None = None) -> Path:
     return link
 
 
-def hip_stub(directory: Path, major: int = 6) -> Path:
+def hip_stub(directory: Path, major: int = 6, arch: str | None = None) -> Path:
     """``libamdhip64.so.N``: no ROCm here, so a named library with one function stands in for it."""
     return cc(directory / f"libamdhip64.so.{major}", "int hipGetDevice(int *d) { return 100; }\n",
-              f"-Wl,-soname,libamdhip64.so.{major}")
+              f"-Wl,-soname,libamdhip64.so.{major}", arch=arch)
 
 
-def global_deps(out: Path, link_dir: Path | None, soname: str | None, rpath: str | None) -> Path:
+def global_deps(out: Path, link_dir: Path | None, soname: str | None, rpath: str | None,
+                arch: str | None = None) -> Path:
     """A ``libtorch_global_deps.so`` that links ``soname`` (found in ``link_dir``) as torch's does.
 
     ``rpath`` is written as DT_RPATH (``--disable-new-dtags``), like the torch wheels'
@@ -82,7 +97,7 @@ def global_deps(out: Path, link_dir: Path | None, soname: str | None, rpath: str
         args += [f"-L{link_dir}", f"-l:{soname}"]
     if rpath:
         args += ["-Wl,--disable-new-dtags", f"-Wl,-rpath,{rpath}"]
-    return cc(out, "void torch_global_deps_standin(void) {}\n", *args)
+    return cc(out, "void torch_global_deps_standin(void) {}\n", *args, arch=arch)
 
 
 def write_torch_standin(site: Path, *, cuda: str | None, hip: str | None, deps_lib: Path,
