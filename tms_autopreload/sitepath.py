@@ -32,9 +32,22 @@ _UTF8_PTH = (3, 13)
 _LIMIT = 1 << 20  # a .pth or pyvenv.cfg larger than this is not read further
 
 
+_computed: "dict[tuple[str, ...], list[str]]" = {}  # sys.path as it was -> what search_path() gave
+
+
 def search_path() -> "list[str]":
     """``sys.path`` as site.py will leave it: the current entries, then each site directory and
-    each ``.pth`` path line that site.py has still to add, in its order."""
+    each ``.pth`` path line that site.py has still to add, in its order.
+
+    Computed once per value of ``sys.path``: one survey asks it for torch, torch_memory_saver and
+    the runtime wheels, and reading the site directories again would cost each start that much more."""
+    key = tuple(sys.path)
+    if key not in _computed:
+        _computed[key] = _search_path()
+    return list(_computed[key])
+
+
+def _search_path() -> "list[str]":
     path = list(sys.path)
     site = sys.modules.get("site")
     if site is None or sys.flags.no_site or sys.version_info >= _BATCHED:
