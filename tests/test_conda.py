@@ -97,14 +97,15 @@ def conda_runtime(prefix: Path, major: int) -> Path:
 
 @pytest.fixture(scope="module")
 def conda(parts, tmp_path_factory):
-    """Factory: ``conda(major, torch="pip"|"conda-forge", tms=...)``: a conda-style prefix on a driver-only host."""
+    """Factory: ``conda(major, torch="pip"|"conda-forge", tms=...)``: a conda-style prefix on a driver-only host;
+    ``name``: the prefix directory's name."""
     made: dict[tuple, Scenario] = {}
 
-    def make(major: int, torch: str, tms: str) -> Scenario:
-        key = (major, torch, tms)
+    def make(major: int, torch: str, tms: str, name: str = "prefix") -> Scenario:
+        key = (major, torch, tms, name)
         if key not in made:
             root = tmp_path_factory.mktemp(f"conda-{major}-{torch}-{tms}")
-            prefix = root / "prefix"
+            prefix = root / name
             support.run([need(support.locate_python, DEFAULT_PYTHON), "-m", "venv", "--copies", "--without-pip",
                          str(prefix)])
             need(conda_interpreter, prefix)
@@ -151,6 +152,18 @@ def test_pip_torch_in_conda_binds_torch_runtime_by_path(conda, major, tmp_path):
     assert "by path" in doc["runtime"]["library_why"], doc["runtime"]
     text = scn.run(["-m", "tms_autopreload", "doctor"]).stdout
     assert f"would bind to {scn.venv.path}/lib/libcudart.so.{major} (the interpreter's DT_RPATH)" in text, text
+    binding = next(line for line in text.splitlines() if line.startswith("binding:"))
+    assert "(not as found: its libcudart" in binding and "; not LD_LIBRARY_PATH: " in binding, binding
+
+
+def test_an_environment_whose_path_names_torch_memory_saver_is_told_to_move(conda):
+    """The plan that holds in a conda environment preloads the runtime by path, and torch_memory_saver's check
+    counts every LD_PRELOAD entry whose name holds 'torch_memory_saver': in an environment whose path does,
+    the start stops and the Fix says to reinstall under another path (TMS_AUTOPRELOAD_PATH could not help)."""
+    scn = conda(13, "pip", "0.0.10", name="torch_memory_saver_env")
+    message = assert_stopped(scn.flagged("print('user code ran')"),
+                             "under a path without 'torch_memory_saver' in it")
+    assert "set TMS_AUTOPRELOAD_PATH to a build that loads" not in message, message
 
 
 @pytest.mark.parametrize("major", [12, 13])

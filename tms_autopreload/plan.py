@@ -17,6 +17,7 @@ CLI command ask it. Steps:
 import os
 import sys
 
+from . import CUDA_MAJOR_VAR
 from . import PATH_VAR as FORCE_VAR
 from . import STATE_VAR, state_key
 from . import compose_preload, locate, open_regular, same_file, split_preload
@@ -476,7 +477,7 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
         if why is None:
             chosen = option
             break
-        why_not.append(f"{option.binding}: {why}" if option.binding != AS_FOUND else why)
+        why_not.append(f"{option.binding}: {why}")
     planned = _plan_of(build, runtime, env, chosen or options[0], why_not if chosen else [])
     if not trace_it:
         if chosen is None:
@@ -508,6 +509,10 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
 def _no_binding_fix(options: "list[Option]", runtime: Runtime) -> "str | None":
     """What would let a binding hold: the torch_memory_saver whose check accepts the runtime preloaded by path."""
     by_path = next((o for o in options if o.binding == BY_PATH), None)
+    if by_path is not None and by_path.refused and "names torch_memory_saver" in by_path.refused:
+        return (f"reinstall the CUDA runtime (or the environment) under a path without 'torch_memory_saver' in it: "
+                f"torch_memory_saver's check counts every LD_PRELOAD entry whose name holds those words, and the "
+                f"plan that binds the one runtime copy here preloads {runtime.library}")
     if by_path is not None and by_path.refused and "single path" in by_path.refused:
         return (f"pip install 'torch-memory-saver>=0.0.10' (its preload check accepts LD_PRELOAD=<hook>:"
                 f"{runtime.library}, the plan that binds the one runtime copy here)")
@@ -640,6 +645,11 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
     reason, then the fix."""
     refused = [v.build for v in ordered if v.cause in TRUST_CAUSES]  # they fit; others can write them
     fixes = fixes + list(dict.fromkeys(b.refusal.fix for b in refused if b.refusal))
+    torch = runtime.torch
+    if runtime.source.startswith(f"{CUDA_MAJOR_VAR}=") and torch is not None and torch.cuda \
+            and torch.cuda.split(".")[0] != str(runtime.major):
+        # The override names another major than torch's build: that, not a missing build, is the cause.
+        fixes = [f"unset {CUDA_MAJOR_VAR} (torch at {torch.dir} is built for CUDA {torch.cuda})", *fixes]
     if refused and not eligible:
         lines = [(f"{refused[0].name}, the torch_memory_saver preload build for {runtime.name}, is not preloaded: "
                   f"{refused[0].refusal.message}" if len(refused) == 1 and refused[0].refusal else

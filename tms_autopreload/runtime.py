@@ -202,7 +202,7 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
         return Runtime("cuda", override, f"{OVERRIDE_VAR}={override_text}", found, torch)
 
     if torch is not None:
-        where = f"torch {torch.version or '?'} at {torch.dir}"
+        where = f"torch {torch.version} at {torch.dir}" if torch.version else f"torch (version unknown) at {torch.dir}"
         if torch.hip:
             kind, major = "hip", _major(torch.hip, "torch.version.hip")
         elif torch.cuda:
