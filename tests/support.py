@@ -282,3 +282,22 @@ def worker_ports() -> list[str]:
     server ... port 10006")."""
     low = random.randrange(20000, 30000, 200)
     return [f"--min-worker-port={low}", f"--max-worker-port={low + 199}"]
+
+
+def fenced_blocks(text: str, lang: str = "") -> list[str]:
+    """The bodies of ``text``'s fenced Markdown blocks whose info string is ``lang`` ("" for plain ones, as
+    a user copies commands from), read line by line: a closing fence is never taken for an opening one."""
+    blocks: list[str] = []
+    body: list[str] | None = None
+    info = ""
+    for line in text.splitlines(keepends=True):
+        if line.startswith("```"):
+            if body is None:
+                body, info = [], line[3:].strip()
+            else:
+                if info == lang:
+                    blocks.append("".join(body))
+                body = None
+        elif body is not None:
+            body.append(line)
+    return blocks

@@ -22,7 +22,7 @@ import shlex
 import pytest
 from conftest import DEFAULT_PYTHON, need
 from slurm import Node, Slurm
-from support import ROOT, Host, Venv, find_python, runtime_wheel, tms_wheel
+from support import ROOT, Host, Venv, fenced_blocks, find_python, runtime_wheel, tms_wheel
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -58,18 +58,7 @@ def slurm_blocks() -> list[str]:
     text = (ROOT / "docs" / "integrations.md").read_text()
     section = text[text.index("\n## Slurm"):]
     section = section[:section.index("\n## ", 1)]
-    blocks, current, language = [], None, None
-    for line in section.splitlines(keepends=True):
-        if line.startswith("```"):
-            if current is None:
-                current, language = [], line[3:].strip()
-            else:
-                if not language:
-                    blocks.append("".join(current))
-                current = None
-        elif current is not None:
-            current.append(line)
-    return blocks
+    return fenced_blocks(section)
 
 
 def docs_block(first_word: str, contains: str) -> str:

@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from support import REEXECD, clean_env, free_port
+from support import REEXECD, clean_env, fenced_blocks, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -29,22 +29,8 @@ MAPS = ("import json, os\n"
 
 
 def fences(page: Path, lang: str = "") -> list[str]:
-    """The bodies of ``page``'s fenced blocks whose info string is ``lang`` (read line by line: a
-    closing fence must not be taken for the opening of the next block)."""
-    blocks: list[str] = []
-    body: list[str] | None = None
-    info = ""
-    for line in page.read_text().splitlines(keepends=True):
-        if line.startswith("```"):
-            if body is None:
-                body, info = [], line[3:].strip()
-            else:
-                if info == lang:
-                    blocks.append("".join(body))
-                body = None
-        elif body is not None:
-            body.append(line)
-    return blocks
+    """The bodies of ``page``'s fenced blocks whose info string is ``lang``."""
+    return fenced_blocks(page.read_text(), lang)
 
 
 def snippet(page: Path, word: str) -> str:
