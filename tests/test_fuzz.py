@@ -34,6 +34,13 @@ SEEDS = [Path(os.path.realpath(sys.executable)).read_bytes()[:65536], Path("/bin
 TMP = Path(os.environ.get("TMPDIR", "/tmp")) / f"tms-fuzz-{os.getpid()}.so"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _scratch_file_removed():
+    """The fuzzed bytes go through one scratch file (a path, as the readers take); it goes with the module."""
+    yield
+    TMP.unlink(missing_ok=True)
+
+
 def _bounded(fn, *args):
     tracemalloc.start()
     try:
