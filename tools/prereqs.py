@@ -26,6 +26,7 @@ from typing import Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import apt  # noqa: E402
 import emulation  # noqa: E402
 from rootfs import bootstrapper  # noqa: E402
 from sandbox import CACHE, SetupError, check_namespaces, locate_python, python_for_every_account  # noqa: E402
@@ -55,14 +56,26 @@ class Need:
     fix: str
 
 
-def _program(name: str) -> Callable[[str], str | None]:
-    """``name`` on PATH (a user's PATH often lacks /usr/sbin, where ldconfig lives)."""
+# Where Debian's packages put programs: one of them found here is installed, only not on this PATH.
+SYSTEM_BIN = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
+
+
+def _program(name: str, package: str) -> Callable[[str], str | None]:
+    """``name`` on PATH (a user's PATH often lacks /usr/sbin, where ldconfig lives). Installed from
+    Debian's ``package`` when the machine has no such program at all and this user can (root with
+    apt-get), as the set-up steps install theirs: a fresh machine needs no step by hand."""
     def missing(lane: str) -> str | None:
         if shutil.which(name):
             return None
         if os.path.exists(f"/usr/sbin/{name}"):
             return f"/usr/sbin/{name} exists but /usr/sbin is not on PATH (add it: PATH=\"$PATH:/usr/sbin\")"
-        return f"no {name} on PATH"
+        if any(os.path.exists(os.path.join(d, name)) for d in SYSTEM_BIN):
+            return f"no {name} on PATH"
+        try:
+            apt.ensure({package: name}, f"the tests ({name})")
+        except SetupError as exc:
+            return f"no {name} on PATH ({exc})"
+        return None if shutil.which(name) else f"no {name} on PATH"
     return missing
 
 
@@ -170,7 +183,8 @@ NEEDS = (
     Need("private mount namespaces", ALL, _setup_step(check_namespaces),
          "run as root, or as a user the kernel allows user namespaces "
          "(sysctl kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0)"),
-    *(Need(name, lanes, _program(name), f"Debian: apt-get install {package}")
+    *(Need(name, lanes, _program(name, package), f"Debian: apt-get install {package} (run as root with apt-get, "
+                                                           "make test installs it)")
       for name, (package, lanes) in PROGRAMS.items()),
     Need("a C compiler", ALL, _compiler, "Debian: apt-get install gcc"),
     Need("root (a shared environment's tests create accounts and change file owners)", ("check", "test"), _root,
