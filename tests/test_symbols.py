@@ -8,6 +8,7 @@ defines that the process's runtime library also defines.
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 import struct
 import subprocess
@@ -130,8 +131,11 @@ def test_symbol_table_without_a_hash_section_is_a_clear_error(tmp_path):
     dynamic = next(off for i in range(phnum)
                    for p_type, _flags, off in [struct.unpack_from("<IIQ", data, phoff + 56 * i)]
                    if p_type == elf.PT_DYNAMIC)
-    with open("/bin/true", "rb") as f:
-        tags = elf._layout(f).tags
+    fd = os.open("/bin/true", os.O_RDONLY)
+    try:
+        tags = elf._layout(fd).tags
+    finally:
+        os.close(fd)
     for i, (tag, _) in enumerate(tags):
         if tag in (elf.DT_HASH, elf.DT_GNU_HASH):
             struct.pack_into("<q", data, dynamic + 16 * i, 21)  # DT_DEBUG
@@ -139,3 +143,31 @@ def test_symbol_table_without_a_hash_section_is_a_clear_error(tmp_path):
     target.write_bytes(bytes(data))
     with pytest.raises(elf.ElfError, match="no DT_HASH or DT_GNU_HASH"):
         elf.read_symbols(str(target))
+
+
+def _readelf_dynamic(path: str) -> dict[str, list[str]]:
+    """binutils' reading of ``path``'s dynamic entries: tag name -> the strings in brackets."""
+    out: dict[str, list[str]] = {}
+    for line in subprocess.run(["readelf", "-dW", path], capture_output=True, text=True, check=True).stdout.splitlines():
+        for tag in ("NEEDED", "SONAME", "RPATH", "RUNPATH"):
+            if f"({tag})" in line:
+                out.setdefault(tag, []).append(line.split("[", 1)[1].rsplit("]", 1)[0])
+    return out
+
+
+def test_read_dynamic_agrees_with_readelf_where_the_strings_lie_far_apart(tmp_path):
+    """The reader takes only the part of DT_STRTAB that holds the entries' strings: a DT_RUNPATH longer than
+    its first read (10,000 bytes), a soname, the system's own programs (bash: 41 KB of symbol names)."""
+    long_dir = "/opt/" + "d" * 9990
+    src = tmp_path / "f.c"
+    src.write_text("int f(void) { return 1; }\n")
+    lib = tmp_path / "libf.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src), "-Wl,-soname,libf.so.1",
+                    f"-Wl,--enable-new-dtags,-rpath,{long_dir}:$ORIGIN", "-lm"], check=True)
+    for path in (str(lib), os.path.realpath(sys.executable), "/bin/sh", shutil.which("bash")):
+        info, want = elf.read_dynamic(path), _readelf_dynamic(path)
+        assert list(info.needed) == want.get("NEEDED", []), path
+        assert [info.soname] if info.soname else [] == want.get("SONAME", []), path
+        for tag, got in (("RPATH", info.rpath), ("RUNPATH", info.runpath)):
+            assert ":".join(got) == ":".join(want.get(tag, [])), (path, tag)
+    assert elf.read_dynamic(str(lib)).runpath == (long_dir, "$ORIGIN")

@@ -3,7 +3,7 @@ its dynamic symbol table (what it defines and what it needs from others).
 
 Why our own reader: the resolver runs inside interpreter start-up with a 10 ms budget, and
 pyelftools costs about 35 ms to import. This reader uses only ``struct``, reads just the
-headers and the string table it needs (never the whole file), and bounds every count and
+headers and the part of the string table it needs (never the whole file), and bounds every count and
 size it takes from the file, so a hostile or truncated file costs at most a few reads and
 raises :class:`ElfError`, never anything else.
 
@@ -43,6 +43,9 @@ _MAX_PHNUM = 4096
 _MAX_DYN_ENTRIES = 65536
 _MAX_STRTAB = 64 << 20  # libtorch_cuda.so's is 4.5 MB
 _MAX_SYMBOLS = 1 << 22  # libtorch_cpu.so has about 300,000
+# How far past the last wanted string offset a first read of the string table goes (a path in DT_RUNPATH
+# or a soname is far shorter); a longer string is read on to the table's end.
+_STRING_SPAN = 4096
 
 MACHINE_NAMES = {3: "i386", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390", 40: "arm", 62: "x86-64",
                  183: "aarch64", 243: "riscv"}
@@ -86,31 +89,38 @@ class Symbols:
         self.undefined = undefined
 
 
-def _read_at(f, offset: int, size: int, what: str) -> bytes:
+def _read_at(fd: int, size_limit: int, offset: int, size: int, what: str) -> bytes:
+    """``size`` bytes of the open file ``fd`` (``size_limit`` bytes long) at ``offset``: one positioned
+    read, no seek and no buffer (a resolve reads a dozen objects, a few small reads each)."""
     if offset < 0 or size < 0:
         raise ElfError(f"{what}: negative offset or size")
-    if offset + size > os.fstat(f.fileno()).st_size:  # also keeps seek() from an offset past off_t
+    if offset + size > size_limit:  # also keeps pread() from an offset past off_t
         raise ElfError(f"truncated file: {what} at offset {offset} needs {size} bytes")
-    f.seek(offset)
-    data = f.read(size)
+    data = os.pread(fd, size, offset)
     if len(data) != size:
         raise ElfError(f"truncated file: {what} at offset {offset} needs {size} bytes")
     return data
 
 
-def _cstr(table: bytes, offset: int) -> str:
-    if not 0 <= offset < len(table):
-        raise ElfError(f"string offset {offset} outside the string table ({len(table)} bytes)")
-    end = table.find(b"\0", offset)
+def _cstr(table: bytes, offset: int, start: int = 0, size: int | None = None) -> str:
+    """The string at ``offset`` of a string table of ``size`` bytes (``len(table)`` by default) of which
+    ``table`` holds the bytes from ``start`` on."""
+    size = len(table) if size is None else size
+    if not 0 <= offset < size:
+        raise ElfError(f"string offset {offset} outside the string table ({size} bytes)")
+    end = table.find(b"\0", offset - start)
     if end < 0:
         raise ElfError("unterminated string in the string table")
-    return table[offset:end].decode("utf-8", "surrogateescape")
+    return table[offset - start:end].decode("utf-8", "surrogateescape")
 
 
 def read_kind(path: str) -> "tuple[int, int]":
     """(ELF class 32/64, e_machine) from the first 20 bytes: what the loader checks before mapping."""
-    with os.fdopen(open_regular(path), "rb") as f:
-        head = f.read(20)
+    fd = open_regular(path)
+    try:
+        head = os.pread(fd, 20, 0)
+    finally:
+        os.close(fd)
     if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
         raise ElfError("not an ELF file")
     return 32 * head[4], int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
@@ -119,11 +129,12 @@ def read_kind(path: str) -> "tuple[int, int]":
 class _Layout:
     """An open object's header facts and dynamic entries: what both readers start from."""
 
-    __slots__ = ("f", "end", "is64", "machine", "loads", "tags")
+    __slots__ = ("fd", "size", "end", "is64", "machine", "loads", "tags")
 
-    def __init__(self, f, end: str, is64: bool, machine: int, loads: "list[tuple[int, int, int]]",
+    def __init__(self, fd: int, size: int, end: str, is64: bool, machine: int, loads: "list[tuple[int, int, int]]",
                  tags: "list[tuple[int, int]]") -> None:
-        self.f = f
+        self.fd = fd
+        self.size = size  # the file's length: no read goes past it
         self.end = end  # struct byte order
         self.is64 = is64
         self.machine = machine
@@ -144,17 +155,42 @@ class _Layout:
                 return vaddr - start + offset
         raise ElfError(f"{what} is not inside any PT_LOAD segment")
 
-    def strings(self) -> bytes:
+    def read(self, offset: int, size: int, what: str) -> bytes:
+        return _read_at(self.fd, self.size, offset, size, what)
+
+    def strings(self, wanted: "tuple[int, ...] | None" = None) -> "tuple[bytes, int, int]":
+        """(bytes, their offset in the table, the table's size) of DT_STRTAB: all of it, or, for the
+        ``wanted`` offsets, from the lowest to just past the end of the highest one's string. A
+        program's table is mostly symbol names (bash's 41 KB, libstdc++'s 300 KB), and the strings
+        of the dynamic entries lie together, at its start."""
         strtab, strsz = self.value(DT_STRTAB), self.value(DT_STRSZ)
         if strtab is None or strsz is None:
             raise ElfError("dynamic section has no DT_STRTAB/DT_STRSZ")
         if strsz > _MAX_STRTAB:
             raise ElfError(f"implausible string table size {strsz}")
-        return _read_at(self.f, self.offset(strtab, "DT_STRTAB"), strsz, "dynamic string table")
+        base = self.offset(strtab, "DT_STRTAB")
+        if not wanted or not 0 <= min(wanted) <= max(wanted) < strsz:
+            return self.read(base, strsz, "dynamic string table"), 0, strsz  # _cstr names the bad offset
+        lo, hi = min(wanted), min(strsz, max(wanted) + _STRING_SPAN)
+        data = self.read(base + lo, hi - lo, "dynamic string table")
+        if hi < strsz and data.find(b"\0", max(wanted) - lo) < 0:  # a longer last string: read on
+            data = self.read(base + lo, strsz - lo, "dynamic string table")
+        return data, lo, strsz
 
 
-def _layout(f) -> _Layout:
-    ident = f.read(64)
+def _structs(end: str, is64: bool) -> "tuple[struct.Struct, struct.Struct, struct.Struct]":
+    """(ELF header after e_ident, program header, dynamic entry) of one byte order and class."""
+    if is64:
+        return struct.Struct(end + "HHIQQQIHHH"), struct.Struct(end + "IIQQQQQQ"), struct.Struct(end + "qQ")
+    return struct.Struct(end + "HHIIIIIHHH"), struct.Struct(end + "IIIIIIII"), struct.Struct(end + "iI")
+
+
+_STRUCTS = {(end, is64): _structs(end, is64) for end in "<>" for is64 in (False, True)}
+
+
+def _layout(fd: int) -> _Layout:
+    size = os.fstat(fd).st_size
+    ident = os.pread(fd, 64, 0)
     if len(ident) < 16 or ident[:4] != b"\x7fELF":
         raise ElfError("not an ELF file (bad magic)" if ident else "empty file")
     ei_class, ei_data = ident[4], ident[5]
@@ -164,26 +200,21 @@ def _layout(f) -> _Layout:
         raise ElfError(f"unknown ELF data encoding {ei_data}")
     end = "<" if ei_data == 1 else ">"
     is64 = ei_class == 2
-    if is64:
-        hdr_fmt, ph_fmt, dyn_fmt = end + "HHIQQQIHHH", end + "IIQQQQQQ", end + "qQ"
-    else:
-        hdr_fmt, ph_fmt, dyn_fmt = end + "HHIIIIIHHH", end + "IIIIIIII", end + "iI"
-    hdr_size = struct.calcsize(hdr_fmt)
-    if len(ident) < 16 + hdr_size:
+    hdr, ph, dyn = _STRUCTS[end, is64]
+    if len(ident) < 16 + hdr.size:
         raise ElfError("truncated file: ELF header")
     (_e_type, machine, _version, _entry, phoff, _shoff, _flags, _ehsize, phentsize,
-     phnum) = struct.unpack_from(hdr_fmt, ident, 16)
-    ph_size = struct.calcsize(ph_fmt)
+     phnum) = hdr.unpack_from(ident, 16)
     if phnum == 0:
         raise ElfError("no program headers (not a loadable object)")
-    if phnum > _MAX_PHNUM or phentsize < ph_size:
+    if phnum > _MAX_PHNUM or phentsize < ph.size:
         raise ElfError(f"implausible program header table (phnum={phnum}, phentsize={phentsize})")
-    table = _read_at(f, phoff, phnum * phentsize, "program header table")
+    table = _read_at(fd, size, phoff, phnum * phentsize, "program header table")
 
     loads: list[tuple[int, int, int]] = []
     dynamic: tuple[int, int] | None = None
     for i in range(phnum):
-        fields = struct.unpack_from(ph_fmt, table, i * phentsize)
+        fields = ph.unpack_from(table, i * phentsize)
         if is64:
             p_type, _p_flags, p_offset, p_vaddr, _paddr, p_filesz, _memsz, _align = fields
         else:
@@ -195,16 +226,14 @@ def _layout(f) -> _Layout:
     if dynamic is None:
         raise ElfError("no PT_DYNAMIC segment (statically linked or not a shared object)")
 
-    dyn_size = struct.calcsize(dyn_fmt)
-    count = min(dynamic[1] // dyn_size, _MAX_DYN_ENTRIES)
-    raw = _read_at(f, dynamic[0], count * dyn_size, "dynamic section")
+    count = min(dynamic[1] // dyn.size, _MAX_DYN_ENTRIES)
+    raw = _read_at(fd, size, dynamic[0], count * dyn.size, "dynamic section")
     tags: list[tuple[int, int]] = []
-    for i in range(count):
-        tag, val = struct.unpack_from(dyn_fmt, raw, i * dyn_size)
+    for tag, val in dyn.iter_unpack(raw):
         if tag == DT_NULL:
             break
         tags.append((tag, val))
-    return _Layout(f, end, is64, machine, loads, tags)
+    return _Layout(fd, size, end, is64, machine, loads, tags)
 
 
 def read_dynamic(path: str) -> DynamicInfo:
@@ -214,19 +243,22 @@ def read_dynamic(path: str) -> DynamicInfo:
     dynamic section, and :class:`OSError` when the file cannot be opened or read, or is not a
     regular file (a FIFO named like a build is refused without blocking).
     """
-    with os.fdopen(open_regular(path), "rb") as f:
-        layout = _layout(f)
+    fd = open_regular(path)
+    try:
+        layout = _layout(fd)
         entries = [(t, v) for t, v in layout.tags if t in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)]
         if not entries:
             return DynamicInfo(layout.elf_class, layout.machine, (), None, (), ())
-        strings = layout.strings()
+        strings, start, strsz = layout.strings(tuple(v for _, v in entries))
+    finally:
+        os.close(fd)
 
     needed: list[str] = []
     soname = None
     rpath: tuple[str, ...] = ()
     runpath: tuple[str, ...] = ()
     for tag, val in entries:
-        text = _cstr(strings, val)
+        text = _cstr(strings, val, start, strsz)
         if tag == DT_NEEDED:
             needed.append(text)
         elif tag == DT_SONAME:
@@ -240,20 +272,20 @@ def read_dynamic(path: str) -> DynamicInfo:
 
 def _symbol_count(layout: _Layout) -> int:
     """How many entries DT_SYMTAB has: DT_HASH's nchain, else the end of DT_GNU_HASH's last chain."""
-    f, end = layout.f, layout.end
+    end = layout.end
     hash_addr = layout.value(DT_HASH)
     if hash_addr is not None:
-        _nbucket, nchain = struct.unpack(end + "II", _read_at(f, layout.offset(hash_addr, "DT_HASH"), 8, "DT_HASH"))
+        _nbucket, nchain = struct.unpack(end + "II", layout.read(layout.offset(hash_addr, "DT_HASH"), 8, "DT_HASH"))
         return nchain
     gnu = layout.value(DT_GNU_HASH)
     if gnu is None:
         raise ElfError("no DT_HASH or DT_GNU_HASH: the symbol table's length is unknown")
     base = layout.offset(gnu, "DT_GNU_HASH")
-    nbuckets, symoffset, bloom_size, _shift = struct.unpack(end + "IIII", _read_at(f, base, 16, "DT_GNU_HASH"))
+    nbuckets, symoffset, bloom_size, _shift = struct.unpack(end + "IIII", layout.read(base, 16, "DT_GNU_HASH"))
     if nbuckets > _MAX_SYMBOLS or bloom_size > _MAX_SYMBOLS:
         raise ElfError(f"implausible DT_GNU_HASH (nbuckets={nbuckets}, bloom_size={bloom_size})")
     buckets_at = base + 16 + bloom_size * (8 if layout.is64 else 4)
-    buckets = struct.unpack(f"{end}{nbuckets}I", _read_at(f, buckets_at, 4 * nbuckets, "DT_GNU_HASH buckets"))
+    buckets = struct.unpack(f"{end}{nbuckets}I", layout.read(buckets_at, 4 * nbuckets, "DT_GNU_HASH buckets"))
     last = max(buckets, default=0)
     if last < symoffset:
         return symoffset  # no hashed symbol: only the unhashed ones below symoffset
@@ -262,7 +294,7 @@ def _symbol_count(layout: _Layout) -> int:
     while True:  # follow the last chain to the entry whose low bit ends it
         if index - symoffset >= _MAX_SYMBOLS:
             raise ElfError("DT_GNU_HASH chain does not end")
-        chunk = _read_at(f, chains_at + 4 * (index - symoffset), 4, "DT_GNU_HASH chain")
+        chunk = layout.read(chains_at + 4 * (index - symoffset), 4, "DT_GNU_HASH chain")
         if struct.unpack(end + "I", chunk)[0] & 1:
             return index + 1
         index += 1
@@ -273,8 +305,9 @@ def read_symbols(path: str) -> Symbols:
 
     Raises :class:`ElfError` for a malformed object and :class:`OSError` when it cannot be read.
     """
-    with os.fdopen(open_regular(path), "rb") as f:
-        layout = _layout(f)
+    fd = open_regular(path)
+    try:
+        layout = _layout(fd)
         symtab = layout.value(DT_SYMTAB)
         if symtab is None:
             return Symbols(frozenset(), frozenset())
@@ -284,8 +317,10 @@ def read_symbols(path: str) -> Symbols:
         count = _symbol_count(layout)
         if count > _MAX_SYMBOLS:
             raise ElfError(f"implausible symbol count {count}")
-        table = _read_at(f, layout.offset(symtab, "DT_SYMTAB"), count * entsize, "dynamic symbol table")
-        strings = layout.strings()
+        table = layout.read(layout.offset(symtab, "DT_SYMTAB"), count * entsize, "dynamic symbol table")
+        strings = layout.strings()[0]
+    finally:
+        os.close(fd)
     fmt = struct.Struct(layout.end + ("IBBHQQ" if layout.is64 else "IIIBBH"))
     defined: set[str] = set()
     undefined: set[str] = set()

@@ -185,20 +185,28 @@ def rootfs_p1(work: Path, own: Path, spec: str, n: int) -> list[tuple[str, str, 
     return rows
 
 
+def standin_venv(path: Path, python: str, wheels: list[Path], work: Path) -> Venv:
+    """A venv (cached at ``path``) with ``wheels`` and a torch stand-in linked like the CUDA 13 wheel."""
+    if not (path / ".ready").exists():
+        v = Venv(path, python, wheels)
+        deps = global_deps(work / "deps" / "libtorch_global_deps.so", v.site / "nvidia" / "cu13" / "lib",
+                           "libcudart.so.13", "$ORIGIN/../../nvidia/cu13/lib")
+        write_torch_standin(v.site, cuda="13.0", hip=None, deps_lib=deps)
+        (path / ".ready").touch()
+    return Venv(path)
+
+
+def common_wheels() -> list[Path]:
+    """What every bench venv holds besides this package: torch_memory_saver and NVIDIA's CUDA 13 runtime."""
+    return [tms_wheel("0.0.9.post1"), runtime_wheel(13)]
+
+
 def setup(work: Path, python: str) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     own = build_own_wheel(work / "dist")
-    common = [tms_wheel("0.0.9.post1"), runtime_wheel(13)]
-    venvs = {}
-    for name, wheels in (("with", [own, *common]), ("without", common)):
-        path = work / f"venv-{name}"
-        if not (path / ".ready").exists():
-            v = Venv(path, python, wheels)
-            deps = global_deps(work / "deps" / "libtorch_global_deps.so", v.site / "nvidia" / "cu13" / "lib",
-                               "libcudart.so.13", "$ORIGIN/../../nvidia/cu13/lib")
-            write_torch_standin(v.site, cuda="13.0", hip=None, deps_lib=deps)
-            (path / ".ready").touch()
-        venvs[name] = Venv(path)
+    common = common_wheels()
+    venvs = {name: standin_venv(work / f"venv-{name}", python, wheels, work)
+             for name, wheels in (("with", [own, *common]), ("without", common))}
     venvs["with"].install(own)
     base = clean_env()
     probe = output([str(venvs["with"].python), "-c",
@@ -209,11 +217,54 @@ def setup(work: Path, python: str) -> dict:
         stub = driver_stub(work / "driver").parent
         base["LD_LIBRARY_PATH"] = str(stub)
     plan = json.loads(output([str(venvs["with"].python), "-m", "tms_autopreload", "env", "--json"], base))
-    dump = [str(venvs["with"].python), "-c", "import os, json; print(json.dumps(dict(os.environ)))"]
-    hooked = json.loads(output(dump, {**base, "SLIME_OFFLOAD_TRAIN": "1"}))
-    hooked_dl = json.loads(output(dump, {**base, "SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_MODE": "dlopen"}))
-    return {"venvs": venvs, "base": base, "preset": {**base, **plan}, "inherited": hooked,
-            "inherited_dlopen": hooked_dl, "stub": stub, "own": own}
+    return {"venvs": venvs, "base": base, "preset": {**base, **plan}, "stub": stub, "own": own,
+            "inherited": inherited(venvs["with"], base), "inherited_dlopen": inherited(venvs["with"], base, "dlopen")}
+
+
+def inherited(venv: Venv, base: dict[str, str], mode: str = "exec") -> dict[str, str]:
+    """The environment a flagged start of ``venv``'s interpreter leaves its children (the flag, the plan,
+    the hook's own variables)."""
+    dump = [str(venv.python), "-c", "import os, json; print(json.dumps(dict(os.environ)))"]
+    mode_var = {"TMS_AUTOPRELOAD_MODE": mode} if mode != "exec" else {}
+    return json.loads(output(dump, {**base, "SLIME_OFFLOAD_TRAIN": "1", **mode_var}))
+
+
+def against(rev: str, work: Path, python: str, s: dict, n: int) -> tuple[str, list[tuple[str, float, float]]]:
+    """P1, P2, P2' and P3 of this checkout and of the package at git revision ``rev``, each against its
+    baseline, all three starts of a row interleaved run by run: (rev's short id, [(row, ours, rev's)]).
+
+    Both venvs hold the same torch_memory_saver, runtime and stand-in, so the rows differ only in the
+    package's code: the figure for a change's cost, on whatever machine runs it."""
+    sha = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short=10", rev], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    src = work / f"src-{sha}"
+    if not (src / "pyproject.toml").exists():
+        src.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", sha], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    theirs = standin_venv(work / f"venv-{sha}", python, [build_own_wheel(work / f"dist-{sha}", src), *common_wheels()],
+                          work)
+    ours_py, theirs_py = str(s["venvs"]["with"].python), str(theirs.python)
+    without_py = str(s["venvs"]["without"].python)
+    flagged = {**s["base"], "SLIME_OFFLOAD_TRAIN": "1"}
+    dlopen = {**flagged, "TMS_AUTOPRELOAD_MODE": "dlopen"}
+    rows = (("P1", (ours_py, s["base"]), (theirs_py, s["base"]), (without_py, s["base"]), n),
+            ("P2", (ours_py, flagged), (theirs_py, flagged), (ours_py, s["preset"]), max(n // 2, 10)),
+            ("P2'", (ours_py, dlopen), (theirs_py, dlopen), (ours_py, s["preset"]), max(n // 2, 10)),
+            ("P3", (ours_py, s["inherited"]), (theirs_py, inherited(theirs, s["base"])), (ours_py, s["preset"]), n))
+    out = []
+    for name, *starts, runs in rows:
+        times: list[list[float]] = [[], [], []]
+        for i in range(runs):
+            order = (0, 1, 2) if i % 2 == 0 else (2, 1, 0)
+            for k in order:
+                py, env = starts[k]
+                wall, _, status, _ = spawn([py, "-c", "pass"], env)
+                if status != 0:
+                    raise SystemExit(f"bench: {name} start of {py} exited {status}")
+                times[k].append(wall)
+        out.append((name, paired_ratio(times[0], times[2]), paired_ratio(times[1], times[2])))
+    return sha, out
 
 
 # The standard-library modules docs/performance.md weighs against the start-up budget.
@@ -245,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-rootfs", action="store_true", help="only P1 in the Debian root file systems")
     parser.add_argument("--imports", action="store_true",
                         help="only what each standard-library module the docs weigh costs to import (median of --n)")
+    parser.add_argument("--against", metavar="REV",
+                        help="only P1, P2, P2' and P3, of this checkout and of git revision REV side by side")
     parser.add_argument("--pair", nargs=2, metavar=("OURS", "BASE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.imports:
@@ -262,6 +315,14 @@ def main(argv: list[str] | None = None) -> int:
     if python is None:
         raise SystemExit(f"bench: python{args.python} not found")
     s = setup(args.dir, python)
+    if args.against:
+        sha, out = against(args.against, args.dir, python, s, args.n)
+        print(f"machine: {platform.node()}, {os.cpu_count()} cores, {_cpu()}; Python {platform.python_version()}; "
+              f"load average {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M %Z')}")
+        print(f"| id | this checkout | {args.against} ({sha}) |\n| --- | --- | --- |")
+        for name, ours, theirs in out:
+            print(f"| {name} | {ours:.3f} | {theirs:.3f} |")
+        return 0
     with_py, without_py = str(s["venvs"]["with"].python), str(s["venvs"]["without"].python)
     flagged = {**s["base"], "SLIME_OFFLOAD_TRAIN": "1"}
     rows = []

@@ -215,8 +215,9 @@ def python_for_every_account(minor: str) -> str:
                      "other users cannot enter (such as pyenv's under /root)")
 
 
-def build_own_wheel(dest: Path) -> Path:
-    """Build this project's wheel (what users install) from a clean copy of the source tree.
+def build_own_wheel(dest: Path, source: Path = ROOT) -> Path:
+    """Build this project's wheel (what users install) from a clean copy of the source tree
+    (``source``: this checkout, or an export of another revision, for ``tools/bench.py --against``).
 
     A copy, because setuptools reuses a ``build/`` directory left in the tree and would ship
     stale files from it.
@@ -224,7 +225,7 @@ def build_own_wheel(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     src = dest / "src"
     shutil.rmtree(src, ignore_errors=True)
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", ".demo", "build", "dist",
+    shutil.copytree(source, src, ignore=shutil.ignore_patterns(".git", ".venv*", ".demo", "build", "dist",
                                                              "*.egg-info", "__pycache__"))
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)])
     return sorted(dest.glob("tms_autopreload-*.whl"))[-1]
