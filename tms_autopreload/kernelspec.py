@@ -135,7 +135,7 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
         import ipykernel  # noqa: F401 - the kernel runs `python -m ipykernel_launcher`
     except ImportError:
         raise MissingJupyter(f"ipykernel is not installed for {sys.executable}, which the kernel would run",
-                             INSTALL_HINT) from None
+                             INSTALL_HINT, "no-ipykernel") from None
     name = _checked_name(name)
     spec = kernel_json(display_name, env)
     if not flags(spec["env"], warn=False)[0]:
