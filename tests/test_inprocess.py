@@ -267,14 +267,15 @@ def test_activate_after_the_runtime_is_loaded_says_restart(scenario, parts):
             tms_autopreload.activate()
         except tms_autopreload.ResolveError as exc:
             print(exc)
+            print(exc.cause)
         print('LD_PRELOAD' in os.environ)
     """)
     r = scn.run(["-c", code])
     assert r.returncode == 0, r.stderr
-    message, changed = r.stdout.strip().splitlines()
-    assert "a runtime library is already loaded" in message and "Restart the interpreter" in message
+    message, cause, changed = r.stdout.strip().splitlines()
+    assert "a runtime library is already loaded" in message and ". Fix: restart the interpreter" in message
     assert "call tms_autopreload.activate() first, before anything imports torch" in message
-    assert changed == "False"
+    assert cause == "runtime-loaded" and changed == "False"
 
 
 # ---------------------------------------------------------------- an interpreter embedded in a C program
@@ -439,16 +440,29 @@ def test_activate_leaves_the_environment_as_it_found_it_when_it_raises(scenario,
     assert r.returncode == 0 and r.stdout.split() == ["True", "False"], r.stdout + r.stderr
 
 
-def test_activate_advice_fits_a_preload_that_defines_cudamalloc(scenario, parts, toys):
-    """Restarting cannot help when LD_PRELOAD itself holds a library defining cudaMalloc: it must go."""
+@pytest.mark.parametrize("entry", ["path", "bare name"])
+def test_activate_advice_fits_a_preload_that_defines_cudamalloc(scenario, parts, toys, entry, tmp_path):
+    """Restarting cannot help when LD_PRELOAD itself holds a library defining cudaMalloc: it must go.
+    A bare name (no slash) is the file the loader found on its search path (LD_LIBRARY_PATH here), as
+    for a DT_NEEDED entry, not one in the working directory."""
     scn = report_host(scenario)
+    if entry == "path":
+        library = toys["defines"]
+        env = {"LD_PRELOAD": str(library)}
+    else:
+        library = cc(tmp_path / "lib" / "libfoo.so", "int cudaMalloc(void **p, unsigned long n) { return 2; }\n")
+        env = {"LD_PRELOAD": "libfoo.so", "LD_LIBRARY_PATH": str(library.parent)}
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
     code = ("import tms_autopreload\ntry:\n    tms_autopreload.activate()\n"
-            "except tms_autopreload.ResolveError as exc:\n    print(exc)")
-    r = scn.run(["-c", code], {"LD_PRELOAD": str(toys["defines"])})
+            "except tms_autopreload.ResolveError as exc:\n    print(exc)\n    print(exc.cause)")
+    r = scn.run(["-c", code], env, cwd=elsewhere)
     assert r.returncode == 0, r.stderr
-    assert "cudaMalloc is already defined in the global scope" in r.stdout, r.stdout
-    assert f"remove {toys['defines']} from LD_PRELOAD" in r.stdout, r.stdout
-    assert "Restart" not in r.stdout and "restart" not in r.stdout, r.stdout
+    message, cause = r.stdout.strip().splitlines()
+    assert f"cudaMalloc is already defined in the global scope, where it would come before the hook, by {library} " \
+           f"from LD_PRELOAD. Fix: every start with this LD_PRELOAD has it: remove {env['LD_PRELOAD']} from " \
+           f"LD_PRELOAD" in message, message
+    assert "restart" not in message.lower() and cause == "preload-defines", r.stdout
 
 
 @pytest.mark.parametrize("value", ["1", "ture"])

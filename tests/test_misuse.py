@@ -163,8 +163,31 @@ def test_kernel_names_are_checked_as_jupyter_checks_them(real_torch, tmp_path, n
     scn = real_torch(("driver",))
     for action in ("install", "uninstall"):
         r = kernel(scn, action, "--prefix", str(tmp_path), "--name", name)
-        refused_as_usage(r, "kernel names can only contain ASCII letters")
+        refused_as_usage(r, "is not a kernel name Jupyter accepts. Fix: choose a name of ASCII letters")
     assert not (tmp_path / "share").exists()
+
+
+# Names jupyter_client's pattern lets through that ours refuses, each for the reason its comment gives:
+# directories that are not a kernel's own, a trailing newline, and non-ASCII letters that fold into a-z.
+JUPYTER_ONLY = [".", "..", "a" * 256, "x\n", "\u0130", "\u0131", "\u017f", "\u212a", "k\u212a"]
+NAMES = ["python3", "python3-tms-autopreload", "Py_3.11", "-", "_", "a.b-c_d", "A" * 255, "", " ", "a b", "x/y",
+         "../x", "caf\u00e9", "x\ny", "\nx", "x\t", "\x00", "a+b", "a:b", "\uff41", "\u0661", *JUPYTER_ONLY]
+
+
+def test_our_kernel_name_rule_agrees_with_jupyter_clients(real_torch):
+    """kernelspec writes jupyter_client's private rule out (its comment names the version checked): here the
+    real jupyter_client of the kernel tests judges the same names, and the two differ only on
+    :data:`JUPYTER_ONLY`, all refused by ours. A jupyter_client that changes its rule fails this test."""
+    scn = real_torch(("driver",))
+    code = ("import json, sys\nfrom jupyter_client.kernelspec import _is_valid_kernel_name as theirs\n"
+            "from tms_autopreload.kernelspec import _is_valid_kernel_name as ours\n"
+            "print(json.dumps([[bool(theirs(n)), ours(n)] for n in json.loads(sys.argv[1])]))")
+    r = scn.run(["-c", code, json.dumps(NAMES)])
+    assert r.returncode == 0, r.stderr
+    verdicts = dict(zip(NAMES, map(tuple, json.loads(r.stdout))))
+    assert {n for n, (theirs, ours) in verdicts.items() if theirs != ours} == set(JUPYTER_ONLY), verdicts
+    assert all(verdicts[n] == (True, False) for n in JUPYTER_ONLY), verdicts
+    assert verdicts["python3-tms-autopreload"] == (True, True) and verdicts["a b"] == (False, False)
 
 
 def test_kernel_empty_prefix_is_refused(real_torch, tmp_path):

@@ -265,11 +265,8 @@ def _kernel(args: argparse.Namespace, action: "Callable[[], str]", done: "Callab
     except kernelspec.MissingJupyter as exc:
         print(f"tms-autopreload kernel: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyError:
-        print(f"tms-autopreload kernel: no kernel named {args.name!r} there", file=sys.stderr)
-        return EXIT_NO_PLAN
-    except (ValueError, OSError) as exc:
-        print(f"tms-autopreload kernel: {exc}", file=sys.stderr)
+    except (kernelspec.KernelNotFound, kernelspec.NotOurs, OSError) as exc:
+        print(f"tms-autopreload kernel: {exc}", file=sys.stderr)  # an Error's str: its message and its fix
         return EXIT_NO_PLAN
     print(done(where))
     return EXIT_OK

@@ -30,9 +30,10 @@ import sys
 
 import _ctypes
 
-from . import is_tms_entry, mapped_hooks, mapped_objects, read_maps, split_preload
+from . import is_tms_entry, mapped_hooks, mapped_objects, read_maps
 from .builds import interposed
 from .elf import ElfError, read_symbols
+from .errors import Error, ResolveError
 from .sonames import runtime_of
 
 TYPE_CHECKING = False
@@ -47,42 +48,45 @@ __all__ = ["obstacle", "load", "activate", "InProcessError", "TORCH_LIBRARY_PREF
 TORCH_LIBRARY_PREFIXES = ("libtorch", "libc10")
 
 
-class InProcessError(RuntimeError):
-    """The plan cannot be, or was not, loaded in this process; the message says why.
+class InProcessError(Error, RuntimeError):
+    """The plan cannot be, or was not, loaded in this process; the message says why, ``cause`` names it.
 
     ``fix``: what helps instead, when a fresh interpreter calling :func:`activate` first would not
     (None: that is the fix).
     """
 
-    def __init__(self, reason: str, fix: "str | None" = None) -> None:
-        super().__init__(reason)
-        self.fix = fix
+    cause = "in-process"
 
 
+# The fix of activate() where a fresh interpreter can bind the hook.
+_RESTART = ("restart the interpreter (in a notebook: restart the kernel) and call tms_autopreload.activate() "
+            "first, before anything imports torch")
 # The fix where a fresh start cannot help: the plan itself needs LD_PRELOAD.
 _START_FLAGGED = ("start the process with the flag (TMS_AUTOPRELOAD=1, or `tms-autopreload run -- CMD`), "
                   "which applies the plan with LD_PRELOAD")
 
 
-def _obstacle(plan: "Plan") -> "tuple[str, str | None] | None":
-    """(why loading ``plan`` here would not bind as ``LD_PRELOAD`` does, the fix or None), or None."""
+def _obstacle(plan: "Plan") -> "InProcessError | None":
+    """Why loading ``plan`` here would not bind as ``LD_PRELOAD`` does, or None."""
     library = plan.runtime.library
     if library is None:
-        return "the plan names no runtime library file to load before the hook", _START_FLAGGED
+        return InProcessError("the plan names no runtime library file to load before the hook", _START_FLAGGED,
+                              "no-runtime-file")
     if "torch" in sys.modules:
-        return "torch is already imported", None
+        return InProcessError("torch is already imported", cause="torch-imported")
     for path in mapped_objects():
         name = os.path.basename(path)
         if runtime_of(name):
-            return f"a runtime library is already loaded ({path})", None
+            return InProcessError(f"a runtime library is already loaded ({path})", cause="runtime-loaded")
         if name.startswith(TORCH_LIBRARY_PREFIXES):
-            return f"a torch library is already loaded ({path})", None
+            return InProcessError(f"a torch library is already loaded ({path})", cause="torch-loaded")
         if is_tms_entry(path):
-            return f"a torch_memory_saver build is already loaded ({path})", None
+            return InProcessError(f"a torch_memory_saver build is already loaded ({path})", cause="hook-loaded")
     try:
         symbols = interposed(plan.build, library)
     except (OSError, ElfError) as exc:
-        return f"cannot read the symbols of {plan.build} and {library}: {exc}", _START_FLAGGED
+        return InProcessError(f"cannot read the symbols of {plan.build} and {library}: {exc}", _START_FLAGGED,
+                              "unreadable-symbols")
     main = _ctypes.dlopen(None, os.RTLD_NOW)
     for symbol in symbols:
         try:
@@ -92,19 +96,35 @@ def _obstacle(plan: "Plan") -> "tuple[str, str | None] | None":
         where = "the global scope, where it would come before the hook"
         preloaded = _preloaded_definition(symbol)
         if preloaded is None:
-            return f"{symbol} is already defined in {where}", None
-        return (f"{symbol} is already defined in {where}, by {preloaded} from LD_PRELOAD",
-                f"every start with this LD_PRELOAD has it: remove {preloaded} from LD_PRELOAD, or {_START_FLAGGED} "
-                f"and puts the hook before it")
+            return InProcessError(f"{symbol} is already defined in {where}", cause="symbol-defined")
+        entry, path = preloaded
+        return InProcessError(f"{symbol} is already defined in {where}, by {path} from LD_PRELOAD",
+                              f"every start with this LD_PRELOAD has it: remove {entry} from LD_PRELOAD, or "
+                              f"{_START_FLAGGED} and puts the hook before it", "preload-defines")
     return None
 
 
-def _preloaded_definition(symbol: str) -> "str | None":
-    """The first LD_PRELOAD entry of this process that defines ``symbol``, or None."""
-    for entry in split_preload(os.environ.get("LD_PRELOAD", "")):
+def _preloaded_definition(symbol: str) -> "tuple[str, str] | None":
+    """(the entry, the file it loaded) of the first LD_PRELOAD entry of this process that defines
+    ``symbol``, or None.
+
+    The loader finds a bare name (no slash) in LD_PRELOAD as it finds a DT_NEEDED entry, on the search
+    path, not in the working directory: :class:`tms_autopreload.ldso.Loader` models that search. Only
+    here, where dlopen mode has already failed, does this process read the loader's cache.
+    """
+    from .ldso import Loader
+
+    try:
+        # This process's own executable, whose DT_RPATH the search reads (an embedding program's, say,
+        # not sys.executable's).
+        loader = Loader.for_executable("/proc/self/exe", os.environ.get("LD_LIBRARY_PATH", ""),
+                                       os.environ.get("LD_PRELOAD", ""))
+    except (OSError, ElfError):
+        return None
+    for entry, path in loader.preloaded:
         try:
-            if symbol in read_symbols(entry).defined:
-                return entry
+            if symbol in read_symbols(path).defined:
+                return entry, path
         except (OSError, ElfError):
             continue
     return None
@@ -113,7 +133,7 @@ def _preloaded_definition(symbol: str) -> "str | None":
 def obstacle(plan: "Plan") -> "str | None":
     """Why loading ``plan`` in this process would not bind as ``LD_PRELOAD`` does, or None."""
     found = _obstacle(plan)
-    return found[0] if found else None
+    return found.message if found else None
 
 
 def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
@@ -124,22 +144,22 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
     """
     found = _obstacle(plan)
     if found:
-        raise InProcessError(*found)
+        raise found
     # RTLD_LAZY, as the loader binds a preloaded object (unless LD_BIND_NOW, which applies to both).
     try:
         runtime = _ctypes.dlopen(plan.runtime.library, os.RTLD_LAZY | os.RTLD_LOCAL)
     except OSError as exc:
-        raise InProcessError(f"dlopen failed: {exc}") from None
+        raise InProcessError(f"dlopen failed: {exc}", cause="dlopen-failed") from None
     try:
         _ctypes.dlopen(plan.build, os.RTLD_LAZY | os.RTLD_GLOBAL)
     except OSError as exc:
         _ctypes.dlclose(runtime)  # a failure leaves nothing of the plan loaded
-        raise InProcessError(f"dlopen failed: {exc}") from None
+        raise InProcessError(f"dlopen failed: {exc}", cause="dlopen-failed") from None
     if plan.build not in mapped_hooks():
         if not read_maps():
-            raise InProcessError("dlopen returned, but /proc/self/maps cannot be read (is /proc mounted?), so "
-                                 "that the hook is mapped cannot be confirmed")
-        raise InProcessError(f"dlopen returned, but {plan.build} is not mapped")
+            raise InProcessError("dlopen returned, but /proc/self/maps cannot be read, so that the hook is mapped "
+                                 "cannot be confirmed", "mount /proc", "no-proc-maps")
+        raise InProcessError(f"dlopen returned, but {plan.build} is not mapped", cause="not-mapped")
     environ.update(plan.environment())
 
 
@@ -179,7 +199,6 @@ def activate() -> "Plan | None":
     with _activating:
         if _activated is not None:  # another thread did the work while this one waited
             return _activated
-        from .errors import ResolveError
         from .plan import resolve
 
         plan = resolve()
@@ -195,10 +214,8 @@ def activate() -> "Plan | None":
                     env.pop(name, None)
                 if not isinstance(exc, InProcessError):
                     raise
-                fix = exc.fix or ("Restart the interpreter (in a notebook: restart the kernel) and call "
-                                  "tms_autopreload.activate() first, before anything imports torch")
-                raise ResolveError(f"cannot bind the hook in this running process: {exc}. "
-                                   f"{fix[:1].upper() + fix[1:]}") from None
+                raise ResolveError(f"cannot bind the hook in this running process: {exc.message}",
+                                   fix=exc.fix or _RESTART, cause=exc.cause) from None
         else:  # started with the hook: only the environment, as the start-up hook would leave it
             env.update(plan.environment())
         _activated = plan

@@ -9,58 +9,91 @@ it. jupyter_client and ipykernel are imported only here: they are not dependenci
 
 import json
 import os
+import string
 import sys
 import tempfile
 
 from . import DISABLE_VAR, FLAG_VARS, GENERIC_FLAG, __version__, flags
+from .errors import Error
 
-__all__ = ["install", "uninstall", "MissingJupyter", "InvalidRequest", "DEFAULT_NAME", "MARKER"]
+__all__ = ["install", "uninstall", "MissingJupyter", "InvalidRequest", "KernelNotFound", "NotOurs",
+           "DEFAULT_NAME", "MARKER"]
 
 DEFAULT_NAME = "python3-tms-autopreload"
 MARKER = "tms_autopreload"  # metadata key: uninstall removes only kernels this package wrote
 INSTALL_HINT = "pip install jupyter_client ipykernel"
 
 
-class MissingJupyter(RuntimeError):
-    """jupyter_client or ipykernel is not installed for this interpreter; the message says what to run."""
+class MissingJupyter(Error, RuntimeError):
+    """jupyter_client or ipykernel is not installed for this interpreter; the fix says what to install."""
+
+    cause = "no-jupyter"
 
 
-class InvalidRequest(ValueError):
+class InvalidRequest(Error, ValueError):
     """What was asked cannot be a kernel of this command (a name Jupyter refuses, an ``env`` that turns
     the hook off): a usage error."""
+
+    cause = "invalid-request"
+
+
+class KernelNotFound(Error, KeyError):
+    """No kernel of that name where uninstall was asked to look (a KeyError too, as it was before)."""
+
+    cause = "no-kernel"
+
+
+class NotOurs(Error, ValueError):
+    """The kernel there was not written by this package: installing would replace it, or uninstall
+    would delete it, so both refuse (a ValueError too, as it was before)."""
+
+    cause = "not-ours"
 
 
 def _manager():  # noqa: ANN202 - jupyter_client's type, imported lazily
     try:
         from jupyter_client.kernelspec import KernelSpecManager
     except ImportError:
-        raise MissingJupyter(f"jupyter_client is not installed for {sys.executable}: {INSTALL_HINT}") from None
+        raise MissingJupyter(f"jupyter_client is not installed for {sys.executable}", INSTALL_HINT) from None
     return KernelSpecManager()
 
 
 def _location(user: bool, sys_prefix: bool, prefix: "str | None") -> "dict[str, object]":
     """KernelSpecManager's keywords for one of --user / --sys-prefix / --prefix (none: system-wide)."""
     if prefix == "":
-        raise InvalidRequest("an empty prefix names no directory (leave it out for the system-wide one)")
+        raise InvalidRequest("an empty prefix names no directory", "leave it out for the system-wide one",
+                             "empty-prefix")
     if sys_prefix:
         prefix = sys.prefix
     return {"user": user, "prefix": prefix}
 
 
-def _checked_name(name: str) -> str:
-    """``name`` as Jupyter stores it (lower case), after jupyter_client's own rule for kernel names."""
-    from jupyter_client.kernelspec import _is_valid_kernel_name
+# The characters of a kernel name: jupyter_client's rule (jupyter_client/kernelspec.py, checked against
+# jupyter_client 8.10.0: ``_kernel_name_pat = re.compile(r"^[a-z0-9._\-]+$", re.IGNORECASE)``), written
+# out here as jupyter_client keeps it private. Taken as its own words describe it ("ASCII letters and
+# numbers and these separators: - . _"), which is stricter than the pattern in two places: a
+# ``re.match`` with ``$`` lets one trailing newline through, and IGNORECASE lets in the four non-ASCII
+# letters whose case folds into a-z (U+0130 İ, U+0131 ı, U+017F ſ, U+212A K, the Kelvin sign).
+NAME_CHARACTERS = frozenset(string.ascii_letters + string.digits + "-._")
 
-    # jupyter_client's rule is a ``re.match`` with ``$``, which lets a trailing newline through, and it
-    # accepts "." and "..", which name no directory of their own; a name is also one path component.
-    if not _is_valid_kernel_name(name) or name != name.rstrip("\n") or name in (".", "..") \
-            or len(name.encode()) > 255:
-        raise InvalidRequest(f"{name!r} is not a kernel name Jupyter accepts: kernel names can only contain "
-                             f"ASCII letters and numbers and these separators: - . _ (hyphen, period, underscore)")
+
+def _is_valid_kernel_name(name: str) -> bool:
+    """True when Jupyter accepts ``name`` for a kernel and it names a directory of its own: one path
+    component (not "." or "..", at most 255 bytes) of :data:`NAME_CHARACTERS`."""
+    return bool(name) and set(name) <= NAME_CHARACTERS and name not in (".", "..") and len(name) <= 255
+
+
+def _checked_name(name: str) -> str:
+    """``name`` as Jupyter stores it (lower case), after :func:`_is_valid_kernel_name`."""
+    if not _is_valid_kernel_name(name):
+        raise InvalidRequest(f"{name!r} is not a kernel name Jupyter accepts",
+                             "choose a name of ASCII letters and numbers and these separators only: - . _ "
+                             "(hyphen, period, underscore), at most 255 of them, other than . and ..",
+                             "bad-kernel-name")
     return name.lower()
 
 
-def _ours(directory: str) -> bool:
+def _installed_by_us(directory: str) -> bool:
     """True when ``directory`` holds a kernel.json this package wrote (its metadata carries :data:`MARKER`)."""
     try:
         with open(os.path.join(directory, "kernel.json"), encoding="utf-8") as f:
@@ -93,7 +126,7 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
 
     Never over a kernel this package did not write: a directory of that name where it would go, or a
     kernel of that name Jupyter already lists (ipykernel's ``python3``, say), is refused with
-    ValueError, since installing would replace it. Its own kernel is replaced. The directory is
+    :class:`NotOurs`, since installing would replace it. Its own kernel is replaced. The directory is
     0755 and kernel.json 0644, readable by everyone as ipykernel's installer leaves them, so that a
     shared ``--prefix`` or ``--sys-prefix`` kernel is seen by other users' Jupyter.
     """
@@ -101,21 +134,21 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
     try:
         import ipykernel  # noqa: F401 - the kernel runs `python -m ipykernel_launcher`
     except ImportError:
-        raise MissingJupyter(f"ipykernel is not installed for {sys.executable}, which the kernel would run: "
-                             f"{INSTALL_HINT}") from None
+        raise MissingJupyter(f"ipykernel is not installed for {sys.executable}, which the kernel would run",
+                             INSTALL_HINT, "no-ipykernel") from None
     name = _checked_name(name)
     spec = kernel_json(display_name, env)
     if not flags(spec["env"], warn=False)[0]:
         off = [f"{k}={v}" for k, v in env.items() if k in (*FLAG_VARS, DISABLE_VAR)]
-        raise InvalidRequest(f"--env {' '.join(off)} turns off the hook this kernel exists for; leave it out "
-                             f"(a kernel without the hook: python -m ipykernel install)")
+        raise InvalidRequest(f"--env {' '.join(off)} turns off the hook this kernel exists for",
+                             "leave it out (a kernel without the hook: python -m ipykernel install)", "hook-off")
     destination = _directory(manager, name, user, sys_prefix, prefix)
     listed = manager.find_kernel_specs().get(name)
     for existing in (destination, listed):
-        if existing and os.path.exists(existing) and not _ours(existing):
+        if existing and os.path.exists(existing) and not _installed_by_us(existing):
             what = f"{existing} was not installed by tms-autopreload" if existing == destination else (
                 f"a kernel named {name!r} already exists in {existing}, not installed by tms-autopreload")
-            raise ValueError(f"{what}; installing would replace it: choose another --name")
+            raise NotOurs(f"{what}; installing would replace it", "choose another --name")
     with tempfile.TemporaryDirectory() as staging:
         source = os.path.join(staging, name)
         os.mkdir(source)
@@ -130,21 +163,24 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
 def uninstall(name: str, *, user: bool = False, sys_prefix: bool = False, prefix: "str | None" = None) -> str:
     """Remove a kernelspec this package installed; return its directory. Refuses any other kernel.
 
-    Raises KeyError when no kernel of that name is found where asked, ValueError when the one
-    found was not written by this package.
+    Raises :class:`KernelNotFound` when no kernel of that name is found where asked, :class:`NotOurs`
+    when the one found was not written by this package.
     """
     manager = _manager()
     name = _checked_name(name)
     if user or sys_prefix or prefix is not None:
-        kernels = _directory(manager, name, user, sys_prefix, prefix)
-        directory = kernels if os.path.isdir(kernels) else None
+        kernel = _directory(manager, name, user, sys_prefix, prefix)
+        directory = kernel if os.path.isdir(kernel) else None
+        where = f"in {os.path.dirname(kernel)}"
     else:
         directory = manager.find_kernel_specs().get(name)
+        where = "among the kernels Jupyter finds"
     if directory is None:
-        raise KeyError(name)
-    if not _ours(directory):
-        raise ValueError(f"{directory} was not installed by tms-autopreload; remove it with "
-                         f"`jupyter kernelspec uninstall {name}`")
+        raise KernelNotFound(f"no kernel named {name!r} {where}",
+                             "check the name and the location: `jupyter kernelspec list` shows each kernel and where it is")
+    if not _installed_by_us(directory):
+        raise NotOurs(f"{directory} was not installed by tms-autopreload",
+                      f"remove it with `jupyter kernelspec uninstall {name}`")
     import shutil
 
     shutil.rmtree(directory)

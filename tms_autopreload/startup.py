@@ -138,7 +138,7 @@ def _load_in_process(env: "os._Environ[str]", verbose: bool) -> "str | None":
     try:
         load(plan, env)
     except InProcessError as exc:
-        return str(exc)
+        return exc.message  # its fix is what the caller does next: re-exec with LD_PRELOAD
     for warning in (*report.warnings, *plan.warnings):
         say("warning: " + warning)
     env.pop(EXEC_VAR, None)
