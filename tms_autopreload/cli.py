@@ -1,6 +1,8 @@
 """``tms-autopreload`` (also ``python -m tms_autopreload``): explain, print or apply the plan.
 
-The exit codes are :data:`EXIT_CODES`, shown by ``--help``.
+The parser and the dispatch; each command's work is its own module's, and how a command ends on a
+failed write or a signal is :mod:`tms_autopreload.exitpolicy`'s. The exit codes are :data:`EXIT_CODES`,
+shown by ``--help``.
 """
 
 from __future__ import annotations
