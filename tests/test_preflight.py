@@ -144,6 +144,37 @@ def test_a_preflight_that_counted_no_node_does_not_pass():
     assert rows.summary(head, None, all_nodes=True) == ["1 nodes: 1 ok, 0 failing"]
 
 
+def test_preflight_errors_are_the_packages_errors_with_their_fix_apart():
+    """Each refusal is an errors.Error (and still the builtin it was): the fix in its own field, printed as before."""
+    from tms_autopreload import preflight
+    from tms_autopreload.errors import Error
+
+    with pytest.raises(preflight.UsageError) as info:
+        preflight.check_address("local", {})
+    err = info.value
+    assert isinstance(err, Error) and isinstance(err, ValueError) and err.cause == "usage"
+    assert err.message == "--address='local' would start a new, empty Ray cluster on this machine and check that " \
+                          "one, not yours"
+    assert str(err) == f"{err.message}. Fix: give the running cluster's address (HOST:PORT, as `ray start --head` " \
+                       f"printed it) or auto"
+    with pytest.raises(preflight.UsageError) as info:
+        preflight.check_runtime_env('{"env_vars": {"A": 1}}')
+    assert info.value.fix == 'quote them, e.g. "1"' and "Fix:" not in info.value.message
+    assert issubclass(preflight.NoRay, (Error, RuntimeError)) and preflight.NoRay("x").cause == "no-ray"
+    assert issubclass(preflight.Unreachable, (Error, RuntimeError)) and preflight.Unreachable("x").cause == "no-cluster"
+
+
+def test_reexecuted_means_the_marker_names_this_pid():
+    """The one rule node_answer's `execs` and doctor --deep's probe ask: the environment this image started
+    with holds TMS_AUTOPRELOAD_EXEC_PID=<its PID> (an exec keeps the PID); a marker of another PID is inherited."""
+    code = "import os, tms_autopreload as t; os.environ.pop(t.EXEC_VAR, None); print(t.reexecuted())"
+    env = clean_env(PYTHONPATH=str(ROOT))
+    for marker, said in (("$$", "True"), ("1", "False")):
+        r = subprocess.run(["bash", "-c", f'TMS_AUTOPRELOAD_EXEC_PID={marker} exec "$0" -c "$1"', sys.executable,
+                            code], env=env, capture_output=True, text=True, timeout=60)
+        assert r.stdout.strip() == said, (marker, r.stdout, r.stderr)
+
+
 @pytest.fixture(scope="module")
 def gpuless_cluster(parts, tmp_path_factory):
     """A cluster of one head started as `ray start --head` is, without --num-gpus: on this machine (no GPU) it

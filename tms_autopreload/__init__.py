@@ -206,6 +206,25 @@ def mapped_hooks() -> "list[str]":
     return found
 
 
+def reexecuted(environ: "Mapping[str, str] | None" = None) -> bool:
+    """Whether the start-up hook re-exec'd this process image: :data:`EXEC_VAR` names this PID.
+
+    The hook writes the marker just before its one exec, and an exec keeps the PID, so a marker that
+    names another PID was inherited, not written for this image. ``environ``: the environment to read
+    (the start-up path passes ``os.environ``, before the hook removes the marker); by default the
+    environment this image started with (``/proc/self/environ``), which keeps the marker after the
+    hook removed it from ``os.environ``: what a worker or a probe asks later, whatever was logged.
+    """
+    if environ is not None:
+        return environ.get(EXEC_VAR) == str(os.getpid())
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            started = f.read().split(b"\0")
+    except OSError:
+        return False
+    return f"{EXEC_VAR}={os.getpid()}".encode() in started
+
+
 def state_key(build: str) -> str:
     """What a resolution depends on besides the files: this prefix and the two overrides."""
     env = os.environ
@@ -293,7 +312,7 @@ def process_startup() -> None:
     if sys.platform != "linux" or not any(env.get(name) for name in FLAG_VARS):
         return
     try:
-        on, slime = flags(warn=env.get(EXEC_VAR) != str(os.getpid()))  # said once, before the exec
+        on, slime = flags(warn=not reexecuted(env))  # said once, before the exec
         if not on:
             return
         if slime:

@@ -26,14 +26,17 @@ import time
 
 from .builds import interposed
 from .elf import ElfError, read_dynamic, read_symbols
-from . import same_file
+from . import EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, is_tms_entry, parse_flag, \
+    same_file, split_preload
 from .sonames import runtime_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-__all__ = ["Binding", "Library", "Evidence", "parse_binding", "check", "DEEP_VARS", "ALLOCATOR"]
+    from .plan import Plan
+
+__all__ = ["Binding", "Library", "Evidence", "parse_binding", "check", "under_test", "DEEP_VARS", "ALLOCATOR"]
 
 # What the child runs with, on top of the environment under test.
 DEEP_VARS = {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings"}
@@ -45,8 +48,7 @@ ALLOCATOR = "libc10_cuda.so"
 _BINDING = re.compile(r"\s*(\d+):\s+binding file (.+) \[(\d+)\] to (.+) \[(\d+)\]: (normal|protected) symbol "
                       r"`([^'`]+)'(?: \[([^\]]*)\])?\s*")
 # The child's report, one marked line: what is mapped after the import, whether its start-up hook
-# re-exec'd it (the environment this program image started with, /proc/self/environ, holds the hook's
-# exec marker exactly when the hook exec'd, whatever was logged), and the import's failure as data (a
+# re-exec'd it (tms_autopreload.reexecuted, whatever was logged), and the import's failure as data (a
 # module that cannot be imported is told apart from a hook that is not mapped).
 _MARK = "TMS-DEEP-REPORT "
 _PROBE = """
@@ -56,10 +58,7 @@ try:
     failed = None
 except Exception as exc:
     failed = f'{type(exc).__name__}: {exc}'
-from tms_autopreload import EXEC_VAR, mapped_objects
-with open('/proc/self/environ', 'rb') as f:
-    started = f.read().split(b'\\0')
-execd = any(e.startswith(EXEC_VAR.encode() + b'=') for e in started)
+from tms_autopreload import mapped_objects, reexecuted
 seen = {}
 for path in mapped_objects():
     try:
@@ -67,7 +66,7 @@ for path in mapped_objects():
     except OSError:
         continue
     seen.setdefault((st.st_dev, st.st_ino), path)
-print(%r + json.dumps({'maps': sorted(seen.values()), 'execd': execd, 'import_error': failed}))
+print(%r + json.dumps({'maps': sorted(seen.values()), 'execd': reexecuted(), 'import_error': failed}))
 """ % _MARK
 
 
@@ -169,6 +168,26 @@ class Evidence:
             "error": self.error,
         }
 
+    def text(self, under: str) -> str:
+        """The report ``doctor --deep`` prints: what ran ``under`` what (:func:`under_test`), the hook,
+        the symbols and runtimes, one line per library, the verdict."""
+        mapped = {True: "mapped", False: "NOT mapped", None: "not checked"}[self.hook_mapped]
+        lines = [f"deep:     `import {self.module}` under {under} with LD_BIND_NOW=1 LD_DEBUG=bindings: "
+                 f"{self.seconds:.1f} s, {self.log_bytes / 1e6:.1f} MB of binding log (read line by line, deleted)"]
+        if self.import_error:
+            lines.append(f"import:   FAILED: {self.import_error}")
+        lines += [f"hook:     {self.hook} ({mapped})",
+                  f"symbols:  {', '.join(self.interposed) or 'none'} (defined by the hook and by "
+                  f"{self.runtime_library})",
+                  f"runtime:  {len(self.runtimes)} mapped: {', '.join(self.runtimes) or 'none'}", ""]
+        for lib in self.libraries:
+            to = ("hook" if lib.status == "intercepted" else
+                  ", ".join(sorted(os.path.basename(t or "nothing") for t in set(lib.bound.values()))))
+            line = f"{lib.label()}: {', '.join(lib.bound)} -> {to}"
+            lines.append(line if lib.status == "intercepted" else f"{line} ({lib.status.upper()}: {lib.reason})")
+        lines.append(f"\nverdict:  {self.verdict()}")
+        return "\n".join(lines)
+
 
 def _read_log(directory: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[str, Library]":
     """Stream every ``LD_DEBUG_OUTPUT`` file (one per PID), line by line.
@@ -244,13 +263,36 @@ def _classify(lib: Library, ev: Evidence) -> None:
                       f"calls bound there never reach the hook")
 
 
+def under_test(plan: "Plan", mode: str = "exec", as_is: bool = False,
+               environ: "Mapping[str, str] | None" = None) -> "tuple[dict[str, str], str, str]":
+    """(the child's environment, the hook it should bind to, that in words) for ``doctor --deep``.
+
+    ``as_is``: ``environ`` (default: this process's) as it is, with the hook its LD_PRELOAD names (the
+    plan's when it names none by an absolute path). ``mode`` "dlopen": the child starts as a flagged
+    process in dlopen mode would, nothing of ours preloaded and no marker of an earlier resolve or
+    exec, so that its own start-up hook loads the plan in-process. "exec": the plan's environment.
+    """
+    env = dict(os.environ if environ is None else environ)
+    if as_is:
+        named = [e for e in split_preload(env.get("LD_PRELOAD", "")) if is_tms_entry(e)]
+        return env, named[0] if named and os.path.isabs(named[0]) else plan.build, "this environment as it is"
+    if mode == "dlopen":
+        env = {k: v for k, v in env.items() if k not in (STATE_VAR, EXEC_VAR)}
+        env["LD_PRELOAD"] = ":".join(e for e in split_preload(env.get("LD_PRELOAD", "")) if not is_tms_entry(e))
+        if not any(parse_flag(name, env.get(name))[0] for name in FLAG_VARS):
+            env[GENERIC_FLAG] = "1"
+        env.update({MODE_VAR: "dlopen", VERBOSE_VAR: "1"})
+        return env, plan.build, "the plan, loaded in-process by the start-up hook (dlopen mode)"
+    return {**env, **plan.environment()}, plan.build, "the plan"
+
+
 def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, module: str = "torch",
           executable: "str | None" = None, in_process: bool = False, timeout: float = 600) -> Evidence:
     """Start ``executable`` under ``environ`` plus :data:`DEEP_VARS`, import ``module``, and read the log.
 
     ``in_process``: ``environ`` asks the child's start-up hook for dlopen mode (with
-    ``TMS_AUTOPRELOAD_VERBOSE``); a child whose hook re-exec'd it (its starting environment holds the
-    exec marker) gives evidence about exec mode, so the check fails with the hook's own words. The log goes to a private
+    ``TMS_AUTOPRELOAD_VERBOSE``); a child whose hook re-exec'd it (:func:`tms_autopreload.reexecuted`)
+    gives evidence about exec mode, so the check fails with the hook's own words. The log goes to a private
     temporary directory, is read line by line and deleted. The calling process's environment is
     not touched. The child leads a process group of its own; whatever ends this call early (a
     timeout, Ctrl-C, an exception a signal handler raises) ends that group and deletes the log.

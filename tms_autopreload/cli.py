@@ -1,25 +1,25 @@
 """``tms-autopreload`` (also ``python -m tms_autopreload``): explain, print or apply the plan.
 
-The exit codes are :data:`EXIT_CODES`, shown by ``--help``.
+The parser and the dispatch; each command's work is its own module's, and how a command ends on a
+failed write or a signal is :mod:`tms_autopreload.exitpolicy`'s. The exit codes are :data:`EXIT_CODES`,
+shown by ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import shlex
-import signal
 import sys
 import time
 
+from .exitpolicy import INTERRUPTS, WriteError, guarded_stdout, signal_of, unwinding_signals
 from .plan import Report, survey
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_USAGE", "EXIT_CODES"]
 
@@ -131,9 +131,7 @@ def _show_nodes(rows: "list[dict]", args: argparse.Namespace, took: str,
 
 def _deep(args: argparse.Namespace) -> int:
     """``doctor --deep``: where the loader binds the module's references to the hook's symbols."""
-    from . import EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, parse_flag
-    from .bindings import Evidence, check
-    from . import is_tms_entry, split_preload
+    from .bindings import Evidence, check, under_test
 
     report = survey()
     if report.plan is None or report.runtime is None or report.runtime.library is None:
@@ -145,43 +143,10 @@ def _deep(args: argparse.Namespace) -> int:
         else:
             print(f"tms-autopreload: {ev.error}", file=sys.stderr)
         return EXIT_NO_PLAN
-    plan = report.plan
-    hook = plan.build
-    if args.as_is:
-        env = dict(os.environ)
-        named = [e for e in split_preload(env.get("LD_PRELOAD", "")) if is_tms_entry(e)]
-        hook = named[0] if named and os.path.isabs(named[0]) else plan.build
-    elif args.mode == "dlopen":
-        # The child starts as a flagged process in dlopen mode would: nothing of ours preloaded.
-        env = {k: v for k, v in os.environ.items() if k not in (STATE_VAR, EXEC_VAR)}
-        env["LD_PRELOAD"] = ":".join(e for e in split_preload(env.get("LD_PRELOAD", "")) if not is_tms_entry(e))
-        if not any(parse_flag(name, env.get(name))[0] for name in FLAG_VARS):
-            env[GENERIC_FLAG] = "1"
-        env.update({MODE_VAR: "dlopen", VERBOSE_VAR: "1"})
-    else:
-        env = {**os.environ, **plan.environment()}
+    env, hook, under = under_test(report.plan, args.mode, args.as_is)
     ev = check(env, hook, report.runtime.library, module=args.import_, executable=report.executable,
                in_process=args.mode == "dlopen" and not args.as_is)
-    if args.json:
-        print(json.dumps(ev.to_dict(), indent=2))
-        return EXIT_OK if ev.ok else EXIT_NO_PLAN
-    where = ("this environment as it is" if args.as_is else
-             "the plan, loaded in-process by the start-up hook (dlopen mode)" if args.mode == "dlopen" else "the plan")
-    print(f"deep:     `import {ev.module}` under {where} with LD_BIND_NOW=1 LD_DEBUG=bindings: "
-          f"{ev.seconds:.1f} s, {ev.log_bytes / 1e6:.1f} MB of binding log (read line by line, deleted)")
-    if ev.import_error:
-        print(f"import:   FAILED: {ev.import_error}")
-    mapped = {True: "mapped", False: "NOT mapped", None: "not checked"}[ev.hook_mapped]
-    print(f"hook:     {ev.hook} ({mapped})")
-    print(f"symbols:  {', '.join(ev.interposed) or 'none'} (defined by the hook and by {ev.runtime_library})")
-    print(f"runtime:  {len(ev.runtimes)} mapped: {', '.join(ev.runtimes) or 'none'}")
-    print()
-    for lib in ev.libraries:
-        targets = {t for t in lib.bound.values()}
-        to = "hook" if lib.status == "intercepted" else ", ".join(sorted(os.path.basename(t or "nothing") for t in targets))
-        line = f"{lib.label()}: {', '.join(lib.bound)} -> {to}"
-        print(line if lib.status == "intercepted" else f"{line} ({lib.status.upper()}: {lib.reason})")
-    print(f"\nverdict:  {ev.verdict()}")
+    print(json.dumps(ev.to_dict(), indent=2) if args.json else ev.text(under))
     return EXIT_OK if ev.ok else EXIT_NO_PLAN
 
 
@@ -378,74 +343,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Stdout(io.RawIOBase):
-    """File descriptor 1, whose failed writes raise :class:`WriteError`: a full disk or a closed pipe
-    is then told apart from every other OSError, wherever the command printed. After a failure it
-    takes and drops everything, so that nothing is retried at exit."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failed = False
-
-    def writable(self) -> bool:
-        return True
-
-    def fileno(self) -> int:
-        return 1
-
-    def isatty(self) -> bool:
-        return os.isatty(1)
-
-    def write(self, data: "bytes | memoryview") -> int:
-        if self.failed:
-            return len(data)
-        try:
-            return os.write(1, data)
-        except OSError as exc:
-            self.failed = True
-            raise WriteError(exc.strerror or str(exc)) from None
-
-
-class WriteError(Exception):
-    """Standard output could not be written; the message is the system's reason."""
-
-
-class Interrupted(BaseException):
-    """A signal asked this command to stop; ``finally`` blocks run on the way out, as for Ctrl-C."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise Interrupted(signum)
-
-
-@contextlib.contextmanager
-def _guarded_stdout() -> "Iterator[None]":
-    """``sys.stdout`` over :class:`_Stdout` while a command runs, when it is file descriptor 1 (the
-    console script); put back after, so that a caller of :func:`main` keeps its own."""
-    current = sys.stdout
-    try:
-        fd = current.fileno() if current is not None else 1  # None: fd 1 was closed at start (`cmd >&-`)
-    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
-        fd = None
-    if fd != 1:
-        yield
-        return
-    if current is not None:
-        current.flush()
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Stdout()), encoding=getattr(current, "encoding", None) or "utf-8",
-                                  errors=getattr(current, "errors", None) or "strict",
-                                  line_buffering=getattr(current, "line_buffering", False))
-    try:
-        yield
-    finally:
-        guarded, sys.stdout = sys.stdout, current
-        guarded.flush()  # raises WriteError unless that was raised already (then it drops what is left)
-
-
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, parsed and checked: a usage error exits 2 here, as argparse's own do."""
     args = build_parser().parse_args(argv)
@@ -456,7 +353,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        with _guarded_stdout():  # --help and --version print while parsing
+        with guarded_stdout():  # --help and --version print while parsing
             return _run(parse(argv))
     except WriteError as exc:
         print(f"tms-autopreload: write error: {exc}", file=sys.stderr)
@@ -466,24 +363,17 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """The command; a signal ends it through its finally blocks, with 128+N and one line.
 
-    SIGTERM and SIGHUP end doctor --deep as Ctrl-C does: through the finally blocks that end its
-    child's process group and delete the binding log. Only there: elsewhere (Ray's client, say) a
-    signal keeps its default action, which no blocking call can delay.
+    SIGTERM and SIGHUP end doctor --deep as Ctrl-C does (:func:`.exitpolicy.unwinding_signals`):
+    through the finally blocks that end its child's process group and delete the binding log.
     """
-    handlers = {}
-    if args.cmd == "doctor" and args.deep:
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(signum) is not signal.SIG_IGN:
-                handlers[signum] = signal.signal(signum, _interrupt)
-    try:
-        code = args.func(args)
-        sys.stdout.flush()
-        return code
-    except (Interrupted, KeyboardInterrupt) as exc:
-        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-        done = "; its child was ended and its binding log deleted" if args.cmd == "doctor" and args.deep else ""
-        print(f"tms-autopreload {args.cmd}: interrupted by {signal.Signals(signum).name}{done}", file=sys.stderr)
-        return 128 + signum
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+    deep = args.cmd == "doctor" and args.deep
+    with unwinding_signals(deep):
+        try:
+            code = args.func(args)
+            sys.stdout.flush()
+            return code
+        except INTERRUPTS as exc:
+            done = "; its child was ended and its binding log deleted" if deep else ""
+            signum = signal_of(exc)
+            print(f"tms-autopreload {args.cmd}: interrupted by {signum.name}{done}", file=sys.stderr)
+            return 128 + signum

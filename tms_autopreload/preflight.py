@@ -12,11 +12,9 @@ nothing. Where the package is installed, it returns :func:`node_answer` (the ``d
 document and what the start-up hook really did). Rows and the table are :mod:`tms_autopreload.rows`,
 shared with ``doctor --nodes``.
 
-Ray runs in a child process (:func:`_child`): a driver whose cluster vanishes can hang in Ray or be
-ended by Ray's core worker, and Ray's C++ side prints its connection retries on fd 2. The parent reads
-the child's events, keeps its stderr off the terminal, and ends it at the deadline.
-
-Ray is imported only in that child; it is not a dependency of the package.
+This module is the command's side, and the node's (:func:`node_answer`, which nodes of every
+version import by this path). Ray runs in a child process, :mod:`tms_autopreload.raydriver`, whose
+events :func:`run` reads; Ray is imported only there, it is not a dependency of the package.
 """
 
 import json
@@ -29,28 +27,34 @@ import sys
 import tempfile
 import time
 
-from . import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects
-from .doctor import VERSIONED
-from .rows import node_row
+from . import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects, reexecuted
+from .errors import Error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-__all__ = ["run", "node_answer", "check_address", "check_runtime_env", "worker_runtime_env",
+__all__ = ["run", "node_answer", "check_address", "check_runtime_env", "worker_runtime_env", "port_answers",
            "PROBE_SOURCE", "NoRay", "Unreachable", "UsageError"]
 
 
-class NoRay(RuntimeError):
+class NoRay(Error, RuntimeError):
     """Ray is not installed for this interpreter; the message says what to install."""
 
-
-class Unreachable(RuntimeError):
-    """No Ray cluster answers at the address (or it stopped answering); the message says where and why."""
+    cause = "no-ray"
 
 
-class UsageError(ValueError):
-    """An option the preflight refuses before connecting; the message says which and the fix."""
+class Unreachable(Error, RuntimeError):
+    """No Ray cluster answers at the address: ``cause`` "no-cluster" when none ever did, "cluster-lost"
+    when it stopped answering during the preflight (a head that died); the message says where and why."""
+
+    cause = "no-cluster"
+
+
+class UsageError(Error, ValueError):
+    """An option the preflight refuses before connecting (a ValueError too, as it was before the base)."""
+
+    cause = "usage"
 
 
 # What ray.init does with these: start a new, empty cluster on this machine (Ray's "local"; "" is
@@ -67,15 +71,15 @@ def check_address(address: str, environ: "dict[str, str] | None" = None) -> None
         effective, via = env["RAY_ADDRESS"], "RAY_ADDRESS"
     if effective.strip().lower() in _NEW_CLUSTER:
         raise UsageError(f"{via}={effective!r} would start a new, empty Ray cluster on this machine and check that "
-                         f"one, not yours. Fix: give the running cluster's address (HOST:PORT, as `ray start --head` "
-                         f"printed it) or auto")
+                         f"one, not yours", fix="give the running cluster's address (HOST:PORT, as `ray start "
+                         "--head` printed it) or auto")
     if effective == "auto":
         return
     rest = effective[len("ray://"):] if effective.startswith("ray://") else effective
     host, sep, port = rest.rpartition(":")
     if "://" in rest or not sep or not host or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-        raise UsageError(f"{via}={effective!r} is not a Ray cluster address. Fix: give HOST:PORT (the head's GCS "
-                         f"address, as `ray start --head` printed it), ray://HOST:PORT, or auto")
+        raise UsageError(f"{via}={effective!r} is not a Ray cluster address", fix="give HOST:PORT (the head's GCS "
+                         "address, as `ray start --head` printed it), ray://HOST:PORT, or auto")
 
 
 def check_runtime_env(text: "str | None") -> "dict[str, Any] | None":
@@ -96,7 +100,7 @@ def check_runtime_env(text: "str | None") -> "dict[str, Any] | None":
         bad = [f"{k}={json.dumps(v)[:40]}" for k, v in env_vars.items() if not isinstance(v, str)]
         if bad:
             raise UsageError(f"--runtime-env: every env_vars value must be a string (Ray refuses others): "
-                             f"{', '.join(bad)}. Fix: quote them, e.g. \"1\"")
+                             f"{', '.join(bad)}", fix='quote them, e.g. "1"')
         empty = [k for k in env_vars if not k or "=" in k or "\0" in k]
         if empty:
             raise UsageError(f"--runtime-env: env_vars names cannot be empty or hold '=': {empty!r}")
@@ -146,13 +150,6 @@ def probe(names):
 '''
 
 
-def _shipped_probe() -> "Callable[[tuple[str, ...]], dict[str, Any]]":
-    """:data:`PROBE_SOURCE` as a function of a module no node can import, so Ray pickles it by value."""
-    namespace: "dict[str, Any]" = {"__name__": "tms_autopreload_probe"}
-    exec(compile(PROBE_SOURCE, "<tms_autopreload preflight probe>", "exec"), namespace)
-    return namespace["probe"]
-
-
 def node_answer() -> "dict[str, Any]":
     """Runs in the worker: its survey (the ``doctor --json`` document) and what its start-up hook did."""
     from .doctor import document
@@ -161,12 +158,7 @@ def node_answer() -> "dict[str, Any]":
 
     hooks = mapped_hooks()
     runtimes = [path for path in mapped_objects() if runtime_of(os.path.basename(path))]
-    try:
-        with open("/proc/self/environ", "rb") as f:
-            initial = f.read().split(b"\0")
-    except OSError:
-        initial = []
-    execs = int(f"TMS_AUTOPRELOAD_EXEC_PID={os.getpid()}".encode() in initial)
+    execs = int(reexecuted())
     doc = document(survey(check_all=True))
     planned = doc["plan"]["build"] if doc["plan"] else None
     return {"mode": os.environ.get(MODE_VAR) or "exec",
@@ -175,78 +167,7 @@ def node_answer() -> "dict[str, Any]":
             "survey": doc}
 
 
-# ---------------------------------------------------------------- the child that talks to Ray
-
-# Seconds between checks that the cluster's GCS still accepts connections while nodes are awaited.
-_LIVENESS_EVERY = 5.0
-
-def _emit(event: "dict[str, Any]") -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
-
-
-def _child() -> None:
-    """Connect, probe every alive node, and emit JSON lines: connected, progress, rows."""
-    request = json.loads(sys.stdin.read())
-    try:
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    except ImportError:
-        _emit({"event": "noray"})
-        return
-    try:
-        from ray.runtime_env import RuntimeEnv
-
-        RuntimeEnv(**worker_runtime_env(request["runtime_env"]))  # Ray's own checks of every field, offline
-    except Exception as exc:  # noqa: BLE001 - Ray raises TypeError, ValueError, its own kinds
-        _emit({"event": "badenv", "why": _first_line(exc)})
-        return
-    try:
-        ray.init(address=request["address"], log_to_driver=False, logging_level="ERROR")
-    except Exception as exc:  # noqa: BLE001 - Ray raises several kinds for "no cluster there"
-        _emit({"event": "unreachable", "why": _first_line(exc)})
-        return
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    _emit({"event": "connected", "gcs": ray.get_runtime_context().gcs_address, "nodes": len(nodes)})
-    task = ray.remote(_shipped_probe())
-    runtime_env = worker_runtime_env(request["runtime_env"])
-    pending = {task.options(num_cpus=0, max_retries=0, runtime_env=runtime_env,
-                            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
-               .remote(VERSIONED): n for n in nodes}
-    answers: "dict[str, tuple[dict | None, str | None]]" = {}
-    deadline = request["deadline"]
-    gcs = request["gcs_check"] or ray.get_runtime_context().gcs_address
-    next_check = time.time() + _LIVENESS_EVERY
-    while pending and time.time() < deadline:
-        if time.time() >= next_check:  # a head that died is said at once, not at the deadline
-            if not _answers(gcs, 2.0):
-                _emit({"event": "lost"})
-                return
-            next_check = time.time() + _LIVENESS_EVERY
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, min(1.0, deadline - time.time())))
-        for ref in done:
-            node = pending.pop(ref)
-            try:
-                answers[node["NodeID"]] = (ray.get(ref), None)
-            except Exception as exc:  # noqa: BLE001 - the task's own failure is that node's answer
-                answers[node["NodeID"]] = (None, f"the task failed on that node: {_first_line(exc)}")
-            _emit({"event": "progress", "answered": len(answers), "total": len(nodes)})
-    for ref, node in pending.items():
-        answers[node["NodeID"]] = (None, f"no answer within {request['timeout']:g} s: its worker did not start "
-                                         f"(or is still starting) with this runtime_env")
-    if pending and not _answers(gcs):
-        _emit({"event": "lost"})
-        return
-    rows = [node_row(n.get("NodeName") or n.get("NodeManagerHostname"), n.get("NodeManagerAddress"), n["NodeID"],
-                     *answers[n["NodeID"]], gpus=(n.get("Resources") or {}).get("GPU", 0)) for n in nodes]
-    _emit({"event": "rows", "rows": rows})
-    for ref in pending:
-        ray.cancel(ref, force=True)
-    ray.shutdown()
-    _emit({"event": "done"})
-
-
-def _answers(address: str, timeout: float = 3.0) -> bool:
+def port_answers(address: str, timeout: float = 3.0) -> bool:
     """Whether something accepts a TCP connection at HOST:PORT (a Ray GCS or client server)."""
     host, _, port = address.split("://", 1)[-1].rpartition(":")
     try:
@@ -256,13 +177,16 @@ def _answers(address: str, timeout: float = 3.0) -> bool:
         return False
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return lines[-1].strip() if lines else type(exc).__name__
-
-
 def _ray_said(log: str) -> str:
-    """Ray's own stderr, summarised in a clause: its connection warnings counted, never printed."""
+    """Ray's own stderr, summarised in a clause: its connection warnings counted, never printed.
+
+    Matched by their wording, for want of a fact (checked with ray==2.58.0): against a port that
+    accepts connections but is no GCS, ``ray.init`` retries past 170 s printing ``Failed to connect
+    to GCS at address ... within 5 seconds``; no exception reaches Python, the TCP probe
+    (:func:`port_answers`) answers, and when Ray's core worker ends the driver it exits 1 as a Python
+    traceback does. Whether the cluster ever answered is not decided here: the driver's ``connected``
+    event says that.
+    """
     lines = [line for line in log.splitlines() if line.strip()]
     gcs = [line for line in lines if "Failed to connect to GCS" in line]
     if gcs:
@@ -281,7 +205,7 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
     if importlib.util.find_spec("ray") is None:
         raise NoRay(f"Ray is not installed for {sys.executable}: pip install ray")
     start = time.time()
-    if address != "auto" and not address.startswith("ray://") and not _answers(address, min(5.0, timeout)):
+    if address != "auto" and not address.startswith("ray://") and not port_answers(address, min(5.0, timeout)):
         raise Unreachable(f"cannot reach the Ray cluster at {address}: nothing accepts connections there "
                           f"(no head started, a wrong port, or the head died)")
     # Leave the child time to cancel, report and disconnect before the deadline.
@@ -289,7 +213,7 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
                "deadline": start + max(timeout - min(5.0, timeout / 4), timeout / 2),
                "gcs_check": None if address == "auto" or address.startswith("ray://") else address}
     with tempfile.TemporaryFile() as log:
-        child = subprocess.Popen([sys.executable, "-c", "from tms_autopreload.preflight import _child; _child()"],
+        child = subprocess.Popen([sys.executable, "-c", "from tms_autopreload.raydriver import main; main()"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                  start_new_session=True)
         try:
@@ -311,9 +235,9 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
         return kinds["rows"]["rows"]
     if "unreachable" in kinds:
         raise Unreachable(f"cannot reach the Ray cluster at {address}: {kinds['unreachable']['why']}{said}")
-    if "connected" in kinds:
+    if "connected" in kinds:  # ray.init returned: the cluster answered once
         raise Unreachable(f"cannot reach the Ray cluster at {address}: it stopped answering during the preflight "
-                          f"(the head node died, or its network went away){said}")
+                          f"(the head node died, or its network went away){said}", cause="cluster-lost")
     if exited and not said:
         last = [line.strip() for line in stderr.splitlines() if line.strip()][-1:] or [f"exit {child.returncode}"]
         raise Unreachable(f"cannot reach the Ray cluster at {address}: Ray's client ended: {last[0]}")
