@@ -15,7 +15,7 @@ from . import locate, open_regular, same_file
 from .elf import ElfError, read_dynamic
 from .errors import ResolveError, shown
 from .ldso import Found, Loader, Object
-from .sonames import number, runtime_of, runtime_soname
+from .sonames import number, runtime_name, runtime_of, runtime_soname
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class Runtime:
     @property
     def name(self) -> str:
         """``CUDA 13`` or ``ROCm/HIP 6``."""
-        return f"{'CUDA' if self.kind == 'cuda' else 'ROCm/HIP'} {self.major}"
+        return runtime_name(self.kind, self.major)
 
     def describe(self) -> str:
         return f"{self.name} ({self.source})"
