@@ -23,7 +23,7 @@ from . import STATE_VAR, state_key
 from . import compose_preload, locate, open_regular, same_file, split_preload
 from .builds import Build, build_install_hint, find_builds, read_build
 from .elf import ElfError, read_dynamic
-from .environ import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
+from .ldpaths import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
 from .errors import ResolveError, shown
 from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, detect, install_hint
