@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 from sandbox import (CACHE, RUNTIME_WHEELS, TORCH_VERSION, Venv, base_python, build_own_wheel,  # noqa: E402,F401
-                     check_namespaces, clean_env, extract, find_python, locate_python, private_copy,
+                     check_namespaces, clean_env, extract, find_python, ld_cache, locate_python, private_copy,
                      python_for_every_account, ray_venv, run, runtime_wheel,
                      tms_wheel, torch_venv, unshare_mounts, uv, wheel)
 from standins import SetupError, cc, driver_stub, global_deps, hip_stub, write_torch_standin  # noqa: E402,F401
@@ -52,11 +52,7 @@ class Host:
         if shutil.which("unshare") is None or shutil.which("ldconfig") is None:
             raise SetupError("needs unshare and ldconfig (util-linux, libc-bin)")
         self.dirs = dirs
-        root.mkdir(parents=True, exist_ok=True)
-        conf = root / "ld.so.conf"
-        conf.write_text("".join(f"{d}\n" for d in dirs))
-        self.cache = root / "ld.so.cache"
-        run(["ldconfig", "-X", "-C", str(self.cache), "-f", str(conf)])
+        self.cache = ld_cache(root, dirs)
 
     def wrap(self, argv: list[str], env: dict[str, str], setup: str = "") -> list[str]:
         """``argv`` run with exactly ``env``, in a private mount namespace seeing this host's cache.

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload  # noqa: E402
-from tms_autopreload import (bindings, cli, driver, elf, environ, ldcache, nodes, preflight, runtime,  # noqa: E402
+from tms_autopreload import (bindings, cli, driver, elf, ldcache, ldpaths, nodes, preflight, runtime,  # noqa: E402
                              sitepath, trace)
 from tms_autopreload.rows import document_rows  # noqa: E402
 
@@ -280,7 +280,7 @@ def test_search_path_prepend_keeps_what_every_other_entry_means(entries, seps, d
     current = "".join(e + sep for e, sep in zip(entries, seps))[:-1] if entries else ""
     meant = [e or "." for e in entries] if current else []
     expected = [directory, *(e for e in meant if e != directory)]
-    assert environ.prepend_search_path(current, directory) == ":".join(expected)
+    assert ldpaths.prepend_search_path(current, directory) == ":".join(expected)
 
 
 # Lines of a .pth file: names of directories that exist beside it (some with spaces, one a comment's look-alike),

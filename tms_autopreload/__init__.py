@@ -18,6 +18,11 @@ so that each is written once.
 It is idempotent: in a venv on Python 3.10-3.14 site-packages is scanned twice, so the ``.pth``
 runs twice per start (CPython #75723); coverage.py's ``process_startup`` guards the same way.
 The public API (:func:`resolve`, :func:`survey`, ...) is loaded lazily (PEP 562) for the same reason.
+
+Public: the names in ``__all__`` (docs/reference.md) and the command line, ``tms-autopreload``
+(:func:`tms_autopreload.cli.main`, also ``python -m tms_autopreload``). Every module of the package is
+private, and so is every other name here (the flags' parsing, the LD_PRELOAD rules): they serve the hook
+and the commands, and may change in any release.
 """
 
 
@@ -338,25 +343,22 @@ def process_startup() -> None:
 
 
 __version__ = "0.1.0"
-__all__ = ["process_startup", "resolve", "survey", "configure_subprocess", "activate", "Plan", "Report", "Verdict",
-           "ResolveError", "__version__"]
+# The public API beyond process_startup, by the private module each name lives in, loaded on first use
+# (PEP 562): a start with no flag imports none of them.
+_LAZY = {"resolve": "plan", "survey": "plan", "configure_subprocess": "children", "activate": "inprocess",
+         "Plan": "plan", "Report": "plan", "Verdict": "plan", "ResolveError": "errors"}
+__all__ = ["process_startup", *_LAZY, "__version__"]
 
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562 module attribute hook
-    if name == "ResolveError":
-        from .errors import ResolveError
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tms_autopreload' has no attribute {name!r}")
+    from importlib import import_module
 
-        return ResolveError
-    if name == "configure_subprocess":
-        from .children import configure_subprocess
+    return getattr(import_module(f".{module}", __name__), name)
 
-        return configure_subprocess
-    if name == "activate":
-        from .inprocess import activate
 
-        return activate
-    if name in ("resolve", "survey", "Plan", "Report", "Verdict"):
-        from . import plan
-
-        return getattr(plan, name)
-    raise AttributeError(f"module 'tms_autopreload' has no attribute {name!r}")
+def __dir__() -> "list[str]":
+    """``dir(tms_autopreload)``: the public API, the lazily loaded names included (PEP 562)."""
+    return list(__all__)

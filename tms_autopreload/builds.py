@@ -15,7 +15,7 @@ those decide. ``..._hook_mode_torch*`` builds are pluggable allocators, not prel
 import os
 
 from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbols
-from .sonames import DRIVER_SONAME, runtime_of, runtime_soname
+from .sonames import DRIVER_SONAME, runtime_name, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
 __all__ = ["Build", "read_build", "find_builds", "interposed", "build_install_hint", "PRELOAD_PREFIXES",
@@ -65,10 +65,8 @@ class Build:
 
     def target(self) -> str:
         """What it was built for, in words."""
-        if self.kind == "cuda":
-            return f"CUDA {self.major} (needs {runtime_soname('cuda', self.major)})"
-        if self.kind == "hip":
-            return f"ROCm/HIP {self.major} (needs {runtime_soname('hip', self.major)})"
+        if self.kind in ("cuda", "hip"):
+            return f"{runtime_name(self.kind, self.major)} (needs {runtime_soname(self.kind, self.major)})"
         if self.kind == "driver":
             return f"any CUDA runtime (needs only the driver, {DRIVER_SONAME})"
         return "nothing loadable"

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["document", "text", "table", "driver_facts", "runtime_rule", "versions", "VERSIONED"]
+__all__ = ["document", "text", "table", "is_ok", "driver_facts", "runtime_rule", "versions", "VERSIONED"]
 
 # The distributions whose versions a document carries (the per-node table compares them across nodes).
 VERSIONED = ("tms_autopreload", "torch_memory_saver")
@@ -26,6 +26,13 @@ def table(rows: "list[tuple[str, ...]]") -> str:
     """Columns padded to their widest cell; the last column is left as it is."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
+
+
+def is_ok(plan: object, driver: object) -> bool:
+    """The one rule of ``ok``, for this process's document and for a node's row (:mod:`tms_autopreload.rows`):
+    there is a plan, and the NVIDIA driver can run torch's CUDA (its verdict is not ``failing``; without
+    driver facts, nothing says it cannot). Read defensively: a row passes a document another node wrote."""
+    return bool(plan) and not (isinstance(driver, dict) and driver.get("verdict") == "failing")
 
 
 def _interposes(report: Report) -> "dict[str, list[str] | None]":
@@ -106,18 +113,18 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
     if doc["plan"] is not None:
         doc["plan"]["runtime_rule"] = runtime_rule(report, environ)
     doc["driver"] = driver_facts(report, environ)
-    doc["ok"] = doc["ok"] and not (doc["driver"] and doc["driver"]["verdict"] == "failing")
+    doc["ok"] = is_ok(doc["plan"], doc["driver"])
     return doc
 
 
 def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
-    from .sonames import runtime_soname
+    from .sonames import runtime_name, runtime_soname
 
     rt = doc["runtime"]
     if rt is None:
         return ["runtime:  not decided"]
     lib = f"{rt['library']} ({rt['library_rule']})" if rt["library"] else "not found"
-    lines = [f"runtime:  {'CUDA' if rt['kind'] == 'cuda' else 'ROCm/HIP'} {rt['major']} ({rt['source']})",
+    lines = [f"runtime:  {runtime_name(rt['kind'], rt['major'])} ({rt['source']})",
              f"library:  {runtime_soname(rt['kind'], rt['major'])} -> {lib}"]
     if rt["library"] and rt["library_why"]:
         lines.append(f"why:      the copy torch will use: {rt['library_why']}")

@@ -25,7 +25,7 @@ import os
 
 from . import is_tms_entry, ldcache, split_preload
 from .elf import DynamicInfo, ElfError, read_dynamic, read_kind
-from .environ import split_search_path
+from .ldpaths import split_search_path
 
 __all__ = ["Found", "Object", "Loader", "loaded_as", "default_dirs", "PRELOADED"]
 

@@ -18,12 +18,12 @@ import os
 import sys
 
 from . import CUDA_MAJOR_VAR
-from . import PATH_VAR as FORCE_VAR
+from . import PATH_VAR
 from . import STATE_VAR, state_key
 from . import compose_preload, locate, open_regular, same_file, split_preload
 from .builds import Build, build_install_hint, find_builds, read_build
 from .elf import ElfError, read_dynamic
-from .environ import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
+from .ldpaths import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
 from .errors import ResolveError, shown
 from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, detect, install_hint
@@ -531,25 +531,25 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, wan
                 warnings: list[str]) -> "tuple[list[Build], str | None, str | None]":
     """Step 1: (the builds to consider, or an error; the path TMS_AUTOPRELOAD_PATH forces, if any)."""
     trusted = _code_writers(exe, package_dir)
-    forced = env.get(FORCE_VAR, "").strip() or None
+    forced = env.get(PATH_VAR, "").strip() or None
     if forced:
         what = ("is not an absolute path" if not os.path.isabs(forced) else
                 "does not exist" if not os.path.exists(forced) else
                 "is not a regular file" if not os.path.isfile(forced) else None)
         if what:
-            return [], f"{FORCE_VAR}={shown(forced)} {what}; point it at a preload build or unset it", forced
+            return [], f"{PATH_VAR}={shown(forced)} {what}; point it at a preload build or unset it", forced
         build = read_build(forced, want)
         if build.problem:
-            return [], (f"{FORCE_VAR}={shown(forced)} does not name a torch_memory_saver preload build for this "
-                        f"interpreter: {build.problem}. Fix: point {FORCE_VAR} at one (`tms-autopreload doctor` "
+            return [], (f"{PATH_VAR}={shown(forced)} does not name a torch_memory_saver preload build for this "
+                        f"interpreter: {build.problem}. Fix: point {PATH_VAR} at one (`tms-autopreload doctor` "
                         f"lists the installed builds) or unset it"), forced
         unsafe = refusal(forced, trusted)
         if unsafe:
-            warnings.append(f"{FORCE_VAR} names a file others can change ({unsafe.message}); preloading it anyway")
+            warnings.append(f"{PATH_VAR} names a file others can change ({unsafe.message}); preloading it anyway")
         return [build], None, forced
     if package_dir is None:
         return [], (f"torch_memory_saver is not installed for {exe}: pip install torch-memory-saver "
-                    f"(or set {FORCE_VAR}=/abs/path/to/build.so)"), None
+                    f"(or set {PATH_VAR}=/abs/path/to/build.so)"), None
     builds = find_builds(package_dir, want, trusted)
     if not builds:
         return [], (f"torch_memory_saver at {package_dir} ships no preload build (looked for "
@@ -572,7 +572,7 @@ def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Ve
             verdicts[i] = Verdict(b, "rejected", f"built for {b.target()}, not for this process's {runtime.name}")
         elif b.refusal:
             verdicts[i] = Verdict(b, "rejected", f"{b.refusal.message}; refusing to preload it (name it in "
-                                  f"{FORCE_VAR} to override)", cause=b.refusal.cause)
+                                  f"{PATH_VAR} to override)", cause=b.refusal.cause)
         else:
             eligible.append((_preference(b, runtime, i), i))
     return verdicts, [i for _, i in sorted(eligible)]
@@ -656,7 +656,7 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
                   f"every torch_memory_saver preload build for {runtime.name} can be changed by someone who "
                   f"cannot change this environment's code, so none is preloaded") + ":"]
         lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
-        lines.append("Fix: " + "; or ".join(fixes) + f"; or name the build in {FORCE_VAR} to preload it anyway")
+        lines.append("Fix: " + "; or ".join(fixes) + f"; or name the build in {PATH_VAR} to preload it anyway")
         return "\n".join(lines)
     if eligible and all(ordered[i].cause == CAUSE_NO_DRIVER for i in eligible):
         where = (f"LD_LIBRARY_PATH={shown(ld_library_path)}, /etc/ld.so.cache and the default directories"
@@ -671,12 +671,12 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
                  f"non-Python child start, for {runtime.describe()}:"]
         lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
         lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
-                     f"Fix: see the reasons above, or set {FORCE_VAR} to a build that loads")
+                     f"Fix: see the reasons above, or set {PATH_VAR} to a build that loads")
         return "\n".join(lines)
     if forced:
-        lines = [f"{FORCE_VAR}={shown(forced)} names a build that does not fit {runtime.describe()}:"]
+        lines = [f"{PATH_VAR}={shown(forced)} names a build that does not fit {runtime.describe()}:"]
         lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
-        lines.append(f"Fix: point {FORCE_VAR} at a build for {runtime.name}, or unset it to choose among the "
+        lines.append(f"Fix: point {PATH_VAR} at a build for {runtime.name}, or unset it to choose among the "
                      f"installed builds")
         return "\n".join(lines)
     lines = [f"no torch_memory_saver preload build fits {runtime.describe()}:"]
@@ -684,7 +684,7 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
     if not eligible:
         fixes.append(build_install_hint(runtime.kind, runtime.major))
     lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
-                 f"Fix: see the reasons above, or set {FORCE_VAR} to a build that loads")
+                 f"Fix: see the reasons above, or set {PATH_VAR} to a build that loads")
     return "\n".join(lines)
 
 

@@ -8,7 +8,8 @@ and ``survey``: its ``doctor --json`` document, :mod:`tms_autopreload.doctor`), 
 :mod:`tms_autopreload.nodes`), which says what the hook will do there.
 """
 
-from .doctor import VERSIONED, table
+from .doctor import VERSIONED, is_ok, table
+from .sonames import runtime_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,8 +42,8 @@ def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer
              error: "str | None", gpus: "float | None" = None) -> "dict[str, Any]":
     """One node's row: ``ok``, and the error to show. ``gpus``: what the node offers Ray (None: unknown).
 
-    A node is ok when it has a plan, its NVIDIA driver can run torch's CUDA (``doctor``'s driver verdict
-    is not ``failing``), and, when the answer says how its worker started, that worker came up hooked with
+    A node is ok when its document is (:func:`tms_autopreload.doctor.is_ok`: a plan, and a driver that can
+    run torch's CUDA) and, when the answer says how its worker started, that worker came up hooked with
     at most one runtime library. ``answer`` None: the node did not answer (``error`` says why).
     """
     row = {"node_id": node_id, "ip": ip, "name": name, "gpus": gpus, "ok": False, "answer": answer, "error": error}
@@ -58,7 +59,7 @@ def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer
     doc, started = _dict(answer.get("survey")), answer.get("started")
     driver = _dict(doc.get("driver"))
     hooked = started is None or (started["hooked"] and len(started["libcudart"]) <= 1)
-    row["ok"] = bool(doc.get("plan")) and driver.get("verdict") != "failing" and hooked and not error
+    row["ok"] = is_ok(doc.get("plan"), driver) and hooked and not error
     if row["ok"] or row["error"]:
         return row
     if doc.get("error"):
@@ -135,8 +136,8 @@ def render(rows: "list[dict[str, Any]]") -> str:
     for r in rows:
         answer = r["answer"] or {}
         rt = (answer.get("survey") or {}).get("runtime") or {}
-        torch = (f"{rt.get('torch_version') or 'no torch'} ({'CUDA' if rt.get('kind') == 'cuda' else 'ROCm/HIP'} "
-                 f"{rt.get('major')})" if rt else "-")
+        torch = (f"{rt.get('torch_version') or 'no torch'} ({runtime_name(rt.get('kind'), rt.get('major'))})"
+                 if rt else "-")
         plan = (answer.get("survey") or {}).get("plan")
         what = plan["build"].rsplit("/", 1)[-1] if plan and r["ok"] else (r["error"] or "-").splitlines()[0]
         versions = _versions(answer)

@@ -10,12 +10,11 @@ NVIDIA's pip runtime wheels decide, and only when exactly one major is visible.
 
 import os
 
-from . import CUDA_MAJOR_VAR as OVERRIDE_VAR
-from . import locate, open_regular, same_file
+from . import CUDA_MAJOR_VAR, locate, open_regular, same_file
 from .elf import ElfError, read_dynamic
 from .errors import ResolveError, shown
 from .ldso import Found, Loader, Object
-from .sonames import number, runtime_of, runtime_soname
+from .sonames import number, runtime_name, runtime_of, runtime_soname
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
@@ -79,7 +78,7 @@ class Runtime:
     @property
     def name(self) -> str:
         """``CUDA 13`` or ``ROCm/HIP 6``."""
-        return f"{'CUDA' if self.kind == 'cuda' else 'ROCm/HIP'} {self.major}"
+        return runtime_name(self.kind, self.major)
 
     def describe(self) -> str:
         return f"{self.name} ({self.source})"
@@ -116,12 +115,12 @@ def read_torch(torch_dir: str) -> TorchBuild:
     except OSError as exc:
         raise ResolveError(
             f"torch at {torch_dir} has no readable torch/version.py ({exc.strerror}): the install is "
-            f"broken. Reinstall torch, or set {OVERRIDE_VAR}=N to name the CUDA major yourself."
+            f"broken. Reinstall torch, or set {CUDA_MAJOR_VAR}=N to name the CUDA major yourself."
         ) from None
     if "cuda" not in values and "hip" not in values:
         raise ResolveError(
             f"{version_py} states neither `cuda` nor `hip`: it is not a torch build file this tool "
-            f"can read. Reinstall torch, or set {OVERRIDE_VAR}=N to name the CUDA major yourself."
+            f"can read. Reinstall torch, or set {CUDA_MAJOR_VAR}=N to name the CUDA major yourself."
         )
     deps_path = os.path.join(torch_dir, "lib", "libtorch_global_deps.so")
     deps: Object | None = None
@@ -139,7 +138,7 @@ def _major(text: str, what: str) -> int:
     major = number(text.strip().split(".", 1)[0])
     if major is None or not 0 < major < 100:
         raise ResolveError(f"{what}={shown(text)} is not a version with a numeric major; "
-                           f"set {OVERRIDE_VAR}=N (for example 12 or 13) or unset it.")
+                           f"set {CUDA_MAJOR_VAR}=N (for example 12 or 13) or unset it.")
     return major
 
 
@@ -185,8 +184,8 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
 
     ``majors``: CUDA majors the installed builds target, probed when there is no torch.
     """
-    override_text = environ.get(OVERRIDE_VAR, "").strip()
-    override = _major(override_text, OVERRIDE_VAR) if override_text else None
+    override_text = environ.get(CUDA_MAJOR_VAR, "").strip()
+    override = _major(override_text, CUDA_MAJOR_VAR) if override_text else None
     torch_dir = locate.package_dir("torch")
     torch = None
     if torch_dir is not None:
@@ -199,7 +198,7 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
     if override is not None:
         needed_by = torch.global_deps if torch and runtime_soname("cuda", override) in torch.links else None
         found = _visible(loader, "cuda", override, needed_by)
-        return Runtime("cuda", override, f"{OVERRIDE_VAR}={override_text}", found, torch)
+        return Runtime("cuda", override, f"{CUDA_MAJOR_VAR}={override_text}", found, torch)
 
     if torch is not None:
         where = f"torch {torch.version} at {torch.dir}" if torch.version else f"torch (version unknown) at {torch.dir}"
@@ -240,8 +239,8 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
             f"no torch is installed for this interpreter and no CUDA runtime is visible "
             f"(looked for {', '.join(runtime_soname('cuda', m) for m in probed)} on the loader's path and in "
             f"NVIDIA's pip wheels). Install torch, or a CUDA runtime ({install_hint('cuda', 13)}), "
-            f"or set {OVERRIDE_VAR}=N.")
+            f"or set {CUDA_MAJOR_VAR}=N.")
     listing = "; ".join(f"{runtime_soname('cuda', m)} at {f.path} ({f.rule})" for m, f in seen.items())
     raise ResolveError(
         f"no torch is installed for this interpreter and several CUDA runtimes are visible ({listing}), "
-        f"so the runtime this process will use is unknown. Set {OVERRIDE_VAR}=N to choose one.")
+        f"so the runtime this process will use is unknown. Set {CUDA_MAJOR_VAR}=N to choose one.")

@@ -1,10 +1,11 @@
-"""The library names the loader is asked for: the driver's, and each GPU runtime's by major.
+"""The library names the loader is asked for (the driver's, and each GPU runtime's by major), and the
+name a person reads for each runtime.
 
 A build is classified, a runtime located and a mapped file recognised by these names
 (``DT_NEEDED`` entries, ``SONAME`` s, mapped file names), so they are written here once.
 """
 
-__all__ = ["DRIVER_SONAME", "GLIBC_SONAMES", "runtime_soname", "runtime_of"]
+__all__ = ["DRIVER_SONAME", "GLIBC_SONAMES", "runtime_soname", "runtime_of", "runtime_name"]
 
 # NVIDIA's user-space driver library, which every torch_memory_saver build links.
 DRIVER_SONAME = "libcuda.so.1"
@@ -20,6 +21,15 @@ _SONAME_PREFIX = {"cuda": "libcudart.so.", "hip": "libamdhip64.so."}
 def runtime_soname(kind: str, major: int) -> str:
     """The DT_NEEDED name of ``kind``'s runtime library of ``major``; the one place it is formatted."""
     return f"{_SONAME_PREFIX[kind]}{major}"
+
+
+def runtime_name(kind: str, major: "int | None") -> str:
+    """``CUDA 13`` or ``ROCm/HIP 6``: how every message, table and ``doctor`` line names a runtime.
+
+    Any kind but ``cuda`` is HIP's: the two are all there are, and a document read from another node
+    is shown, not judged.
+    """
+    return f"{'CUDA' if kind == 'cuda' else 'ROCm/HIP'} {major}"
 
 
 def number(text: str) -> "int | None":

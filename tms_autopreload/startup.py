@@ -25,6 +25,10 @@ import sys
 
 from . import EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, parse_choice, parse_flag, say
 
+TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
+if TYPE_CHECKING:
+    from .plan import Plan
+
 __all__ = ["run", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
 
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
@@ -110,9 +114,7 @@ def _apply(mapped: "list[str]") -> None:
     new_env.update(plan.environment())
     new_env[EXEC_VAR] = str(os.getpid())
     if verbose:
-        say(f"chose {plan.build} for {plan.runtime.describe()}; re-executing with "
-            f"LD_PRELOAD={plan.ld_preload}"
-            + (f" LD_LIBRARY_PATH={plan.ld_library_path}" if plan.ld_library_path is not None else ""))
+        _say_plan(plan, "chose", "", "; re-executing with")
     _flush()
     try:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], new_env)
@@ -143,10 +145,15 @@ def _load_in_process(env: "os._Environ[str]", verbose: bool) -> "str | None":
         say("warning: " + warning)
     env.pop(EXEC_VAR, None)
     if verbose:
-        say(f"loaded {plan.build} in-process for {plan.runtime.describe()} (no exec); children get "
-            f"LD_PRELOAD={plan.ld_preload}"
-            + (f" LD_LIBRARY_PATH={plan.ld_library_path}" if plan.ld_library_path is not None else ""))
+        _say_plan(plan, "loaded", " in-process", " (no exec); children get")
     return None
+
+
+def _say_plan(plan: "Plan", done: str, how: str, then: str) -> None:
+    """The verbose message of an applied plan, in exec and dlopen mode alike: what was ``done`` with
+    which build, ``how``, for which runtime, ``then`` the variables the plan sets."""
+    variables = " ".join(f"{name}={value}" for name, value in plan.changes().items())
+    say(f"{done} {plan.build}{how} for {plan.runtime.describe()}{then} {variables}")
 
 
 def run(mapped: "list[str]") -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import apt
 import emulation
-from sandbox import CACHE, PLATFORMS, Venv, cache_lock, clean_env, run, unshare_mounts
+from sandbox import CACHE, PLATFORMS, Venv, cache_lock, clean_env, ld_cache, run, unshare_mounts
 from standins import SetupError
 
 # The Debian suites the tests use, and the CPython packages each brings (with its venv module).
@@ -188,12 +188,8 @@ class RootfsHost:
     def __init__(self, rootfs: Rootfs, root: Path, dirs: list[Path]) -> None:
         self.rootfs = rootfs
         self.dirs = dirs
-        root.mkdir(parents=True, exist_ok=True)
-        conf = root / "ld.so.conf"
-        conf.write_text("".join(f"{d}\n" for d in dirs))
-        self.cache = root / "ld.so.cache"
+        self.cache = ld_cache(root, dirs, rootfs.run, "/sbin/ldconfig")
         self.scratch = root
-        rootfs.run(["/sbin/ldconfig", "-X", "-C", str(self.cache), "-f", str(conf)])
 
     def wrap(self, argv: list[str], env: dict[str, str], setup: str = "") -> list[str]:
         return self.rootfs.wrap(argv, env, setup, ld_cache=self.cache, scratch=self.scratch)

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from standins import SetupError
@@ -53,6 +54,19 @@ def unshare_mounts() -> list[str]:
     root's own, or for any other user a user namespace mapping them to root (which the kernel must
     allow: unprivileged user namespaces)."""
     return ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "-m"]
+
+
+def ld_cache(root: Path, dirs: list[Path], runner: Callable[[list[str]], object] = run,
+             ldconfig: str = "ldconfig") -> Path:
+    """``root/ld.so.cache``: a loader cache listing exactly ``dirs`` (from ``root/ld.so.conf``; ``-X``: no
+    links made in them), built by ``ldconfig`` through ``runner``. A host mounts it over
+    ``/etc/ld.so.cache``; a root file system's host runs the root's own ldconfig, for its glibc's format."""
+    root.mkdir(parents=True, exist_ok=True)
+    conf = root / "ld.so.conf"
+    conf.write_text("".join(f"{d}\n" for d in dirs))
+    cache = root / "ld.so.cache"
+    runner([ldconfig, "-X", "-C", str(cache), "-f", str(conf)])
+    return cache
 
 
 def check_namespaces() -> None:

@@ -1,5 +1,5 @@
-"""Search-path values (``LD_LIBRARY_PATH``): how ld.so splits them, how this package adds to them,
-and which characters an entry cannot hold.
+"""The loader's path lists: how ld.so splits ``LD_LIBRARY_PATH``, how this package adds to it, and which
+characters an entry of it or of ``LD_PRELOAD`` cannot hold.
 
 ``LD_PRELOAD``'s rules (:func:`tms_autopreload.split_preload`, :func:`tms_autopreload.compose_preload`)
 live in the start-up module, which needs them in every child of a hooked process.
