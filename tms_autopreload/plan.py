@@ -46,8 +46,7 @@ if TYPE_CHECKING:
 
     from .elf import DynamicInfo
 
-__all__ = ["Plan", "Verdict", "Report", "survey", "resolve", "CHOSEN", "LOADS", "REJECTED", "UNTRIED", "STATUSES",
-           "CAUSE_NO_DRIVER"]
+__all__ = ["Plan", "Verdict", "Report", "survey", "resolve", "CHOSEN", "LOADS", "REJECTED", "UNTRIED", "STATUSES"]
 
 _NO_DRIVER = f"the NVIDIA driver library {DRIVER_SONAME} is not on this node"
 # Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32 pages):
