@@ -72,7 +72,7 @@ def _too_big(env: "Mapping[str, str]") -> ResolveError:
 
 # Verdict.status values (``doctor --json`` ``candidates[].status``).
 CHOSEN = "chosen"  # the plan's build
-LOADS = "loads"  # fits and loads, but a preferred build was chosen
+LOADS = "loads"  # fits and loads (the survey makes the most preferred of these CHOSEN)
 REJECTED = "rejected"  # cannot be preloaded here: ``reason`` and ``cause`` say why
 UNTRIED = "untried"  # not judged to the end: no runtime was decided, or a preferred build was chosen first
 STATUSES = (CHOSEN, LOADS, REJECTED, UNTRIED)
