@@ -57,6 +57,22 @@ CAUSE_NO_RUNTIME = "no-runtime"  # not tried: no runtime could be decided
 CAUSE_PREFERRED_CHOSEN = "preferred-chosen"  # not tried: a preferred build was chosen first
 CAUSE_LESS_PREFERRED = "less-preferred"  # it loads, but a preferred build was chosen
 
+# Given by tms_autopreload.inprocess: why the plan cannot be, or was not, loaded in this running process.
+CAUSE_IN_PROCESS = "in-process"  # InProcessError's default
+CAUSE_TORCH_IMPORTED = "torch-imported"  # torch is already imported
+CAUSE_RUNTIME_LOADED = "runtime-loaded"  # a GPU runtime library is already loaded
+CAUSE_TORCH_LOADED = "torch-loaded"  # a torch library is already loaded
+CAUSE_HOOK_LOADED = "hook-loaded"  # a torch_memory_saver build is already loaded
+CAUSE_SYMBOL_DEFINED = "symbol-defined"  # a symbol the hook defines is already defined by a loaded object
+CAUSE_DLOPEN_FAILED = "dlopen-failed"  # dlopen of the runtime library or the hook failed
+CAUSE_NO_PROC_MAPS = "no-proc-maps"  # /proc/self/maps cannot be read to confirm the hook is mapped
+CAUSE_NOT_MAPPED = "not-mapped"  # dlopen returned, but the hook is not mapped
+# Given by tms_autopreload.kernelspec (tms-autopreload kernel).
+CAUSE_NO_JUPYTER = "no-jupyter"  # jupyter_client or ipykernel is not installed
+CAUSE_INVALID_REQUEST = "invalid-request"  # a kernel name Jupyter refuses, or an env that turns the hook off
+CAUSE_NO_KERNEL = "no-kernel"  # no kernel of that name where uninstall looked
+CAUSE_NOT_OURS = "not-ours"  # the kernel there was not written by this package
+
 CAUSES = (
     CAUSE_ERROR, CAUSE_NO_PLAN, CAUSE_NO_EXECUTABLE, CAUSE_UNREADABLE_INTERPRETER, CAUSE_INTERPRETER_FAILS,
     CAUSE_ENV_TOO_LARGE, CAUSE_BAD_FORCED_PATH, CAUSE_NO_PACKAGE, CAUSE_NO_BUILDS, CAUSE_TORCH_UNREADABLE,
@@ -65,6 +81,9 @@ CAUSES = (
     CAUSE_UNUSABLE, CAUSE_WRONG_RUNTIME, CAUSE_WORLD_WRITABLE, CAUSE_UNTRUSTED_WRITER, CAUSE_UNCHECKED,
     CAUSE_UNSAFE_PATH, CAUSE_NO_DRIVER, CAUSE_NO_BINDING, CAUSE_DOES_NOT_LOAD, CAUSE_NOT_PRELOADED,
     CAUSE_TWO_RUNTIMES, CAUSE_CHILD_FAILS, CAUSE_NO_RUNTIME, CAUSE_PREFERRED_CHOSEN, CAUSE_LESS_PREFERRED,
+    CAUSE_IN_PROCESS, CAUSE_TORCH_IMPORTED, CAUSE_RUNTIME_LOADED, CAUSE_TORCH_LOADED, CAUSE_HOOK_LOADED,
+    CAUSE_SYMBOL_DEFINED, CAUSE_DLOPEN_FAILED, CAUSE_NO_PROC_MAPS, CAUSE_NOT_MAPPED, CAUSE_NO_JUPYTER,
+    CAUSE_INVALID_REQUEST, CAUSE_NO_KERNEL, CAUSE_NOT_OURS,
 )
 
 
