@@ -72,6 +72,11 @@ CAUSE_NO_JUPYTER = "no-jupyter"  # jupyter_client or ipykernel is not installed
 CAUSE_INVALID_REQUEST = "invalid-request"  # a kernel name Jupyter refuses, or an env that turns the hook off
 CAUSE_NO_KERNEL = "no-kernel"  # no kernel of that name where uninstall looked
 CAUSE_NOT_OURS = "not-ours"  # the kernel there was not written by this package
+# Given by tms_autopreload.preflight (doctor --ray).
+CAUSE_NO_RAY = "no-ray"  # Ray is not installed for this interpreter
+CAUSE_NO_CLUSTER = "no-cluster"  # no Ray cluster ever answered at the address
+CAUSE_CLUSTER_LOST = "cluster-lost"  # the Ray cluster stopped answering during the preflight
+CAUSE_USAGE = "usage"  # an option refused before connecting
 
 CAUSES = (
     CAUSE_ERROR, CAUSE_NO_PLAN, CAUSE_NO_EXECUTABLE, CAUSE_UNREADABLE_INTERPRETER, CAUSE_INTERPRETER_FAILS,
@@ -83,7 +88,8 @@ CAUSES = (
     CAUSE_TWO_RUNTIMES, CAUSE_CHILD_FAILS, CAUSE_NO_RUNTIME, CAUSE_PREFERRED_CHOSEN, CAUSE_LESS_PREFERRED,
     CAUSE_IN_PROCESS, CAUSE_TORCH_IMPORTED, CAUSE_RUNTIME_LOADED, CAUSE_TORCH_LOADED, CAUSE_HOOK_LOADED,
     CAUSE_SYMBOL_DEFINED, CAUSE_DLOPEN_FAILED, CAUSE_NO_PROC_MAPS, CAUSE_NOT_MAPPED, CAUSE_NO_JUPYTER,
-    CAUSE_INVALID_REQUEST, CAUSE_NO_KERNEL, CAUSE_NOT_OURS,
+    CAUSE_INVALID_REQUEST, CAUSE_NO_KERNEL, CAUSE_NOT_OURS, CAUSE_NO_RAY, CAUSE_NO_CLUSTER, CAUSE_CLUSTER_LOST,
+    CAUSE_USAGE,
 )
 
 
