@@ -60,7 +60,7 @@ def test_which_and_doctor(scenario, python):
         assert word in r.stdout, (word, r.stdout)
     doc = json.loads(cli(scn, "doctor", "--json").stdout)
     assert set(doc) == {"ok", "hostname", "python", "versions", "executable", "torch_memory_saver_dir", "runtime",
-                        "candidates", "plan", "warnings", "error", "driver"}
+                        "candidates", "plan", "warnings", "error", "cause", "fix", "driver"}
     assert set(doc["runtime"]) == {"kind", "major", "source", "library", "library_rule", "library_why", "torch_dir",
                                   "torch_version"}
     assert set(doc["candidates"][0]) == {"path", "target", "kind", "major", "needs", "interposes", "loads", "status",

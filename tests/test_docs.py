@@ -155,3 +155,25 @@ def test_the_left_over_pth_handler_reads_the_variables_as_the_package_does():
     assert set(eval(on)) == set(tms_autopreload.TRUE_WORDS), on
     assert set(eval(off)) == set(tms_autopreload.FALSE_WORDS), off
     assert '== "warn"' in text and "warn" in tms_autopreload.ON_ERROR_POLICIES
+
+
+def test_every_cause_is_named_once_and_documented():
+    """docs/reference.md's causes are exactly the ones the code names (tms_autopreload.errors.CAUSES, the
+    one place), each a kebab-case word; every ``CAUSE_*`` constant is among them, and no module gives a
+    cause the list lacks. Its verdict statuses are tms_autopreload.plan.STATUSES."""
+    from tms_autopreload import errors, plan
+
+    assert len(set(errors.CAUSES)) == len(errors.CAUSES), errors.CAUSES
+    assert all(re.fullmatch(r"[a-z]+(-[a-z]+)*", c) for c in errors.CAUSES), errors.CAUSES
+    named = {v for k, v in vars(errors).items() if k.startswith("CAUSE_")}
+    assert named == set(errors.CAUSES), named ^ set(errors.CAUSES)
+    given = set()
+    for module in (ROOT / "tms_autopreload").glob("*.py"):
+        given |= set(re.findall(r"\bcause\s*=\s*[\"']([^\"']+)[\"']", module.read_text()))
+    assert given <= set(errors.CAUSES), given - set(errors.CAUSES)
+    text = (ROOT / "docs" / "reference.md").read_text()
+    statuses = re.search(r"`status`\s+\(((?:`\w+`,?\s*)+)\)", text).group(1)
+    assert re.findall(r"`(\w+)`", statuses) == list(plan.STATUSES), statuses
+    section = text.split("\n### Causes\n", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| \S", section, flags=re.M)
+    assert len(rows) == len(set(rows)) and set(rows) == set(errors.CAUSES), set(rows) ^ set(errors.CAUSES)

@@ -140,7 +140,7 @@ def test_absent_torch_version_py_stops_clearly(scenario):
     scn = report_host(scenario, "no-version")
     (scn.site / "torch" / "version.py").unlink(missing_ok=True)
     r, _ = start(scn)
-    assert_stopped(r, "no readable torch/version.py", "Reinstall torch")
+    assert_stopped(r, "no readable torch/version.py", "Fix: reinstall torch")
 
 
 def test_override_still_works_with_a_broken_torch(scenario):

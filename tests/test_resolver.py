@@ -144,7 +144,7 @@ def test_f_driver_only_build_on_either_runtime(scenario, major, mode):
 @pytest.mark.parametrize("case, kw, words", [
     ("no torch_memory_saver", dict(tms=None, torch="cu13-sys"), ["torch_memory_saver is not installed",
                                                                    "pip install torch-memory-saver"]),
-    ("CPU-only torch", dict(torch="cpu"), ["CPU-only build", "Install a CUDA build of torch"]),
+    ("CPU-only torch", dict(torch="cpu"), ["CPU-only build", "Fix: install a CUDA build of torch"]),
     ("no driver", dict(torch="cu13-sys", host=("cuda13",)), ["libcuda.so.1", "install the NVIDIA driver"]),
     ("no torch, no runtime", dict(torch=None, host=("driver",)), ["no CUDA runtime is visible",
                                                                    "TMS_AUTOPRELOAD_CUDA_MAJOR=N"]),

@@ -338,5 +338,5 @@ def test_world_writable_site_directory_refuses_every_build_that_fits(shared):
     causes = {os.path.basename(c["path"]): c["cause"] for c in doc["candidates"]}
     assert causes == {"torch_memory_saver_hook_mode_preload.abi3.so": "world-writable",
                       "torch_memory_saver_hook_mode_preload_cu12.abi3.so": "world-writable",
-                      CU13: None}, doc["candidates"]
+                      CU13: "wrong-runtime"}, doc["candidates"]
     assert assert_stopped(start).startswith(f"tms-autopreload: {headline}\n")

@@ -1,5 +1,6 @@
 """``doctor``'s document (``doctor --json``) and its text rendering, for one process.
 
+:func:`document` is the one place the document's schema is written (docs/reference.md lists its keys).
 The survey (:func:`tms_autopreload.plan.survey`) decides the plan; this adds what only a reader needs:
 what each candidate interposes and the NVIDIA driver facts (:mod:`tms_autopreload.driver`), which
 judge the node, not the plan, so the start-up hook never reads them. ``doctor``, the Ray preflight's
@@ -9,7 +10,7 @@ workers and the per-node table (:mod:`tms_autopreload.nodes`) all read this one 
 import os
 import sys
 
-from .plan import Report
+from .plan import CHOSEN, Report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def runtime_rule(report: Report, environ: "Mapping[str, str] | None" = None) -> 
     from .ldso import Loader, Object
 
     plan, rt = report.plan, report.runtime
-    build = next((v.build for v in report.verdicts if v.status == "chosen"), None)
+    build = next((v.build for v in report.verdicts if v.status == CHOSEN), None)
     if plan is None or rt is None or rt.library is None or build is None or build.info is None:
         return None
     env = {**(os.environ if environ is None else environ), **plan.changes()}
@@ -104,17 +105,38 @@ def versions() -> "dict[str, str | None]":
 def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dict[str, Any]":
     """The ``doctor --json`` document: which node and Python said it (``doctor --nodes`` reads many nodes'
     documents together) with their versions, the survey, what each candidate interposes, and the driver.
-    ``ok`` is false when there is no plan or the driver cannot run this torch."""
+    ``ok`` is false when there is no plan or the driver cannot run this torch; ``error`` is why there is
+    no plan as a person reads it, ``cause`` and ``fix`` its parts for code."""
+    rt, plan, failure = report.runtime, report.plan, report.failure
     interposes = _interposes(report)
-    doc = {"hostname": os.uname().nodename, "python": sys.version.split()[0], "versions": versions(),
-           **report.to_dict()}
-    for candidate in doc["candidates"]:
-        candidate["interposes"] = interposes.get(candidate["path"])
-    if doc["plan"] is not None:
-        doc["plan"]["runtime_rule"] = runtime_rule(report, environ)
-    doc["driver"] = driver_facts(report, environ)
-    doc["ok"] = is_ok(doc["plan"], doc["driver"])
-    return doc
+    driver = driver_facts(report, environ)
+    return {
+        "hostname": os.uname().nodename,
+        "python": sys.version.split()[0],
+        "versions": versions(),
+        "ok": is_ok(plan, driver),
+        "executable": report.executable,
+        "torch_memory_saver_dir": report.package_dir,
+        "runtime": None if rt is None else {
+            "kind": rt.kind, "major": rt.major, "source": rt.source, "library": rt.library,
+            "library_rule": rt.library_rule, "library_why": rt.library_why,
+            "torch_dir": rt.torch.dir if rt.torch else None, "torch_version": rt.torch.version if rt.torch else None,
+        },
+        "candidates": [{
+            "path": v.build.path, "target": v.build.target(), "kind": v.build.kind, "major": v.build.major,
+            "needs": list(v.build.needs), "loads": v.loader_ok, "status": v.status, "reason": v.reason,
+            "cause": v.cause, "interposes": interposes.get(v.build.path),
+        } for v in report.verdicts],
+        "plan": None if plan is None else {
+            "build": plan.build, "env": plan.changes(), "binding": plan.binding,
+            "runtime_rule": runtime_rule(report, environ),
+        },
+        "warnings": list(report.warnings + (plan.warnings if plan else ())),
+        "error": report.error,
+        "cause": None if failure is None else failure.cause,
+        "fix": None if failure is None else failure.fix,
+        "driver": driver,
+    }
 
 
 def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":

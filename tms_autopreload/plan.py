@@ -12,6 +12,9 @@ CLI command ask it. Steps:
 5. trace the planned start with the real loader, for the interpreter and for a non-Python child
    (``/bin/sh``, and ``bash`` where it is another file), and accept the first build that loads
    cleanly in all of them with the runtime bound where we meant (:func:`_choose`, :func:`_attempt`).
+
+Each step says what became of a candidate with a :class:`Verdict`; a survey that finds no plan holds
+the :class:`~tms_autopreload.errors.ResolveError` that :func:`resolve` raises.
 """
 
 import os
@@ -24,7 +27,12 @@ from . import compose_preload, locate, open_regular, same_file, split_preload
 from .builds import Build, build_install_hint, find_builds, read_build
 from .elf import ElfError, read_dynamic
 from .ldpaths import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
-from .errors import ResolveError, shown
+from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LOAD, CAUSE_ENV_TOO_LARGE,
+                     CAUSE_FORCED_DOES_NOT_FIT, CAUSE_INTERPRETER_FAILS, CAUSE_LESS_PREFERRED, CAUSE_NO_BINDING,
+                     CAUSE_NO_BUILD_FITS, CAUSE_NO_BUILDS, CAUSE_NO_DRIVER, CAUSE_NO_EXECUTABLE, CAUSE_NO_PACKAGE,
+                     CAUSE_NO_RUNTIME, CAUSE_NOT_PRELOADED, CAUSE_PREFERRED_CHOSEN, CAUSE_TWO_RUNTIMES,
+                     CAUSE_UNREADABLE_INTERPRETER, CAUSE_UNSAFE_PATH, CAUSE_UNTRUSTED_BUILDS, CAUSE_UNUSABLE,
+                     CAUSE_WRONG_RUNTIME, ResolveError, shown)
 from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, detect, install_hint
 from .sonames import DRIVER_SONAME, GLIBC_SONAMES
@@ -35,17 +43,12 @@ from .trust import Trusted, refusal
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Any
 
     from .elf import DynamicInfo
 
-__all__ = ["Plan", "Verdict", "Report", "survey", "resolve", "CAUSE_NO_DRIVER"]
+__all__ = ["Plan", "Verdict", "Report", "survey", "resolve", "CHOSEN", "LOADS", "REJECTED", "UNTRIED", "STATUSES"]
 
 _NO_DRIVER = f"the NVIDIA driver library {DRIVER_SONAME} is not on this node"
-# Verdict.cause of a build refused only because the loader cannot find the driver library.
-CAUSE_NO_DRIVER = "no-driver"
-# Verdict.cause of a build for which no binding of BINDINGS holds (another runtime copy, or a child that dies).
-CAUSE_NO_BINDING = "no-binding"
 # Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32 pages):
 # execve fails with E2BIG beyond it.
 MAX_ARG_STRLEN = 32 * 4096
@@ -58,27 +61,43 @@ def _env_string_size(name: str, value: str) -> int:
     return len(os.fsencode(f"{name}={value}")) + 1
 
 
-def _too_big(env: "Mapping[str, str]") -> str:
+def _too_big(env: "Mapping[str, str]") -> ResolveError:
     """The error when the kernel refuses to exec the planned environment (E2BIG), naming its largest variables."""
     largest = sorted(env, key=lambda name: -_env_string_size(name, env[name]))[:3]
     sizes = ", ".join(f"{name} ({_env_string_size(name, env[name])} bytes)" for name in largest)
-    return (f"{sizes}: the environment is too large for the kernel to start any program with it (E2BIG: one "
-            f"variable over {MAX_ARG_STRLEN} bytes, or all together over the exec limit). Fix: shorten or unset "
-            f"those variables")
+    return ResolveError(f"{sizes}: the environment is too large for the kernel to start any program with it (E2BIG: "
+                        f"one variable over {MAX_ARG_STRLEN} bytes, or all together over the exec limit)",
+                        fix="shorten or unset those variables", cause=CAUSE_ENV_TOO_LARGE)
+
+
+# Verdict.status values (``doctor --json`` ``candidates[].status``).
+CHOSEN = "chosen"  # the plan's build
+LOADS = "loads"  # fits and loads (the survey makes the most preferred of these CHOSEN)
+REJECTED = "rejected"  # cannot be preloaded here: ``reason`` and ``cause`` say why
+UNTRIED = "untried"  # not judged to the end: no runtime was decided, or a preferred build was chosen first
+STATUSES = (CHOSEN, LOADS, REJECTED, UNTRIED)
 
 
 class Verdict:
-    """What became of one candidate."""
+    """What became of one candidate: its status, why (``reason`` for a person, ``cause`` for code, one of
+    :data:`tms_autopreload.errors.CAUSES`; None for the chosen one), the real loader's answer, what would
+    help, and the plan it gives when it loads (each step of the survey returns one)."""
 
-    __slots__ = ("build", "status", "reason", "loads", "cause")
+    __slots__ = ("build", "status", "reason", "cause", "loader_ok", "fix", "plan")
 
-    def __init__(self, build: Build, status: str, reason: str, loads: bool | None = None,
-                 cause: str | None = None) -> None:
+    def __init__(self, build: Build, status: str, reason: str, cause: str | None = None, *,
+                 loader_ok: bool | None = None, fix: str | None = None, plan: "Plan | None" = None) -> None:
         self.build = build
-        self.status = status  # "chosen", "loads" (fits and loads, not chosen), "rejected", "untried"
+        self.status = status  # one of STATUSES
         self.reason = reason
-        self.loads = loads  # the real loader's answer; None when not traced
-        self.cause = cause  # CAUSE_NO_DRIVER, a tms_autopreload.trust cause, or None: what code may act on
+        self.cause = cause
+        self.loader_ok = loader_ok  # the real loader's answer (``doctor --json`` ``loads``); None when not traced
+        self.fix = fix  # what the user can do, for the error when no build fits
+        self.plan = plan  # the plan with this build, when it loads (LOADS or CHOSEN)
+
+    def __repr__(self) -> str:
+        cause = f", cause={self.cause!r}" if self.cause else ""
+        return f"Verdict({self.build.name!r}, {self.status!r}{cause})"
 
 
 class Plan:
@@ -107,46 +126,36 @@ class Plan:
         children skip resolving (what it was resolved for: this prefix, the overrides, the build)."""
         return {**self.changes(), STATE_VAR: state_key(self.build)}
 
+    def __repr__(self) -> str:
+        llp = "" if self.ld_library_path is None else f", ld_library_path={self.ld_library_path!r}"
+        return f"Plan(build={self.build!r}, ld_preload={self.ld_preload!r}{llp})"
+
 
 class Report:
-    """Everything the survey saw; ``plan`` is None exactly when ``error`` is set."""
+    """Everything the survey saw; ``plan`` is None exactly when ``failure`` is set (``doctor --json`` is
+    :func:`tms_autopreload.doctor.document`)."""
 
-    __slots__ = ("executable", "package_dir", "runtime", "verdicts", "plan", "error", "warnings")
+    __slots__ = ("executable", "package_dir", "runtime", "verdicts", "plan", "failure", "warnings")
 
     def __init__(self, executable: str, package_dir: str | None, runtime: Runtime | None,
-                 verdicts: tuple[Verdict, ...], plan: Plan | None, error: str | None,
+                 verdicts: tuple[Verdict, ...], plan: Plan | None, failure: ResolveError | None,
                  warnings: tuple[str, ...] = ()) -> None:
         self.executable = executable
         self.package_dir = package_dir
         self.runtime = runtime
         self.verdicts = verdicts
         self.plan = plan
-        self.error = error
+        self.failure = failure  # why there is no plan: what resolve() raises, with this report
         self.warnings = warnings
 
-    def to_dict(self) -> "dict[str, Any]":
-        """The ``doctor --json`` document (keys are listed in the README)."""
-        rt = self.runtime
-        return {
-            "ok": self.plan is not None,
-            "executable": self.executable,
-            "torch_memory_saver_dir": self.package_dir,
-            "runtime": None if rt is None else {
-                "kind": rt.kind, "major": rt.major, "source": rt.source, "library": rt.library,
-                "library_rule": rt.library_rule, "library_why": rt.library_why, "torch_dir": rt.torch.dir if rt.torch else None,
-                "torch_version": rt.torch.version if rt.torch else None,
-            },
-            "candidates": [{
-                "path": v.build.path, "target": v.build.target(), "kind": v.build.kind,
-                "major": v.build.major, "needs": list(v.build.needs), "loads": v.loads,
-                "status": v.status, "reason": v.reason, "cause": v.cause,
-            } for v in self.verdicts],
-            "plan": None if self.plan is None else {
-                "build": self.plan.build, "env": self.plan.changes(), "binding": self.plan.binding,
-            },
-            "warnings": list(self.warnings + (self.plan.warnings if self.plan else ())),
-            "error": self.error,
-        }
+    @property
+    def error(self) -> str | None:
+        """Why there is no plan, as a person reads it (the message and its fix), or None."""
+        return None if self.failure is None else str(self.failure)
+
+    def __repr__(self) -> str:
+        told = f"plan={self.plan!r}" if self.failure is None else f"cause={self.failure.cause!r}"
+        return f"Report({told}, verdicts={list(self.verdicts)!r})"
 
 
 def _fits(build: Build, runtime: Runtime) -> bool:
@@ -161,52 +170,91 @@ def _preference(build: Build, runtime: Runtime, index: int) -> tuple[int, int, i
     return (0 if build.kind == runtime.kind else 1, 0 if suffix in build.name else 1, index)
 
 
-def _preload_entry(path: str) -> tuple[str, str | None]:
-    """(LD_PRELOAD entry, directory to add to LD_LIBRARY_PATH) for ``path``.
+def _unwritable(path: str) -> "str | None":
+    """Why ``path`` cannot be written in the environment at all, or None (:func:`_preload_entry` then
+    writes it).
 
     ld.so splits LD_PRELOAD on spaces and colons with no escaping. A path with such a
     character in its directory still works as a bare file name found through
     LD_LIBRARY_PATH (which splits only on ':' and ';'); other cases cannot be expressed.
     """
     if not LD_UNSAFE_CHARS & set(path):
-        return path, None
+        return None
     directory, name = os.path.split(path)
     if LD_UNSAFE_CHARS & set(name):
-        raise ValueError("its file name contains a space, tab, colon or semicolon, which LD_PRELOAD "
-                         "cannot hold; rename it or link it from a path without one")
+        return ("its file name contains a space, tab, colon or semicolon, which LD_PRELOAD "
+                "cannot hold; rename it or link it from a path without one")
     if search_path_unsafe(directory):
-        raise ValueError("its directory contains ':' or ';', which neither LD_PRELOAD nor "
-                         "LD_LIBRARY_PATH can hold; link it from a path without one")
+        return ("its directory contains ':' or ';', which neither LD_PRELOAD nor "
+                "LD_LIBRARY_PATH can hold; link it from a path without one")
+    return None
+
+
+def _preload_entry(path: str) -> tuple[str, str | None]:
+    """(LD_PRELOAD entry, directory to add to LD_LIBRARY_PATH) for ``path``, which :func:`_unwritable`
+    accepts: the path itself, or its bare file name found through LD_LIBRARY_PATH."""
+    if not LD_UNSAFE_CHARS & set(path):
+        return path, None
+    directory, name = os.path.split(path)
     return name, directory
+
+
+# The first torch_memory_saver release whose Python side splits LD_PRELOAD on ':' (and wants one
+# torch_memory_saver entry among them): 0.0.8 (``_BinaryInfo.compute``) and 0.0.9/0.0.9.post1
+# (``HookUtilModePreload.get_path_binary``) pass the whole value to ``ctypes.CDLL``; 0.0.10 splits it.
+_SPLITS_SINCE = (0, 0, 10)
+
+
+def _release(version: str) -> "tuple[int, ...]":
+    """The release numbers of a version string as PyPI has them: ``0.0.9.post1`` -> (0, 0, 9)."""
+    out = []
+    for part in version.strip().split("+", 1)[0].split("."):
+        digits = part[:len(part) - len(part.lstrip("0123456789"))]
+        if not digits:
+            break
+        out.append(int(digits))
+        if digits != part:
+            break
+    return tuple(out)
+
+
+def _tms_version(package_dir: str) -> "tuple[int, ...] | None":
+    """The release of the torch_memory_saver distribution installed with ``package_dir``: the ``Version`` of
+    the one ``torch_memory_saver-*.dist-info`` beside it (its installer's record); None when there is not
+    exactly one, or it states none."""
+    site = os.path.dirname(package_dir)
+    try:
+        found = [n for n in os.listdir(site) if n.lower().startswith("torch_memory_saver-") and n.endswith(".dist-info")]
+        if len(found) != 1:
+            return None
+        with os.fdopen(open_regular(os.path.join(site, found[0], "METADATA")), "rb") as f:
+            head = f.read(1 << 16).decode("utf-8", "replace")
+    except OSError:
+        return None
+    version = next((line[len("Version:"):] for line in head.split("\n") if line.startswith("Version:")), "")
+    return _release(version) or None
 
 
 def _tms_reads_one_path(package_dir: str | None) -> bool:
     """True when torch_memory_saver's Python side needs LD_PRELOAD to be exactly one path.
 
-    0.0.8 (``_BinaryInfo.compute``) and 0.0.9/0.0.9.post1 (``HookUtilModePreload``) pass the
-    whole value to ``ctypes.CDLL``; 0.0.10 splits it on ':'. Read from its code, not a version.
+    Decided by the installed distribution's version against :data:`_SPLITS_SINCE`. A tree with no
+    metadata beside it (copied into place, or an editable source tree) has no version to go by: then
+    its code decides, by whether ``hooks/mode_preload.py`` splits the value with ``.split(":")``. That
+    is wording, checked against 0.0.8 (no such file), 0.0.9 and 0.0.9.post1 (no split), 0.0.10 and a
+    source build of upstream #108 (the split); another spelling of the split reads as one path, the
+    cautious answer.
     """
     if package_dir is None:
         return False
+    release = _tms_version(package_dir)
+    if release is not None:
+        return release < _SPLITS_SINCE
     try:
         with os.fdopen(open_regular(os.path.join(package_dir, "hooks", "mode_preload.py")), "rb") as f:
             return b'.split(":")' not in f.read(1 << 20)
     except OSError:
         return True
-
-
-class Attempt:
-    """What became of planning (and tracing) one build: a plan, or the reason there is none."""
-
-    __slots__ = ("plan", "reason", "loads", "fix", "cause")
-
-    def __init__(self, reason: str, plan: "Plan | None" = None, loads: bool | None = None,
-                 fix: str | None = None, cause: str | None = None) -> None:
-        self.plan = plan
-        self.reason = reason
-        self.loads = loads  # the real loader's answer; None when not traced
-        self.fix = fix  # what the user can do, for the error when no build fits
-        self.cause = cause  # a cause other code acts on (CAUSE_NO_DRIVER), as data rather than wording
 
 
 # How a plan binds the hook's runtime need to the library torch uses, in the order tried: each puts
@@ -236,16 +284,18 @@ def child_programs(env: "Mapping[str, str]", exe: str) -> "list[str]":
 
 
 class Option:
-    """One binding of :data:`BINDINGS` for one build: its environment, or why it cannot be written."""
+    """One binding of :data:`BINDINGS` for one build: its environment, or why it cannot be written (and
+    what would let it be, when the user can do something)."""
 
-    __slots__ = ("binding", "ld_preload", "ld_library_path", "refused")
+    __slots__ = ("binding", "ld_preload", "ld_library_path", "refused", "fix")
 
     def __init__(self, binding: str, ld_preload: str = "", ld_library_path: str = "",
-                 refused: "str | None" = None) -> None:
+                 refused: "str | None" = None, fix: "str | None" = None) -> None:
         self.binding = binding
         self.ld_preload = ld_preload
         self.ld_library_path = ld_library_path
         self.refused = refused
+        self.fix = fix
 
 
 def _options(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, package_dir: str | None,
@@ -270,16 +320,22 @@ def _options(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
         bound = prepend_search_path(llp, bind_dir)
         options.append(Option(SEARCH_PATH, compose_preload(current, entry),
                               prepend_search_path(bound, entry_dir) if entry_dir is not None else bound))
+    fix = None
     if LD_UNSAFE_CHARS & set(library):
         refused = f"{library} has a space, tab, colon or semicolon, which LD_PRELOAD cannot hold"
     elif "torch_memory_saver" in library:
         refused = f"{library} names torch_memory_saver, whose check wants exactly one LD_PRELOAD entry that does"
+        fix = (f"reinstall the CUDA runtime (or the environment) under a path without 'torch_memory_saver' in it: "
+               f"torch_memory_saver's check counts every LD_PRELOAD entry whose name holds those words, and the "
+               f"plan that binds the one runtime copy here preloads {library}")
     elif _tms_reads_one_path(package_dir):
         refused = (f"torch_memory_saver at {package_dir} reads LD_PRELOAD as a single path (0.0.9.post1 and "
                    f"older), so its check refuses a second entry")
+        fix = (f"pip install 'torch-memory-saver>=0.0.10' (its preload check accepts LD_PRELOAD=<hook>:"
+               f"{library}, the plan that binds the one runtime copy here)")
     else:
         refused = None
-    options.append(Option(BY_PATH, refused=refused) if refused else
+    options.append(Option(BY_PATH, refused=refused, fix=fix) if refused else
                    Option(BY_PATH, compose_preload(f"{library}:{current}" if current else library, entry), with_entry))
     return options
 
@@ -406,8 +462,9 @@ def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: O
             raise ResolveError(
                 f"{name} would be {_env_string_size(name, value)} bytes with the hook's entries "
                 f"({len(env.get(name, ''))} now), over the kernel's limit of {MAX_ARG_STRLEN} bytes for one "
-                f"environment string (MAX_ARG_STRLEN): no program could be started with it. Fix: shorten "
-                f"{name} (drop entries this process does not need) and start again")
+                f"environment string (MAX_ARG_STRLEN): no program could be started with it",
+                fix=f"shorten {name} (drop entries this process does not need) and start again",
+                cause=CAUSE_ENV_TOO_LARGE)
     return plan
 
 
@@ -421,9 +478,9 @@ def _binding_words(option: Option, runtime: Runtime) -> str:
     return f"{BY_PATH}: {runtime.library} preloaded by path after the hook"
 
 
-def _judge(build: Build, plan: Plan, trace: Trace) -> Attempt:
-    """Step 5: the real loader's answer for ``plan``: accepted only when everything resolves, the build
-    is preloaded, and its runtime binds to the library this process uses."""
+def _judge(build: Build, plan: Plan, trace: Trace) -> Verdict:
+    """Step 5: the real loader's answer for ``plan``: accepted (LOADS, with the plan) only when everything
+    resolves, the build is preloaded, and its runtime binds to the library this process uses."""
     runtime = plan.runtime
     # The loader skips a preload entry it cannot load and goes on: for the user's other entries that
     # is theirs, not this build's; for this build it is the reason.
@@ -432,42 +489,44 @@ def _judge(build: Build, plan: Plan, trace: Trace) -> Attempt:
     if trace.missing or errors or trace.status:
         reason = "; ".join([f"{n} => not found" for n in trace.missing] + errors) or trace.reason()
         if DRIVER_SONAME in trace.missing:
-            return Attempt(f"{_NO_DRIVER} (no driver installed, not mounted into this container, or hidden by "
-                           f"LD_LIBRARY_PATH); loader: {reason}", loads=False, cause=CAUSE_NO_DRIVER,
+            return Verdict(build, REJECTED, f"{_NO_DRIVER} (no driver installed, not mounted into this container, "
+                           f"or hidden by LD_LIBRARY_PATH); loader: {reason}", CAUSE_NO_DRIVER, loader_ok=False,
                            fix="install the NVIDIA driver (or expose it to the container), or do not set the "
                                "flag on nodes without a GPU")
         fix = install_hint(runtime.kind, runtime.major) if runtime.soname in trace.missing else None
-        return Attempt(reason, loads=False, fix=fix)
+        return Verdict(build, REJECTED, reason, CAUSE_DOES_NOT_LOAD, loader_ok=False, fix=fix)
     # A bare-name preload entry shows as "name => path", a path entry as "path".
     if not any(same_file(p, build.path) for p in (*trace.loaded, *trace.resolved.values())
                if os.path.basename(p) == build.name):
-        return Attempt("the loader did not preload it (no error given)", loads=False)
+        return Verdict(build, REJECTED, "the loader did not preload it (no error given)", CAUSE_NOT_PRELOADED,
+                       loader_ok=False)
     if build.kind == "driver":
-        return Attempt("loads", plan, loads=True)
+        return Verdict(build, LOADS, "loads", loader_ok=True, plan=plan)
     # Listed as "soname => path" when found by a search; as a bare path when the name matched an
     # object LD_PRELOAD had loaded (by its DT_SONAME).
     bound = trace.resolved.get(runtime.soname) or loaded_as(runtime.soname, [(p, p) for p in trace.loaded])
     if runtime.library is not None and not same_file(bound, runtime.library):
-        return Attempt(f"its {runtime.soname} would bind to {bound}, not to {runtime.library} that "
-                       f"this process uses: two runtime copies", loads=True)
-    return Attempt(f"loads; binds {runtime.soname} to {bound}", plan, loads=True)
+        return Verdict(build, REJECTED, f"its {runtime.soname} would bind to {bound}, not to {runtime.library} "
+                       f"that this process uses: two runtime copies", CAUSE_TWO_RUNTIMES, loader_ok=True)
+    return Verdict(build, LOADS, f"loads; binds {runtime.soname} to {bound}", loader_ok=True, plan=plan)
 
 
 def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, executable: str,
              trace_it: bool = True, package_dir: str | None = None,
-             children: "list[tuple[str, DynamicInfo]] | None" = None) -> Attempt:
+             children: "list[tuple[str, DynamicInfo]] | None" = None) -> Verdict:
     """Plan one build with the first binding the loader model predicts holds, then trace the planned
     start with the real loader (the interpreter and the non-Python ``children`` at once) and judge.
 
     With no binding predicted to hold, the first is traced anyway, so the loader's own words say why,
     followed by each other binding's reason. ``trace_it=False`` plans without the trace, for a caller
     whose own ``dlopen`` of the plan is the real loader's answer (:mod:`tms_autopreload.inprocess`);
-    ``loads`` is then None.
+    ``loader_ok`` is then None. The verdict is LOADS (with its plan) or REJECTED.
     """
-    try:
-        entry, entry_dir = _preload_entry(build.path)
-    except ValueError as exc:
-        return Attempt(str(exc), fix="install torch_memory_saver under a path without spaces or colons")
+    unwritable = _unwritable(build.path)
+    if unwritable is not None:
+        return Verdict(build, REJECTED, unwritable, CAUSE_UNSAFE_PATH,
+                       fix="install torch_memory_saver under a path without spaces or colons")
+    entry, entry_dir = _preload_entry(build.path)
     kids = children or []
     options = _options(build, runtime, env, loader, package_dir, entry, entry_dir)
     why_not: list[str] = []
@@ -481,8 +540,8 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     planned = _plan_of(build, runtime, env, chosen or options[0], why_not if chosen else [])
     if not trace_it:
         if chosen is None:
-            return Attempt("; ".join(why_not), loads=None, fix=_no_binding_fix(options, runtime), cause=CAUSE_NO_BINDING)
-        return Attempt("chosen without a loader trace: to be loaded in-process", planned)
+            return Verdict(build, REJECTED, "; ".join(why_not), CAUSE_NO_BINDING, fix=_no_binding_fix(options))
+        return Verdict(build, LOADS, "chosen without a loader trace: to be loaded in-process", plan=planned)
     planned_env = {**env, **planned.changes()}
     trace = run_trace(executable, planned_env)
     judged = _judge(build, planned, trace)
@@ -497,26 +556,20 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
         traced = [kid[0] for kid in kids if _own_problem(loader, kid, added, closure)]
         child_reason = _judge_children(build, list(zip(traced, run_traces(traced, planned_env)))) if traced else None
         if child_reason is not None:
-            judged = Attempt(child_reason, loads=False)
+            judged = Verdict(build, REJECTED, child_reason, CAUSE_CHILD_FAILS, loader_ok=False)
     if judged.plan is not None or chosen is not None:
         return judged
     # Nothing was predicted to hold: the loader's words for the plain plan, then why each other binding cannot.
     reasons = [judged.reason, *why_not[1:]]
-    return Attempt("; ".join(reasons), loads=judged.loads, fix=judged.fix or _no_binding_fix(options, runtime),
-                   cause=judged.cause or CAUSE_NO_BINDING)
+    return Verdict(build, REJECTED, "; ".join(reasons),
+                   CAUSE_NO_DRIVER if judged.cause == CAUSE_NO_DRIVER else CAUSE_NO_BINDING,
+                   loader_ok=judged.loader_ok, fix=judged.fix or _no_binding_fix(options))
 
 
-def _no_binding_fix(options: "list[Option]", runtime: Runtime) -> "str | None":
-    """What would let a binding hold: the torch_memory_saver whose check accepts the runtime preloaded by path."""
+def _no_binding_fix(options: "list[Option]") -> "str | None":
+    """What would let a binding hold: what lets the runtime be preloaded by path, when the user can do it."""
     by_path = next((o for o in options if o.binding == BY_PATH), None)
-    if by_path is not None and by_path.refused and "names torch_memory_saver" in by_path.refused:
-        return (f"reinstall the CUDA runtime (or the environment) under a path without 'torch_memory_saver' in it: "
-                f"torch_memory_saver's check counts every LD_PRELOAD entry whose name holds those words, and the "
-                f"plan that binds the one runtime copy here preloads {runtime.library}")
-    if by_path is not None and by_path.refused and "single path" in by_path.refused:
-        return (f"pip install 'torch-memory-saver>=0.0.10' (its preload check accepts LD_PRELOAD=<hook>:"
-                f"{runtime.library}, the plan that binds the one runtime copy here)")
-    return None
+    return by_path.fix if by_path is not None and by_path.refused else None
 
 
 def _code_writers(exe: str, package_dir: str | None) -> Trusted:
@@ -528,8 +581,9 @@ def _code_writers(exe: str, package_dir: str | None) -> Trusted:
 
 
 def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, want: "DynamicInfo",
-                warnings: list[str]) -> "tuple[list[Build], str | None, str | None]":
-    """Step 1: (the builds to consider, or an error; the path TMS_AUTOPRELOAD_PATH forces, if any)."""
+                warnings: list[str]) -> "tuple[list[Build], str | None]":
+    """Step 1: (the builds to consider, the path TMS_AUTOPRELOAD_PATH forces or None); raises ResolveError
+    when there are none."""
     trusted = _code_writers(exe, package_dir)
     forced = env.get(PATH_VAR, "").strip() or None
     if forced:
@@ -537,25 +591,28 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, wan
                 "does not exist" if not os.path.exists(forced) else
                 "is not a regular file" if not os.path.isfile(forced) else None)
         if what:
-            return [], f"{PATH_VAR}={shown(forced)} {what}; point it at a preload build or unset it", forced
+            raise ResolveError(f"{PATH_VAR}={shown(forced)} {what}", fix="point it at a preload build or unset it",
+                               cause=CAUSE_BAD_FORCED_PATH)
         build = read_build(forced, want)
         if build.problem:
-            return [], (f"{PATH_VAR}={shown(forced)} does not name a torch_memory_saver preload build for this "
-                        f"interpreter: {build.problem}. Fix: point {PATH_VAR} at one (`tms-autopreload doctor` "
-                        f"lists the installed builds) or unset it"), forced
+            raise ResolveError(f"{PATH_VAR}={shown(forced)} does not name a torch_memory_saver preload build for "
+                               f"this interpreter: {build.problem}", cause=CAUSE_BAD_FORCED_PATH,
+                               fix=f"point {PATH_VAR} at one (`tms-autopreload doctor` lists the installed builds) "
+                                   f"or unset it")
         unsafe = refusal(forced, trusted)
         if unsafe:
             warnings.append(f"{PATH_VAR} names a file others can change ({unsafe.message}); preloading it anyway")
-        return [build], None, forced
+        return [build], forced
     if package_dir is None:
-        return [], (f"torch_memory_saver is not installed for {exe}: pip install torch-memory-saver "
-                    f"(or set {PATH_VAR}=/abs/path/to/build.so)"), None
+        raise ResolveError(f"torch_memory_saver is not installed for {exe}", cause=CAUSE_NO_PACKAGE,
+                           fix=f"pip install torch-memory-saver (or set {PATH_VAR}=/abs/path/to/build.so)")
     builds = find_builds(package_dir, want, trusted)
     if not builds:
-        return [], (f"torch_memory_saver at {package_dir} ships no preload build (looked for "
-                    f"torch_memory_saver_hook_mode_preload*.so and torch_memory_saver_cpp*.so there and "
-                    f"in {os.path.dirname(package_dir)}): reinstall torch-memory-saver"), None
-    return builds, None, None
+        raise ResolveError(f"torch_memory_saver at {package_dir} ships no preload build (looked for "
+                           f"torch_memory_saver_hook_mode_preload*.so and torch_memory_saver_cpp*.so there and "
+                           f"in {os.path.dirname(package_dir)})", fix="reinstall torch-memory-saver",
+                           cause=CAUSE_NO_BUILDS)
+    return builds, None
 
 
 def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Verdict], list[int]]":
@@ -565,14 +622,15 @@ def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Ve
     eligible: list[tuple[tuple[int, int, int], int]] = []
     for i, b in enumerate(builds):
         if b.problem:
-            verdicts[i] = Verdict(b, "rejected", b.problem)
+            verdicts[i] = Verdict(b, REJECTED, b.problem, CAUSE_UNUSABLE)
         elif runtime is None:
-            verdicts[i] = Verdict(b, "untried", "no runtime could be decided")
+            verdicts[i] = Verdict(b, UNTRIED, "no runtime could be decided", CAUSE_NO_RUNTIME)
         elif not _fits(b, runtime):
-            verdicts[i] = Verdict(b, "rejected", f"built for {b.target()}, not for this process's {runtime.name}")
+            verdicts[i] = Verdict(b, REJECTED, f"built for {b.target()}, not for this process's {runtime.name}",
+                                  CAUSE_WRONG_RUNTIME)
         elif b.refusal:
-            verdicts[i] = Verdict(b, "rejected", f"{b.refusal.message}; refusing to preload it (name it in "
-                                  f"{PATH_VAR} to override)", cause=b.refusal.cause)
+            verdicts[i] = Verdict(b, REJECTED, f"{b.refusal.message}; refusing to preload it (name it in "
+                                  f"{PATH_VAR} to override)", b.refusal.cause, fix=b.refusal.fix)
         else:
             eligible.append((_preference(b, runtime, i), i))
     return verdicts, [i for _, i in sorted(eligible)]
@@ -580,51 +638,43 @@ def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Ve
 
 def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
             exe: str, check_all: bool, trace: bool, package_dir: str | None,
-            children: "list[tuple[str, DynamicInfo]]") -> "tuple[Plan | None, dict[int, Verdict], list[str]]":
-    """Steps 4-5: plan and trace the eligible builds in order; (the first that loads cleanly, their
-    verdicts, the fixes the refused ones suggest).
+            children: "list[tuple[str, DynamicInfo]]") -> "tuple[Plan | None, dict[int, Verdict]]":
+    """Steps 4-5: plan and trace the eligible builds in order; (the plan of the first that loads cleanly,
+    their verdicts).
 
     Raises OSError when the interpreter itself cannot be started for the trace, and ResolveError when
     a planned LD_PRELOAD or LD_LIBRARY_PATH would be too long for any exec.
     """
     plan: Plan | None = None
     verdicts: dict[int, Verdict] = {}
-    fixes: list[str] = []
     for i in eligible:
-        b = builds[i]
         if plan is not None and not check_all:
-            verdicts[i] = Verdict(b, "untried", "a preferred build was chosen first")
+            verdicts[i] = Verdict(builds[i], UNTRIED, "a preferred build was chosen first", CAUSE_PREFERRED_CHOSEN)
             continue
-        attempt = _attempt(b, runtime, env, loader, exe, trace, package_dir, children)
-        if attempt.plan is None:
-            verdicts[i] = Verdict(b, "rejected", attempt.reason, attempt.loads, attempt.cause)
-            if attempt.fix:
-                fixes.append(attempt.fix)
-        elif plan is None:
-            plan = attempt.plan
-            verdicts[i] = Verdict(b, "chosen", attempt.reason, attempt.loads)
+        verdict = verdicts[i] = _attempt(builds[i], runtime, env, loader, exe, trace, package_dir, children)
+        if verdict.plan is None:
+            continue
+        if plan is None:
+            plan, verdict.status = verdict.plan, CHOSEN
         else:
-            verdicts[i] = Verdict(b, "loads", f"{attempt.reason}; not chosen (less preferred)", True)
-    return plan, verdicts, fixes
+            verdict.reason, verdict.cause = f"{verdict.reason}; not chosen (less preferred)", CAUSE_LESS_PREFERRED
+    return plan, verdicts
 
 
-def _trace_the_rest(verdicts: dict[int, Verdict], env: "Mapping[str, str]", plan: Plan | None,
-                    exe: str) -> dict[int, Verdict]:
-    """For ``doctor``: ``verdicts`` with the loader's answer for every readable candidate not traced yet."""
+def _trace_the_rest(verdicts: "dict[int, Verdict]", env: "Mapping[str, str]", plan: Plan | None, exe: str) -> None:
+    """For ``doctor``: give every readable candidate not traced yet the loader's answer."""
     probe_env = {**env, **(plan.changes() if plan else {})}
-    out = dict(verdicts)
-    for i, v in verdicts.items():
-        if v.loads is None and v.build.info is not None and v.build.problem is None and v.build.refusal is None:
+    for v in verdicts.values():
+        if v.loader_ok is None and v.build.info is not None and v.build.problem is None and v.build.refusal is None:
             probe_env["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), v.build.path)
             try:
                 t = run_trace(exe, probe_env)
             except OSError:
                 continue
             skipped = t.skip_of(v.build.name)
-            ok = t.ok and not skipped
-            why = t.reason() or f"skipped as a preload: {skipped}"
-            out[i] = Verdict(v.build, v.status, v.reason if ok else f"{v.reason}; loader: {why}", ok, v.cause)
-    return out
+            v.loader_ok = t.ok and not skipped
+            if not v.loader_ok:
+                v.reason = f"{v.reason}; loader: {t.reason() or f'skipped as a preload: {skipped}'}"
 
 
 def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str | None) -> Plan:
@@ -638,59 +688,54 @@ def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str |
         f"this process; drop those entries or pip install 'torch-memory-saver>=0.0.10'",))
 
 
-def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int], fixes: list[str],
-            forced: str | None, ld_library_path: str) -> str:
+def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int], forced: str | None,
+            ld_library_path: str) -> ResolveError:
     """The error when no build fits: the cause first (what the user set, who else can write every build
     that fits, or the driver every build that fits the runtime misses), then every candidate with its
-    reason, then the fix."""
-    refused = [v.build for v in ordered if v.cause in TRUST_CAUSES]  # they fit; others can write them
-    fixes = fixes + list(dict.fromkeys(b.refusal.fix for b in refused if b.refusal))
+    reason; the fix from what the candidates' verdicts suggest."""
+    refused = [v for v in ordered if v.cause in TRUST_CAUSES]  # they fit; others can write them
+    fixes = [f for i in eligible if (f := ordered[i].fix)] + list(dict.fromkeys(v.fix for v in refused if v.fix))
+    listing = [f"  - {v.build.name}: {v.reason}" for v in ordered]
     torch = runtime.torch
     if runtime.source.startswith(f"{CUDA_MAJOR_VAR}=") and torch is not None and torch.cuda \
             and torch.cuda.split(".")[0] != str(runtime.major):
         # The override names another major than torch's build: that, not a missing build, is the cause.
         fixes = [f"unset {CUDA_MAJOR_VAR} (torch at {torch.dir} is built for CUDA {torch.cuda})", *fixes]
+    reasons_above = f"see the reasons above, or set {PATH_VAR} to a build that loads"
     if refused and not eligible:
-        lines = [(f"{refused[0].name}, the torch_memory_saver preload build for {runtime.name}, is not preloaded: "
-                  f"{refused[0].refusal.message}" if len(refused) == 1 and refused[0].refusal else
-                  f"every torch_memory_saver preload build for {runtime.name} can be changed by someone who "
-                  f"cannot change this environment's code, so none is preloaded") + ":"]
-        lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
-        lines.append("Fix: " + "; or ".join(fixes) + f"; or name the build in {PATH_VAR} to preload it anyway")
-        return "\n".join(lines)
+        only = refused[0].build.refusal if len(refused) == 1 else None
+        head = (f"{refused[0].build.name}, the torch_memory_saver preload build for {runtime.name}, is not preloaded: "
+                f"{only.message}" if only else
+                f"every torch_memory_saver preload build for {runtime.name} can be changed by someone who "
+                f"cannot change this environment's code, so none is preloaded")
+        return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_UNTRUSTED_BUILDS,
+                            fix="; or ".join(fixes) + f"; or name the build in {PATH_VAR} to preload it anyway")
     if eligible and all(ordered[i].cause == CAUSE_NO_DRIVER for i in eligible):
         where = (f"LD_LIBRARY_PATH={shown(ld_library_path)}, /etc/ld.so.cache and the default directories"
                  if ld_library_path else "/etc/ld.so.cache and the default directories")
-        lines = [f"the NVIDIA driver library {DRIVER_SONAME} is not found by the loader (it searched {where}), "
-                 f"so no torch_memory_saver preload build can load for {runtime.describe()}:"]
-        lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
-        lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)))
-        return "\n".join(lines)
+        head = (f"the NVIDIA driver library {DRIVER_SONAME} is not found by the loader (it searched {where}), "
+                f"so no torch_memory_saver preload build can load for {runtime.describe()}")
+        return ResolveError("\n".join([head + ":", *listing]), fix="; or ".join(dict.fromkeys(fixes)),
+                            cause=CAUSE_NO_DRIVER)
     if eligible and all(ordered[i].cause == CAUSE_NO_BINDING for i in eligible):
-        lines = [f"no plan maps exactly one {runtime.soname} (the copy torch uses) in this interpreter and lets a "
-                 f"non-Python child start, for {runtime.describe()}:"]
-        lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
-        lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
-                     f"Fix: see the reasons above, or set {PATH_VAR} to a build that loads")
-        return "\n".join(lines)
+        head = (f"no plan maps exactly one {runtime.soname} (the copy torch uses) in this interpreter and lets a "
+                f"non-Python child start, for {runtime.describe()}")
+        return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_NO_BINDING,
+                            fix="; or ".join(dict.fromkeys(fixes)) if fixes else reasons_above)
     if forced:
-        lines = [f"{PATH_VAR}={shown(forced)} names a build that does not fit {runtime.describe()}:"]
-        lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
-        lines.append(f"Fix: point {PATH_VAR} at a build for {runtime.name}, or unset it to choose among the "
-                     f"installed builds")
-        return "\n".join(lines)
-    lines = [f"no torch_memory_saver preload build fits {runtime.describe()}:"]
-    lines += [f"  - {v.build.name}: {v.reason}" for v in ordered]
+        head = f"{PATH_VAR}={shown(forced)} names a build that does not fit {runtime.describe()}"
+        return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_FORCED_DOES_NOT_FIT,
+                            fix=f"point {PATH_VAR} at a build for {runtime.name}, or unset it to choose among the "
+                                f"installed builds")
     if not eligible:
         fixes.append(build_install_hint(runtime.kind, runtime.major))
-    lines.append("Fix: " + "; or ".join(dict.fromkeys(fixes)) if fixes else
-                 f"Fix: see the reasons above, or set {PATH_VAR} to a build that loads")
-    return "\n".join(lines)
+    return ResolveError("\n".join([f"no torch_memory_saver preload build fits {runtime.describe()}:", *listing]),
+                        fix="; or ".join(dict.fromkeys(fixes)) if fixes else reasons_above, cause=CAUSE_NO_BUILD_FITS)
 
 
 def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None,
            check_all: bool = False, trace: bool = True) -> Report:
-    """Look at this process and decide. Never raises for a bad environment: see ``Report.error``.
+    """Look at this process and decide. Never raises for a bad environment: see ``Report.failure``.
 
     ``check_all`` traces every candidate (for ``doctor``); otherwise tracing stops at the
     first build that loads. ``trace=False`` takes the preferred fitting build without tracing it:
@@ -702,57 +747,59 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     package_dir = locate.package_dir("torch_memory_saver")
     warnings: list[str] = []
 
-    def fail(message: str, runtime: Runtime | None = None, verdicts: tuple[Verdict, ...] = ()) -> Report:
-        return Report(exe, package_dir, runtime, verdicts, None, message, tuple(warnings))
+    def fail(error: ResolveError, runtime: Runtime | None = None, verdicts: tuple[Verdict, ...] = ()) -> Report:
+        report = Report(exe, package_dir, runtime, verdicts, None, error, tuple(warnings))
+        error.report = report
+        return report
 
     if not exe:
-        return fail("this interpreter does not know its own executable (sys.executable is empty): "
-                    "set LD_PRELOAD by hand with `tms-autopreload env`")
+        return fail(ResolveError("this interpreter does not know its own executable (sys.executable is empty)",
+                                 fix="set LD_PRELOAD by hand with `tms-autopreload env`", cause=CAUSE_NO_EXECUTABLE))
     try:
         loader = Loader.for_executable(exe, env.get("LD_LIBRARY_PATH", ""), env.get("LD_PRELOAD", ""))
     except (OSError, ElfError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return fail(f"cannot read the interpreter {exe} ({why}); set LD_PRELOAD by hand with "
-                    f"`tms-autopreload env` from a normal Python")
-    builds, error, forced = _candidates(env, package_dir, exe, loader.executable.info, warnings)
-    if error:
-        return fail(error)
+        return fail(ResolveError(f"cannot read the interpreter {exe} ({why})", cause=CAUSE_UNREADABLE_INTERPRETER,
+                                 fix="set LD_PRELOAD by hand with `tms-autopreload env` from a normal Python"))
+    try:
+        builds, forced = _candidates(env, package_dir, exe, loader.executable.info, warnings)
+    except ResolveError as exc:
+        return fail(exc)
+    runtime_error: ResolveError | None = None
     try:
         runtime: Runtime | None = detect(env, loader, [b.major for b in builds if b.kind == "cuda" and b.major])
-        runtime_error = None
     except ResolveError as exc:
-        runtime, runtime_error = None, str(exc)
+        runtime, runtime_error = None, exc
     verdicts, eligible = _screen(builds, runtime)
     plan: Plan | None = None
-    fixes: list[str] = []
     if runtime is not None:
         try:
-            plan, chosen, fixes = _choose(builds, eligible, runtime, env, loader, exe, check_all, trace, package_dir,
-                                          _children(child_programs(env, loader.executable.path)))
-            verdicts.update(chosen)
+            plan, chosen = _choose(builds, eligible, runtime, env, loader, exe, check_all, trace, package_dir,
+                                   _children(child_programs(env, loader.executable.path)))
         except ResolveError as exc:  # a planned value no exec could carry
-            return fail(str(exc), runtime)
+            return fail(exc, runtime)
         except OSError as exc:
             if exc.errno == _E2BIG:
                 return fail(_too_big(env), runtime)
-            return fail(f"cannot run the interpreter {exe} to verify the plan with the loader "
-                        f"({exc.strerror or exc}); set LD_PRELOAD by hand with `tms-autopreload env` "
-                        f"from a working Python", runtime)
+            return fail(ResolveError(f"cannot run the interpreter {exe} to verify the plan with the loader "
+                                     f"({exc.strerror or exc})", cause=CAUSE_INTERPRETER_FAILS,
+                                     fix="set LD_PRELOAD by hand with `tms-autopreload env` from a working Python"),
+                        runtime)
+        verdicts.update(chosen)
     if check_all:
-        verdicts = _trace_the_rest(verdicts, env, plan, exe)
+        _trace_the_rest(verdicts, env, plan, exe)
     ordered = tuple(verdicts[i] for i in range(len(builds)))
     if plan is not None:
         return Report(exe, package_dir, runtime, ordered, _with_single_path_warning(plan, package_dir, forced),
                       None, tuple(warnings))
     if runtime is None:
-        return fail(runtime_error or "no runtime", None, ordered)
-    return fail(_no_fit(runtime, ordered, eligible, fixes, forced, env.get("LD_LIBRARY_PATH", "")),
-                runtime, ordered)
+        return fail(runtime_error, None, ordered)  # type: ignore[arg-type]  # set exactly when detect raised
+    return fail(_no_fit(runtime, ordered, eligible, forced, env.get("LD_LIBRARY_PATH", "")), runtime, ordered)
 
 
 def resolve(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None) -> Plan:
     """The plan for this process; raises :class:`ResolveError` (with ``.report``) when none exists."""
     report = survey(environ, executable=executable)
     if report.plan is None:
-        raise ResolveError(report.error or "no plan", report)
+        raise report.failure  # type: ignore[misc]  # set exactly when there is no plan
     return report.plan

@@ -12,7 +12,8 @@ import os
 
 from . import CUDA_MAJOR_VAR, locate, open_regular, same_file
 from .elf import ElfError, read_dynamic
-from .errors import ResolveError, shown
+from .errors import (CAUSE_BAD_VERSION, CAUSE_CPU_ONLY_TORCH, CAUSE_NO_RUNTIME_VISIBLE, CAUSE_SEVERAL_RUNTIMES,
+                     CAUSE_TORCH_INCONSISTENT, CAUSE_TORCH_UNREADABLE, ResolveError, shown)
 from .ldso import Found, Loader, Object
 from .sonames import number, runtime_name, runtime_of, runtime_soname
 
@@ -28,6 +29,9 @@ DEFAULT_CUDA_MAJORS = (12, 13)
 # NVIDIA's pip wheels of the CUDA runtime, by major, as published on PyPI (before 11: none; from 13 one
 # project, versioned by the CUDA release).
 _RUNTIME_WHEELS = {11: "nvidia-cuda-runtime-cu11", 12: "nvidia-cuda-runtime-cu12", 13: "'nvidia-cuda-runtime==13.*'"}
+
+
+_REINSTALL_TORCH = f"reinstall torch, or set {CUDA_MAJOR_VAR}=N to name the CUDA major yourself"
 
 
 def install_hint(kind: str, major: int) -> str:
@@ -113,15 +117,11 @@ def read_torch(torch_dir: str) -> TorchBuild:
         with os.fdopen(open_regular(version_py), "rb") as f:
             values = _parse_version_py(f.read(1 << 16).decode("utf-8", "replace"))
     except OSError as exc:
-        raise ResolveError(
-            f"torch at {torch_dir} has no readable torch/version.py ({exc.strerror}): the install is "
-            f"broken. Reinstall torch, or set {CUDA_MAJOR_VAR}=N to name the CUDA major yourself."
-        ) from None
+        raise ResolveError(f"torch at {torch_dir} has no readable torch/version.py ({exc.strerror}): the install "
+                           f"is broken", fix=_REINSTALL_TORCH, cause=CAUSE_TORCH_UNREADABLE) from None
     if "cuda" not in values and "hip" not in values:
-        raise ResolveError(
-            f"{version_py} states neither `cuda` nor `hip`: it is not a torch build file this tool "
-            f"can read. Reinstall torch, or set {CUDA_MAJOR_VAR}=N to name the CUDA major yourself."
-        )
+        raise ResolveError(f"{version_py} states neither `cuda` nor `hip`: it is not a torch build file this tool "
+                           f"can read", fix=_REINSTALL_TORCH, cause=CAUSE_TORCH_UNREADABLE)
     deps_path = os.path.join(torch_dir, "lib", "libtorch_global_deps.so")
     deps: Object | None = None
     links: tuple[str, ...] = ()
@@ -137,8 +137,8 @@ def read_torch(torch_dir: str) -> TorchBuild:
 def _major(text: str, what: str) -> int:
     major = number(text.strip().split(".", 1)[0])
     if major is None or not 0 < major < 100:
-        raise ResolveError(f"{what}={shown(text)} is not a version with a numeric major; "
-                           f"set {CUDA_MAJOR_VAR}=N (for example 12 or 13) or unset it.")
+        raise ResolveError(f"{what}={shown(text)} is not a version with a numeric major",
+                           fix=f"set {CUDA_MAJOR_VAR}=N (for example 12 or 13) or unset it", cause=CAUSE_BAD_VERSION)
     return major
 
 
@@ -209,14 +209,16 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
         else:
             raise ResolveError(
                 f"{where} is a CPU-only build (torch.version.cuda and torch.version.hip are None); "
-                f"torch_memory_saver needs a CUDA or ROCm torch. Install a CUDA build of torch, or "
-                f"do not set SLIME_OFFLOAD_TRAIN/TMS_AUTOPRELOAD for CPU-only processes.")
+                f"torch_memory_saver needs a CUDA or ROCm torch", cause=CAUSE_CPU_ONLY_TORCH,
+                fix="install a CUDA build of torch, or do not set SLIME_OFFLOAD_TRAIN/TMS_AUTOPRELOAD for "
+                    "CPU-only processes")
         soname = runtime_soname(kind, major)
         other = [n for n in torch.links if n != soname]
         if other and soname not in torch.links:
             raise ResolveError(
                 f"{where} is inconsistent: torch/version.py says {kind} {major} but "
-                f"torch/lib/libtorch_global_deps.so links {', '.join(other)}. Reinstall torch.")
+                f"torch/lib/libtorch_global_deps.so links {', '.join(other)}", fix="reinstall torch",
+                cause=CAUSE_TORCH_INCONSISTENT)
         if soname in torch.links:
             checked = f"libtorch_global_deps.so links {soname}"
         elif torch.global_deps is None:
@@ -238,9 +240,10 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
         raise ResolveError(
             f"no torch is installed for this interpreter and no CUDA runtime is visible "
             f"(looked for {', '.join(runtime_soname('cuda', m) for m in probed)} on the loader's path and in "
-            f"NVIDIA's pip wheels). Install torch, or a CUDA runtime ({install_hint('cuda', 13)}), "
-            f"or set {CUDA_MAJOR_VAR}=N.")
+            f"NVIDIA's pip wheels)", cause=CAUSE_NO_RUNTIME_VISIBLE,
+            fix=f"install torch, or a CUDA runtime ({install_hint('cuda', 13)}), or set {CUDA_MAJOR_VAR}=N")
     listing = "; ".join(f"{runtime_soname('cuda', m)} at {f.path} ({f.rule})" for m, f in seen.items())
     raise ResolveError(
         f"no torch is installed for this interpreter and several CUDA runtimes are visible ({listing}), "
-        f"so the runtime this process will use is unknown. Set {CUDA_MAJOR_VAR}=N to choose one.")
+        f"so the runtime this process will use is unknown", fix=f"set {CUDA_MAJOR_VAR}=N to choose one",
+        cause=CAUSE_SEVERAL_RUNTIMES)

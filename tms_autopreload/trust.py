@@ -26,6 +26,8 @@ environment's own code is world-writable: such a file stays refused, and the ref
 import os
 import stat
 
+from .errors import CAUSE_UNCHECKED, CAUSE_UNTRUSTED_WRITER, CAUSE_WORLD_WRITABLE
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -35,10 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Grant", "Refusal", "Trusted", "writers", "refusal", "CAUSE_WORLD_WRITABLE",
            "CAUSE_UNTRUSTED_WRITER", "CAUSE_UNCHECKED", "CAUSES"]
 
-# Refusal.cause values (``doctor --json`` ``candidates[].cause``).
-CAUSE_WORLD_WRITABLE = "world-writable"  # every user can write the file or replace it
-CAUSE_UNTRUSTED_WRITER = "untrusted-writer"  # a user or group that cannot write this environment's code can
-CAUSE_UNCHECKED = "unchecked"  # a component of its path could not be examined
+# Refusal.cause values (``doctor --json`` ``candidates[].cause``), named with every other cause in errors.py.
 CAUSES = (CAUSE_WORLD_WRITABLE, CAUSE_UNTRUSTED_WRITER, CAUSE_UNCHECKED)
 
 EVERYONE = ("everyone", -1)  # the writer "every user"
