@@ -7,14 +7,10 @@ import json
 import subprocess
 
 import pytest
-from conftest import AARCH64, DEFAULT_PYTHON, ROOTFS_PYTHONS
+from conftest import AARCH64, DEFAULT_PYTHON, ROOTFS_PYTHONS, report_host
 from support import ROOT, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-
-
-def report_host(scenario, python=DEFAULT_PYTHON):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
 
 
 def cli(scn, *args, env=None):

@@ -16,7 +16,7 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import AARCH64, ROOTFS_PYTHONS, assert_applied
+from conftest import AARCH64, ROOTFS_PYTHONS, assert_applied, report_host
 from conftest import python_version as version
 from support import REEXECD, assert_stopped, execs
 
@@ -35,10 +35,6 @@ print(json.dumps({'pid': os.getpid(), 'orig_argv': sys.orig_argv, 'argv': sys.ar
                   'modules': sorted(m for m in sys.modules if m.startswith('tms_autopreload')),
                   'env': dict(os.environ), 'reexecd': reexecd()}))
 """
-
-
-def report_host(scenario, python="3.11"):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
 
 
 def start(scn, argv, env=None, stdin=None, cwd=None, verbose=True, flag="SLIME_OFFLOAD_TRAIN"):

@@ -17,7 +17,7 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import DEFAULT_PYTHON, assert_applied, mode_env
+from conftest import DEFAULT_PYTHON, assert_applied, mode_env, report_host
 from support import KERNEL_CLIENT, REEXECD, allocator_bindings, cc, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -86,10 +86,6 @@ def toys(parts):
         cc(out["consumer"], CONSUMER, *link)
         cc(out["defines"], "int cudaMalloc(void **p, unsigned long n) { return 2; }\n")
     return out
-
-
-def report_host(scenario, tag="", python=DEFAULT_PYTHON):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), tag=tag, python=python)
 
 
 def probe(scn, parts, toys, mode, env=None, deepbind=False, hook="hook"):

@@ -16,13 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import report_host
 from support import ROOT, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-
-
-def report_host(scenario):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
 
 
 def cli(scn, *args, env=None, **kw):

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DEFAULT_PYTHON, ROOTFS_PYTHONS, need
+from conftest import DEFAULT_PYTHON, ROOTFS_PYTHONS, need, report_host
 from conftest import python_version as version
 from rootfs import RootfsVenv
 from support import REEXECD, Venv, clean_env, execs, locate_python, uv
@@ -28,10 +28,6 @@ CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 HOOKED = REEXECD + ("import json, os; print(json.dumps([reexecd(), sorted({l.split(None, 5)[5].strip() "
                     "for l in open('/proc/self/maps') if 'torch_memory_saver' in l})]))")
-
-
-def report_host(scenario, python):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
 
 
 @pytest.fixture(scope="module")
