@@ -171,6 +171,18 @@ def reexecd(pid=None):
 """
 
 
+# Python source, defined once, for the probes tests start: ``mapped(part='', pid='self')``, the files
+# mapped into a process whose path holds ``part``, sorted, each once, from the kernel's own list
+# (/proc/<pid>/maps, whose sixth field, where a line has one, is the file's path). It imports nothing,
+# so that a probe of what a start imported sees the start's own modules only.
+MAPPED = r"""
+def mapped(part='', pid='self'):
+    with open(f'/proc/{pid}/maps') as f:
+        fields = [line.split(None, 5) for line in f]
+    return sorted({f[5].strip() for f in fields if len(f) == 6 and part in f[5]})
+"""
+
+
 def execs(*images: bool) -> int:
     """How many of these process images the hook's re-exec started (each ``reexecd()`` from a probe)."""
     assert all(isinstance(i, bool) for i in images), images

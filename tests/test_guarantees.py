@@ -21,13 +21,13 @@ import subprocess
 
 import pytest
 from conftest import report_host
-from support import REEXECD, assert_stopped, clean_env, execs, wait_for
+from support import MAPPED, REEXECD, assert_stopped, clean_env, execs, wait_for
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-PROBE = REEXECD + """
+PROBE = REEXECD + MAPPED + """
 import json, os
-maps = [f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6]
+maps = mapped()
 print(json.dumps({'hooks': sorted({m for m in maps if 'torch_memory_saver' in m}),
                   'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart')}),
                   'preload': os.environ.get('LD_PRELOAD', ''), 'reexecd': reexecd()}))

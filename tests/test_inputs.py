@@ -27,7 +27,7 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import REEXECD, assert_stopped, clean_env, execs, names
+from support import MAPPED, REEXECD, assert_stopped, clean_env, execs, names
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -226,9 +226,9 @@ def test_the_three_reported_inputs(world):
 
 # ---------------------------------------------------------------- 2. end to end, real interpreters
 
-E2E_PROBE = REEXECD + r"""
+E2E_PROBE = REEXECD + MAPPED + r"""
 import json, os, sys
-maps = sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l})
+maps = mapped('torch_memory_saver')
 print(json.dumps({'argv': sys.argv[1:], 'stdin': sys.stdin.read(), 'hooks': maps, 'reexecd': reexecd(),
                   'bytes': os.environb.get(b'TMS_TEST_BYTES', b'').hex()}))
 """
@@ -327,10 +327,9 @@ SITE_FILES = {  # where, relative to site-packages, and what a start must then a
     "libtorch_global_deps.so": ("torch/lib/libtorch_global_deps.so", "hooked"),
     "hooks/mode_preload.py": ("torch_memory_saver/hooks/mode_preload.py", "hooked"),
 }
-PROBE_MAPS = REEXECD + """
+PROBE_MAPS = REEXECD + MAPPED + """
 import json
-print(json.dumps({'hooks': sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps')
-                                   if 'torch_memory_saver' in l}), 'reexecd': reexecd()}))
+print(json.dumps({'hooks': mapped('torch_memory_saver'), 'reexecd': reexecd()}))
 """
 
 

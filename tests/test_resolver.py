@@ -17,17 +17,17 @@ import sys
 import pytest
 import support
 from conftest import AARCH64, DEFAULT_PYTHON, assert_applied, mode_env
-from support import REEXECD, assert_stopped
+from support import MAPPED, REEXECD, assert_stopped
 
 sys.path.insert(0, str(support.ROOT))
 
-PROBE = REEXECD + """
+PROBE = REEXECD + MAPPED + """
 import ctypes, json, os, subprocess, sys
 site = next(p for p in sys.path if p.endswith('site-packages'))
 deps = os.path.join(site, 'torch', 'lib', 'libtorch_global_deps.so')
 if os.path.exists(deps):
     ctypes.CDLL(deps)  # what `import torch` loads first; the stand-in torch cannot be imported
-maps = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6 and '.so' in f[5]})
+maps = mapped('.so')
 child = subprocess.run(['bash', '-c', 'true'], capture_output=True, text=True)
 print(json.dumps({'pid': os.getpid(), 'maps': maps, 'child': child.returncode, 'child_err': child.stderr,
                   'reexecd': reexecd(),
