@@ -189,7 +189,7 @@ def execs(*images: bool) -> int:
     return sum(images)
 
 
-def names(text: str, variable: str) -> bool:
+def mentions_variable(text: str, variable: str) -> bool:
     """True when ``text`` names the environment variable ``variable`` as a whole token:
     ``TMS_AUTOPRELOAD`` is not named by ``TMS_AUTOPRELOAD_PATH=...``."""
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(variable)}(?![A-Za-z0-9_])", text) is not None

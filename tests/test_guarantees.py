@@ -215,7 +215,7 @@ def test_stdbuf_preload_is_kept_and_old_tms_gets_the_warning_with_the_fix(scenar
         assert "drop those entries or pip install 'torch-memory-saver>=0.0.10'" in r.stderr, r.stderr
 
 
-def test_home_unset(scenario):
+def test_a_start_without_home_is_hooked(scenario):
     scn = report_host(scenario)
     env = clean_env(SLIME_OFFLOAD_TRAIN="1")
     env.pop("HOME", None)
