@@ -177,9 +177,9 @@ def reexecd(pid=None):
 # so that a probe of what a start imported sees the start's own modules only.
 MAPPED = r"""
 def mapped(part='', pid='self'):
-    with open(f'/proc/{pid}/maps') as f:
-        fields = [line.split(None, 5) for line in f]
-    return sorted({f[5].strip() for f in fields if len(f) == 6 and part in f[5]})
+    with open(f'/proc/{pid}/maps') as maps:
+        lines = [line.split(None, 5) for line in maps]
+    return sorted({f[5].strip() for f in lines if len(f) == 6 and part in f[5]})
 """
 
 
