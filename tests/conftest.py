@@ -237,6 +237,15 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
     return make
 
 
+def report_host(scenario, python: str = DEFAULT_PYTHON, *, tag: str = "", **kw) -> Scenario:
+    """The scenario of the first report (slime #2186) that most tests start from: torch_memory_saver
+    0.0.9.post1 and a CUDA 13 system torch, on a host with the driver and the CUDA 13 runtime.
+    ``scenario`` is the fixture; ``python``, ``tag`` and any other of its arguments (``tms``, ``host``,
+    ``layout``) as it takes them."""
+    kw = {"tms": "0.0.9.post1", "torch": "cu13-sys", "host": ("driver", "cuda13"), **kw}
+    return scenario(python=python, tag=tag, **kw)
+
+
 def _custom_layout(venv: Venv, tms: str, layout: str, parts: Parts) -> None:
     """Layouts no PyPI wheel has, with the released Python side of ``tms``.
 

@@ -167,13 +167,25 @@ def reexecd(pid=None):
 """
 
 
+# Python source, defined once, for the probes tests start: ``mapped(part='', pid='self')``, the files
+# mapped into a process whose path holds ``part``, sorted, each once, from the kernel's own list
+# (/proc/<pid>/maps, whose sixth field, where a line has one, is the file's path). It imports nothing,
+# so that a probe of what a start imported sees the start's own modules only.
+MAPPED = r"""
+def mapped(part='', pid='self'):
+    with open(f'/proc/{pid}/maps') as maps:
+        lines = [line.split(None, 5) for line in maps]
+    return sorted({f[5].strip() for f in lines if len(f) == 6 and part in f[5]})
+"""
+
+
 def execs(*images: bool) -> int:
     """How many of these process images the hook's re-exec started (each ``reexecd()`` from a probe)."""
     assert all(isinstance(i, bool) for i in images), images
     return sum(images)
 
 
-def names(text: str, variable: str) -> bool:
+def mentions_variable(text: str, variable: str) -> bool:
     """True when ``text`` names the environment variable ``variable`` as a whole token:
     ``TMS_AUTOPRELOAD`` is not named by ``TMS_AUTOPRELOAD_PATH=...``."""
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(variable)}(?![A-Za-z0-9_])", text) is not None

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need
-from support import clean_env, wheel
+from support import MAPPED, clean_env, wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCH = ROOT / "patches" / "areal" / "main-4aef98d8d.patch"
@@ -59,10 +59,10 @@ else:
 print(json.dumps({'env': env, 'rc': r.returncode, 'out': r.stdout, 'err': r.stderr}))
 """
 
-WORKER = r"""
+WORKER = MAPPED + r"""
 import ctypes, importlib.util, json, os, sys, types
 kind, offload_file = sys.argv[1:3]
-maps = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6 and '.so' in f[5]})
+maps = mapped('.so')
 hooks = [m for m in maps if 'torch_memory_saver' in os.path.basename(m)]
 site = next(p for p in sys.path if p.endswith('site-packages'))
 if kind == 'real':
@@ -85,7 +85,7 @@ except (AssertionError, OSError) as exc:
 spec = importlib.util.spec_from_file_location('areal_offload', offload_file)
 offload = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(offload)
-after = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6 and '.so' in f[5]})
+after = mapped('.so')
 print(json.dumps({'hooks': hooks, 'accepted': accepted, 'verdict': verdict, 'cuda': cuda,
                   'preload': os.environ.get('LD_PRELOAD'),
                   'cudart': [m for m in after if os.path.basename(m).startswith('libcudart')],

@@ -7,14 +7,10 @@ import json
 import subprocess
 
 import pytest
-from conftest import AARCH64, DEFAULT_PYTHON, ROOTFS_PYTHONS
+from conftest import AARCH64, DEFAULT_PYTHON, ROOTFS_PYTHONS, report_host
 from support import ROOT, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-
-
-def report_host(scenario, python=DEFAULT_PYTHON):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
 
 
 def cli(scn, *args, env=None):
@@ -37,7 +33,7 @@ def test_run_exit_codes(scenario):
     assert r.returncode == 2 and "give a command" in r.stderr
 
 
-def test_env_for_eval_and_json(scenario):
+def test_env_output_evals_to_the_chosen_build_and_its_json_says_the_same(scenario):
     scn = report_host(scenario)
     r = cli(scn, "env")
     assert r.returncode == 0 and r.stdout.startswith("export LD_PRELOAD=")
@@ -49,7 +45,7 @@ def test_env_for_eval_and_json(scenario):
 
 
 @pytest.mark.parametrize("python", [DEFAULT_PYTHON, *ROOTFS_PYTHONS, AARCH64])
-def test_which_and_doctor(scenario, python):
+def test_which_prints_the_chosen_build_and_doctor_reports_it_with_its_documented_keys(scenario, python):
     """Also in Debian's root file systems (arm64's too): their glibc's loader cache and loader decide there."""
     scn = report_host(scenario, python)
     r = cli(scn, "which")

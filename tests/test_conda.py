@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import support
 from conftest import DEFAULT_PYTHON, Scenario, need
-from support import Host, Venv, assert_stopped, clean_env
+from support import MAPPED, Host, Venv, assert_stopped, clean_env
 
 RUNTIME_MEMBER = {12: "nvidia/cuda_runtime/lib/libcudart.so.12", 13: "nvidia/cu13/lib/libcudart.so.13"}
 PIP_RPATH = {12: "$ORIGIN/../../nvidia/cuda_runtime/lib", 13: "$ORIGIN/../../nvidia/cu13/lib"}
@@ -42,7 +42,7 @@ TORCH_CUDA = {12: "12.9", 13: "13.0"}
 # nvidia/cuda_runtime/lib or nvidia/cu<major>/lib libcudart on sys.path by path), done here for the
 # stand-in, which cannot be imported; then torch_memory_saver's own preload check, as test_areal does;
 # then the libcudart copies mapped and two non-Python children.
-PROBE = r"""
+PROBE = MAPPED + r"""
 import ctypes, glob, json, os, subprocess, sys, types
 real = sys.argv[1] == 'real'
 site = next(p for p in sys.path if p.endswith('site-packages'))
@@ -52,7 +52,7 @@ if real:
 else:
     major = sys.argv[2]
     ctypes.CDLL(os.path.join(site, 'torch', 'lib', 'libtorch_global_deps.so'), mode=ctypes.RTLD_GLOBAL)
-    if 'libcudart.so' in open('/proc/self/maps').read():
+    if mapped('libcudart.so'):
         for path in sys.path:
             found = (glob.glob(os.path.join(path, 'nvidia', 'cuda_runtime', 'lib', 'libcudart.so.*[0-9]'))
                      + glob.glob(os.path.join(path, 'nvidia', f'cu{major}', 'lib', 'libcudart.so.*[0-9]')))
@@ -68,7 +68,7 @@ try:
     verdict = 'accepted'
 except (AssertionError, OSError) as exc:
     verdict = f'refused: {exc}'
-maps = {f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6}
+maps = mapped()
 children = {}
 for argv in (['bash', '-c', 'true'], ['/bin/sh', '-c', 'true']):
     r = subprocess.run(argv, capture_output=True, text=True)

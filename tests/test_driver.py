@@ -17,16 +17,16 @@ import sys
 import pytest
 from conftest import AARCH64, Scenario, mode_env, need
 from rootfs import RootfsHost
-from support import ROOT, Host, clean_env, driver_stub
+from support import MAPPED, ROOT, Host, clean_env, driver_stub
 
 sys.path.insert(0, str(ROOT))
 from tms_autopreload import rows  # noqa: E402
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 OLD, NEW = "535.104.05", "580.95.05"
-MAPS = """
+MAPS = MAPPED + """
 import json, os
-maps = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6})
+maps = mapped()
 print(json.dumps({'hooks': [m for m in maps if 'torch_memory_saver' in m],
                   'libcuda': [m for m in maps if os.path.basename(m).startswith('libcuda.so')]}))
 """

@@ -20,26 +20,20 @@ import struct
 import subprocess
 
 import pytest
-from support import REEXECD, assert_stopped, clean_env, execs, wait_for
+from conftest import report_host
+from support import MAPPED, REEXECD, assert_stopped, clean_env, execs, wait_for
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-PROBE = REEXECD + """
+PROBE = REEXECD + MAPPED + """
 import json, os
-maps = [f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6]
+maps = mapped()
 print(json.dumps({'hooks': sorted({m for m in maps if 'torch_memory_saver' in m}),
                   'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart')}),
                   'preload': os.environ.get('LD_PRELOAD', ''), 'reexecd': reexecd()}))
 """
 # Drops root's permission bypass (CAP_DAC_*) so that file modes apply, while staying uid 0.
 NO_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
-
-
-def report_host(scenario, tag, **kw):
-    kw.setdefault("tms", "0.0.9.post1")
-    kw.setdefault("torch", "cu13-sys")
-    kw.setdefault("host", ("driver", "cuda13"))
-    return scenario(tag=tag, **kw)
 
 
 def start(scn, env=None, args=("-c", PROBE), prefix=(), setup="", flag=True, **kw):
@@ -103,7 +97,7 @@ BROKEN = {
 
 @pytest.fixture(scope="module")
 def broken(scenario):
-    scn = report_host(scenario, "broken-files")
+    scn = report_host(scenario, tag="broken-files")
     real = (scn.site / CU13).read_bytes()
     files = {k: scn.site / name for k, (name, _) in BROKEN.items()}
     files["truncated"].write_bytes(real[:1000])
@@ -130,28 +124,28 @@ def test_broken_build_files_next_to_good_ones_still_run_hooked(broken):
 
 
 def test_garbage_torch_version_py_stops_clearly(scenario):
-    scn = report_host(scenario, "garbage-version")
+    scn = report_host(scenario, tag="garbage-version")
     (scn.site / "torch" / "version.py").write_bytes(b"\x00\xff garbage = = =\n" * 50)
     r, _ = start(scn)
     assert_stopped(r, "states neither `cuda` nor `hip`", "TMS_AUTOPRELOAD_CUDA_MAJOR")
 
 
 def test_absent_torch_version_py_stops_clearly(scenario):
-    scn = report_host(scenario, "no-version")
+    scn = report_host(scenario, tag="no-version")
     (scn.site / "torch" / "version.py").unlink(missing_ok=True)
     r, _ = start(scn)
     assert_stopped(r, "no readable torch/version.py", "Fix: reinstall torch")
 
 
 def test_override_still_works_with_a_broken_torch(scenario):
-    scn = report_host(scenario, "no-version")
+    scn = report_host(scenario, tag="no-version")
     (scn.site / "torch" / "version.py").unlink(missing_ok=True)
     r, out = start(scn, {"TMS_AUTOPRELOAD_CUDA_MAJOR": "13"})
     assert_hooked(r, out, scn)
 
 
 def test_package_without_builds_stops_clearly(scenario):
-    scn = report_host(scenario, "no-builds")
+    scn = report_host(scenario, tag="no-builds")
     for so in scn.site.glob("torch_memory_saver_*.so"):
         so.unlink()
     r, _ = start(scn)
@@ -159,14 +153,14 @@ def test_package_without_builds_stops_clearly(scenario):
 
 
 def test_unreadable_torch_lib_dir_still_decides_from_version_py(scenario):
-    scn = report_host(scenario, "unreadable-dir")
+    scn = report_host(scenario, tag="unreadable-dir")
     with mode(scn.site / "torch" / "lib", 0):
         r, out = start(scn, prefix=NO_DAC)
     assert_hooked(r, out, scn)
 
 
 def test_unreadable_build_file_is_rejected(scenario):
-    scn = report_host(scenario, "unreadable-file")
+    scn = report_host(scenario, tag="unreadable-file")
     with mode(scn.site / CU13, 0):
         r, _ = start(scn, prefix=NO_DAC)
     assert_stopped(r, "cannot read it: Permission denied")
@@ -175,14 +169,14 @@ def test_unreadable_build_file_is_rejected(scenario):
 # ---------------------------------------------------------------- hostile or stale environments
 
 def test_missing_torch_memory_saver_file_in_ld_preload_is_dropped(scenario):
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     r, out = start(scn, {"LD_PRELOAD": "/gone/torch_memory_saver_hook_mode_preload_cu13.abi3.so"})
     assert_hooked(r, out, scn)
     assert out["preload"] == str(scn.site / CU13)
 
 
 def test_wrong_major_libcudart_first_on_library_path(scenario, parts):
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     r, out = start(scn, {"LD_LIBRARY_PATH": str(parts.rt[12])})
     assert_hooked(r, out, scn)
     assert out["cudart"] == [str(parts.rt[13] / "libcudart.so.13")]
@@ -190,7 +184,7 @@ def test_wrong_major_libcudart_first_on_library_path(scenario, parts):
 
 def test_another_libcudart_13_first_on_library_path_is_not_bound(scenario, parts, tmp_path):
     """A second copy of libcudart.so.13 ahead of torch's: the plan binds the hook to torch's copy."""
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     other = tmp_path / "other-cuda"
     other.mkdir()
     shutil.copy(parts.rt[13] / "libcudart.so.13", other / "libcudart.so.13")
@@ -210,7 +204,7 @@ def test_stdbuf_preload_is_kept_and_old_tms_gets_the_warning_with_the_fix(scenar
     stdbuf = shutil.which("stdbuf")
     if stdbuf is None:
         pytest.skip("stdbuf (coreutils) is not installed")
-    scn = report_host(scenario, "", tms=tms)
+    scn = report_host(scenario, tms=tms)
     r, out = start(scn, prefix=(stdbuf, "-oL"))
     assert_hooked(r, out, scn)
     hook, *kept = out["preload"].split(":")
@@ -221,8 +215,8 @@ def test_stdbuf_preload_is_kept_and_old_tms_gets_the_warning_with_the_fix(scenar
         assert "drop those entries or pip install 'torch-memory-saver>=0.0.10'" in r.stderr, r.stderr
 
 
-def test_home_unset(scenario):
-    scn = report_host(scenario, "")
+def test_a_start_without_home_is_hooked(scenario):
+    scn = report_host(scenario)
     env = clean_env(SLIME_OFFLOAD_TRAIN="1")
     env.pop("HOME", None)
     r = scn.host.run([str(scn.venv.python), "-c", PROBE], env)
@@ -230,7 +224,7 @@ def test_home_unset(scenario):
 
 
 def test_read_only_filesystem(scenario):
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     root = scn.venv.path
     probe = PROBE + "\nimport sys\nopen(sys.prefix + '/probe-write', 'w')\n"  # must fail: read-only
     r, out = start(scn, setup=f'mount --bind "{root}" "{root}" && mount -o remount,bind,ro "{root}"',
@@ -251,7 +245,7 @@ def _with_startup_patch(scn, name: str, line: str, env: dict):
 
 
 def test_interpreter_removed_after_start_stops_clearly(scenario):
-    scn = report_host(scenario, "exe-removed")
+    scn = report_host(scenario, tag="exe-removed")
     exe = scn.venv.python
     target = os.readlink(exe)
     try:
@@ -263,7 +257,7 @@ def test_interpreter_removed_after_start_stops_clearly(scenario):
 
 
 def test_interpreter_no_longer_executable_stops_clearly(scenario):
-    scn = report_host(scenario, "exec-fails")
+    scn = report_host(scenario, tag="exec-fails")
     exe = scn.venv.python
     if exe.is_symlink():  # a private copy, so that changing its mode touches nothing else
         real = os.path.realpath(exe)
@@ -276,7 +270,7 @@ def test_interpreter_no_longer_executable_stops_clearly(scenario):
 
 def test_exec_failure_stops_clearly(scenario):
     """execve itself fails (the interpreter changed between the loader trace and the exec)."""
-    scn = report_host(scenario, "exec-fails-late")
+    scn = report_host(scenario, tag="exec-fails-late")
     r, _ = _with_startup_patch(scn, "execve", "setattr(os, 'execve', lambda *a: (_ for _ in ()).throw("
                                "PermissionError(13, 'Permission denied')))", {})
     assert_stopped(r, "cannot re-execute", "Permission denied", "tms-autopreload env")
@@ -316,7 +310,7 @@ def _signalled_during_the_trace(scn, tmp_path, name, sig, *, before_spawn):
 
 def test_interrupt_during_resolution_exits_130(scenario, tmp_path):
     """A real SIGINT while resolution waits on its loader trace: exit 130 and one message."""
-    scn = report_host(scenario, "interrupt")
+    scn = report_host(scenario, tag="interrupt")
     proc, out, err = _signalled_during_the_trace(scn, tmp_path, "sigint", signal.SIGINT, before_spawn=True)
     assert_stopped(subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
                    "interrupted while resolving", code=130)
@@ -325,7 +319,7 @@ def test_interrupt_during_resolution_exits_130(scenario, tmp_path):
 def test_sigterm_during_start_ends_the_process_and_leaves_nothing(scenario, tmp_path):
     """A real SIGTERM once the loader trace child exists: the process ends by the signal, no user code
     ran, and no process of this venv is left (the trace child included)."""
-    scn = report_host(scenario, "interrupt")
+    scn = report_host(scenario, tag="interrupt")
     proc, out, err = _signalled_during_the_trace(scn, tmp_path, "sigterm", signal.SIGTERM, before_spawn=False)
     assert proc.returncode == -signal.SIGTERM and out == "", (proc.returncode, out, err)
     left = subprocess.run(["pgrep", "-f", str(scn.venv.python)], capture_output=True, text=True, timeout=30)
@@ -333,31 +327,31 @@ def test_sigterm_during_start_ends_the_process_and_leaves_nothing(scenario, tmp_
 
 
 def test_python_S_skips_site_and_runs_unhooked(scenario):
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     r, out = start(scn, args=("-S", "-c", PROBE))
     assert r.returncode == 0 and out["hooks"] == [] and r.stderr == ""
 
 
 def test_python_E_is_hooked(scenario):
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     r, out = start(scn, args=("-E", "-c", PROBE))
     assert_hooked(r, out, scn)
 
 
 def test_stale_exec_marker_of_another_pid_is_ignored(scenario):
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     r, out = start(scn, {"TMS_AUTOPRELOAD_EXEC_PID": "1"})
     assert_hooked(r, out, scn)  # one exec, although the marker was set
 
 
 def test_unknown_on_error_policy_warns_and_exits(scenario):
-    scn = report_host(scenario, "", tms="0.0.9")
+    scn = report_host(scenario, tms="0.0.9")
     r, _ = start(scn, {"TMS_AUTOPRELOAD_ON_ERROR": "ignore"})
     assert_stopped(r, "TMS_AUTOPRELOAD_ON_ERROR='ignore' is not a recognised value (use exit or warn); using exit")
 
 
 def test_unknown_on_error_policy_is_warned_at_start_even_when_nothing_fails(scenario):
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     r, out = start(scn, {"TMS_AUTOPRELOAD_ON_ERROR": "wran"})
     assert_hooked(r, out, scn)
     assert r.stderr.count("TMS_AUTOPRELOAD_ON_ERROR='wran' is not a recognised value (use exit or warn); "
@@ -367,14 +361,14 @@ def test_unknown_on_error_policy_is_warned_at_start_even_when_nothing_fails(scen
 # ---------------------------------------------------------------- who may be preloaded
 
 def test_world_writable_build_is_refused(scenario):
-    scn = report_host(scenario, "world-writable")
+    scn = report_host(scenario, tag="world-writable")
     with mode(scn.site / CU13, 0o777):
         r, _ = start(scn)
     assert_stopped(r, "writable by every user", "TMS_AUTOPRELOAD_PATH")
 
 
 def test_world_writable_directory_is_refused(scenario, tmp_path):
-    scn = report_host(scenario, "world-writable-dir", layout="source13", tms="0.0.10")
+    scn = report_host(scenario, tag="world-writable-dir", layout="source13", tms="0.0.10")
     pkg = scn.site / "torch_memory_saver"
     build = scn.site / "torch_memory_saver_hook_mode_preload.abi3.so"
     moved = pkg / build.name
@@ -388,7 +382,7 @@ def test_world_writable_directory_is_refused(scenario, tmp_path):
 
 
 def test_world_writable_build_named_explicitly_runs_with_a_warning(scenario):
-    scn = report_host(scenario, "world-writable")
+    scn = report_host(scenario, tag="world-writable")
     with mode(scn.site / CU13, 0o777) as build:
         r, out = start(scn, {"TMS_AUTOPRELOAD_PATH": str(build)})
     assert_hooked(r, out, scn)
@@ -397,7 +391,7 @@ def test_world_writable_build_named_explicitly_runs_with_a_warning(scenario):
 
 def test_pythonpath_shadow_decides_what_import_would_find(scenario, tmp_path):
     """A torch_memory_saver on PYTHONPATH is the one `import` finds, so its build is the one preloaded."""
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     shadow = tmp_path / "shadow"
     shutil.copytree(scn.site / "torch_memory_saver", shadow / "torch_memory_saver")
     shutil.copy(scn.site / CU13, shadow / CU13)
@@ -409,7 +403,7 @@ def test_pythonpath_shadow_decides_what_import_would_find(scenario, tmp_path):
 
 def test_current_directory_shadow_is_not_what_the_hook_uses(scenario, tmp_path):
     """At .pth time the script directory / cwd is not on sys.path yet: the site-packages build is used."""
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     shutil.copytree(scn.site / "torch_memory_saver", tmp_path / "torch_memory_saver")
     shutil.copy(scn.site / CU13, tmp_path / CU13)
     r, out = start(scn, cwd=tmp_path)
@@ -417,7 +411,7 @@ def test_current_directory_shadow_is_not_what_the_hook_uses(scenario, tmp_path):
 
 
 def test_no_flag_is_unchanged_even_in_a_hostile_environment(scenario):
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     env = clean_env(LD_PRELOAD="/gone/torch_memory_saver_x.so", TMS_AUTOPRELOAD_STATE="junk",
                     TMS_AUTOPRELOAD_EXEC_PID="1")
     code = "import json, os, sys; print(json.dumps([dict(os.environ), sorted(m for m in sys.modules if 'tms' in m)]))"
@@ -455,7 +449,7 @@ def _storm(scn, env, n=200):
 
 @pytest.mark.slow  # 200 starts: a stress test, not the edit loop
 def test_storm_of_200_flagged_starts_all_hooked_once(scenario):
-    scn = report_host(scenario, "")
+    scn = report_host(scenario)
     res = _storm(scn, {"SLIME_OFFLOAD_TRAIN": "1"})
     assert [x["rc"] for x in res] == [0] * 200
     outs = [json.loads(x["out"]) for x in res]
@@ -465,7 +459,7 @@ def test_storm_of_200_flagged_starts_all_hooked_once(scenario):
 
 @pytest.mark.slow  # 200 starts: a stress test, not the edit loop
 def test_storm_of_200_failing_starts_all_stop_clearly(scenario):
-    scn = report_host(scenario, "", host=("cuda13",))  # no driver: every verification fails
+    scn = report_host(scenario, host=("cuda13",))  # no driver: every verification fails
     res = _storm(scn, {"SLIME_OFFLOAD_TRAIN": "1"})
     assert [x["rc"] for x in res] == [78] * 200
     for x in res:

@@ -16,18 +16,17 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import AARCH64, ROOTFS_PYTHONS, assert_applied
+from conftest import AARCH64, ROOTFS_PYTHONS, assert_applied, report_host
 from conftest import python_version as version
-from support import REEXECD, assert_stopped, execs
+from support import MAPPED, REEXECD, assert_stopped, execs
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13", *ROOTFS_PYTHONS]
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 
-REPORT = REEXECD + """
+REPORT = REEXECD + MAPPED + """
 import json, os, sys
-maps = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps'))
-               if len(f) == 6 and 'torch_memory_saver' in f[5]})
+maps = mapped('torch_memory_saver')
 print(json.dumps({'pid': os.getpid(), 'orig_argv': sys.orig_argv, 'argv': sys.argv, 'cwd': os.getcwd(),
                   'isolated': sys.flags.isolated, 'utf8': sys.flags.utf8_mode, 'warnoptions': sys.warnoptions,
                   'write_through': getattr(sys.stdout, 'write_through', None), 'maps': maps,
@@ -35,10 +34,6 @@ print(json.dumps({'pid': os.getpid(), 'orig_argv': sys.orig_argv, 'argv': sys.ar
                   'modules': sorted(m for m in sys.modules if m.startswith('tms_autopreload')),
                   'env': dict(os.environ), 'reexecd': reexecd()}))
 """
-
-
-def report_host(scenario, python="3.11"):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
 
 
 def start(scn, argv, env=None, stdin=None, cwd=None, verbose=True, flag="SLIME_OFFLOAD_TRAIN"):
@@ -199,11 +194,10 @@ def test_right_build_preset_is_not_reexecuted(scenario):
 @pytest.mark.parametrize("python", [*PYTHONS, AARCH64])
 def test_spawn_children_inherit_and_do_not_reexec(scenario, python, mode):
     scn = report_host(scenario, python)
-    code = REEXECD + textwrap.dedent("""
+    code = REEXECD + MAPPED + textwrap.dedent("""
         import json, multiprocessing as mp, os
         def child(q):
-            maps = sorted({l.split()[-1] for l in open('/proc/self/maps') if 'torch_memory_saver' in l})
-            q.put((reexecd(), maps))
+            q.put((reexecd(), mapped('torch_memory_saver')))
         if __name__ == '__main__':
             ctx = mp.get_context('spawn')
             q = ctx.Queue()
@@ -212,8 +206,7 @@ def test_spawn_children_inherit_and_do_not_reexec(scenario, python, mode):
             got = [q.get(timeout=60) for _ in ps]
             [p.join() for p in ps]
             print(json.dumps({'codes': [p.exitcode for p in ps], 'children': got, 'reexecd': reexecd(),
-                              'maps': sorted({l.split()[-1] for l in open('/proc/self/maps')
-                                              if 'torch_memory_saver' in l})}))
+                              'maps': mapped('torch_memory_saver')}))
     """)
     script = scn.venv.path / "spawner.py"
     script.write_text(code)

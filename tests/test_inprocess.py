@@ -17,8 +17,8 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import DEFAULT_PYTHON, assert_applied, mode_env
-from support import KERNEL_CLIENT, REEXECD, allocator_bindings, cc, clean_env
+from conftest import DEFAULT_PYTHON, assert_applied, mode_env, report_host
+from support import KERNEL_CLIENT, MAPPED, REEXECD, allocator_bindings, cc, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TOY_HOOK = r"""
@@ -51,18 +51,18 @@ __thread char toy_big_tls[1 << 16] __attribute__((tls_model("initial-exec")));
 int toy_touch_tls(void) { toy_big_tls[0] = 1; return toy_big_tls[0]; }
 """
 
-PROBE = REEXECD + r"""
+PROBE = REEXECD + MAPPED + f"MAPPED = {MAPPED!r}\n" + r"""
 import ctypes, json, os, subprocess, sys
 runtime, consumer = sys.argv[1], sys.argv[2]
 deepbind = len(sys.argv) > 3 and sys.argv[3] == 'deepbind'
 lib = ctypes.CDLL(consumer, (os.RTLD_LAZY | os.RTLD_DEEPBIND) if deepbind else os.RTLD_LAZY)
 real = ctypes.CDLL(runtime).cudaMalloc(ctypes.byref(ctypes.c_void_p()), 16)
-hooks = sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l})
+hooks = mapped('torch_memory_saver')
 saw = ctypes.CDLL(hooks[0]).toy_constructor_saw if hooks and 'toy' in hooks[0] else None
 if saw:
     saw.restype = ctypes.c_char_p
-child = subprocess.run([sys.executable, '-c', "import json; print(json.dumps(sorted({l.split(None, 5)[5].strip() "
-                        "for l in open('/proc/self/maps') if 'torch_memory_saver' in l})))"], capture_output=True, text=True)
+child = subprocess.run([sys.executable, '-c', MAPPED + "import json; print(json.dumps(mapped('torch_memory_saver')))"],
+                       capture_output=True, text=True)
 print(json.dumps({'pid': os.getpid(), 'hooks': hooks, 'consumer': lib.consumer_alloc(), 'real': real,
                   'saw': saw().decode() if saw else None, 'child_hooks': json.loads(child.stdout or 'null'),
                   'preload': os.environ.get('LD_PRELOAD'), 'reexecd': reexecd()}))
@@ -86,10 +86,6 @@ def toys(parts):
         cc(out["consumer"], CONSUMER, *link)
         cc(out["defines"], "int cudaMalloc(void **p, unsigned long n) { return 2; }\n")
     return out
-
-
-def report_host(scenario, tag="", python=DEFAULT_PYTHON):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), tag=tag, python=python)
 
 
 def probe(scn, parts, toys, mode, env=None, deepbind=False, hook="hook"):
@@ -136,7 +132,7 @@ def test_the_plans_library_path_reaches_children_only_in_dlopen_mode(scenario, p
     extra = lib_dir / toys["extra"].name
     if not extra.exists():
         cc(extra, "int toy_only_on_llp(void) { return 7; }\n")
-    code = REEXECD + textwrap.dedent(f"""
+    code = REEXECD + MAPPED + textwrap.dedent(f"""
         import ctypes, subprocess, sys
         def found():
             try:
@@ -145,8 +141,7 @@ def test_the_plans_library_path_reaches_children_only_in_dlopen_mode(scenario, p
             except OSError:
                 return False
         child = subprocess.run([sys.executable, '-c', 'import ctypes; ctypes.CDLL("{extra.name}")']).returncode
-        hooks = sorted({{l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l}})
-        print(found(), child == 0, reexecd(), *hooks)
+        print(found(), child == 0, reexecd(), *mapped('torch_memory_saver'))
     """)
     r = scn.run(["-c", code], {"TMS_AUTOPRELOAD": "1", **mode_env(mode)})
     assert r.returncode == 0, r.stderr
@@ -184,8 +179,7 @@ def test_falls_back_when_the_plan_has_no_runtime_library_file(scenario):
     """torch_memory_saver 0.0.8's driver-only build, on a host where torch's libcudart is not visible:
     the plan loads, but names no runtime library to load before the hook."""
     scn = scenario(tms="0.0.8", torch="cu13-sys", host=("driver",))
-    code = REEXECD + ("print(reexecd(), *sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') "
-                      "if 'torch_memory_saver' in l}))")
+    code = REEXECD + MAPPED + "print(reexecd(), *mapped('torch_memory_saver'))"
     r = scn.run(["-c", code], {"TMS_AUTOPRELOAD": "1", **mode_env("dlopen")})
     assert r.returncode == 0, r.stderr
     assert "the plan names no runtime library file" in fallback_line(r.stderr)[0], r.stderr
@@ -208,8 +202,7 @@ def test_dlopen_mode_start_imports_no_threading(scenario):
     ``threading`` (for activate()'s lock the interpreter's own ``_thread`` has one), which would pull
     ``functools``, ``collections`` and more into every such start."""
     scn = report_host(scenario)
-    code = ("import sys; print(' '.join(sorted(sys.modules))); "
-            "print(any('torch_memory_saver' in l for l in open('/proc/self/maps')))")
+    code = MAPPED + "import sys; print(' '.join(sorted(sys.modules))); print(bool(mapped('torch_memory_saver')))"
     r = scn.run(["-c", code], {"SLIME_OFFLOAD_TRAIN": "1", **mode_env("dlopen")})
     assert r.returncode == 0 and "falling back to exec" not in r.stderr, r.stderr
     modules, hooked = r.stdout.splitlines()
@@ -226,7 +219,7 @@ def test_unknown_mode_warns_and_execs(scenario, parts, toys):
 
 # ---------------------------------------------------------------- activate()
 
-ACTIVATE = r"""
+ACTIVATE = MAPPED + r"""
 import ctypes, json, os, sys
 import tms_autopreload
 first = tms_autopreload.activate()
@@ -234,7 +227,7 @@ second = tms_autopreload.activate()
 lib = ctypes.CDLL(sys.argv[2])
 real = ctypes.CDLL(sys.argv[1]).cudaMalloc(ctypes.byref(ctypes.c_void_p()), 16)
 print(json.dumps({'same': first is second, 'build': first.build, 'consumer': lib.consumer_alloc(), 'real': real,
-                  'hooks': sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l}),
+                  'hooks': mapped('torch_memory_saver'),
                   'preload': os.environ.get('LD_PRELOAD')}))
 """
 
@@ -335,16 +328,15 @@ def test_embedded_interpreter_is_hooked_in_process(scenario, parts, toys, embedd
 
 # ---------------------------------------------------------------- activate() with real torch and a real Jupyter kernel
 
-ACTIVATE_KERNEL = KERNEL_CLIENT + r'''
+ACTIVATE_KERNEL = KERNEL_CLIENT + f"MAPPED = {MAPPED!r}\n" + r'''
 res = {'first_cell': run('import tms_autopreload\nplan = tms_autopreload.activate()\nprint(plan.build)')}
-res['torch'] = json.loads(run(
+res['torch'] = json.loads(run(MAPPED +
     "import ctypes, json, os, torch\n"
     "from torch_memory_saver.hooks.mode_preload import HookUtilModePreload\n"
     "accepted = HookUtilModePreload().get_path_binary()\n"
     "ctypes.CDLL(accepted)\n"
-    "maps = open('/proc/self/maps').read().splitlines()\n"
     "print(json.dumps({'accepted': accepted, 'cuda': torch.version.cuda, 'pid': os.getpid(),\n"
-    "    'cudart': sorted({l.split(None, 5)[5] for l in maps if '/libcudart' in l})}))"))
+    "    'cudart': mapped('/libcudart')}))"))
 res['again'] = run('print(tms_autopreload.activate() is plan)')
 res['kernel_pid'] = km.provisioner.process.pid
 kc.stop_channels()
@@ -392,7 +384,7 @@ def test_activate_after_import_torch_says_restart(real_torch):
 
 # ---------------------------------------------------------------- activate() misused
 
-THREADS = r"""
+THREADS = MAPPED + r"""
 import json, sys, threading
 import tms_autopreload
 barrier = threading.Barrier(16)
@@ -406,8 +398,7 @@ def worker():
 threads = [threading.Thread(target=worker) for _ in range(16)]
 [t.start() for t in threads]
 [t.join() for t in threads]
-hooks = sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l})
-print(json.dumps({'results': results, 'hooks': hooks}))
+print(json.dumps({'results': results, 'hooks': mapped('torch_memory_saver')}))
 """
 
 
@@ -472,7 +463,7 @@ def test_disable_turns_off_activate_and_configure_subprocess(scenario, value):
     each says so once, as a RuntimeWarning. It fails safe: a value that is no off word (``ture``) does the
     same, and the warning says that value is not recognised and was taken as on."""
     scn = report_host(scenario)
-    code = textwrap.dedent("""
+    code = MAPPED + f"MAPPED = {MAPPED!r}\n" + textwrap.dedent("""
         import json, os, subprocess, sys, warnings
         import tms_autopreload
         warnings.simplefilter('always')
@@ -480,10 +471,10 @@ def test_disable_turns_off_activate_and_configure_subprocess(scenario, value):
         plan = tms_autopreload.activate()
         with tms_autopreload.configure_subprocess() as child_plan:
             inside = dict(os.environ) == before
-            child = subprocess.run([sys.executable, '-c', "print('torch_memory_saver' in open('/proc/self/maps').read())"],
+            child = subprocess.run([sys.executable, '-c', MAPPED + "print(bool(mapped('torch_memory_saver')))"],
                                    capture_output=True, text=True).stdout.strip()
         print(json.dumps({'plan': plan is None, 'child_plan': child_plan is None, 'inside': inside, 'child': child,
-                          'self': 'torch_memory_saver' in open('/proc/self/maps').read(),
+                          'self': bool(mapped('torch_memory_saver')),
                           'same': dict(os.environ) == before}))
     """)
     r = scn.run(["-c", code], {"TMS_AUTOPRELOAD_DISABLE": value})

@@ -27,7 +27,7 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import REEXECD, assert_stopped, clean_env, execs, names
+from support import MAPPED, REEXECD, assert_stopped, clean_env, execs, mentions_variable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -150,7 +150,7 @@ def test_survey_answers_every_environment(world):
         if report.error:
             assert "internal error" not in report.error
             line = first_line(report.error)
-            assert any(names(line, name) for name in changed), (changed, report.error)
+            assert any(mentions_variable(line, name) for name in changed), (changed, report.error)
 
     with installed(world):
         check()
@@ -184,10 +184,10 @@ def test_start_up_decision_answers_every_environment(world):
                 pass
             except startup._Stop as stop:
                 assert "internal error" not in str(stop)
-                assert any(names(first_line(str(stop)), name) for name in changed), (changed, str(stop))
+                assert any(mentions_variable(first_line(str(stop)), name) for name in changed), (changed, str(stop))
         for message in said:
             if message.startswith("warning:") and "is not" in message:
-                assert any(names(message, name) for name in changed), (changed, message)
+                assert any(mentions_variable(message, name) for name in changed), (changed, message)
 
     def no_exec(*args):
         raise Executed()
@@ -226,9 +226,9 @@ def test_the_three_reported_inputs(world):
 
 # ---------------------------------------------------------------- 2. end to end, real interpreters
 
-E2E_PROBE = REEXECD + r"""
+E2E_PROBE = REEXECD + MAPPED + r"""
 import json, os, sys
-maps = sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'torch_memory_saver' in l})
+maps = mapped('torch_memory_saver')
 print(json.dumps({'argv': sys.argv[1:], 'stdin': sys.stdin.read(), 'hooks': maps, 'reexecd': reexecd(),
                   'bytes': os.environb.get(b'TMS_TEST_BYTES', b'').hex()}))
 """
@@ -327,10 +327,9 @@ SITE_FILES = {  # where, relative to site-packages, and what a start must then a
     "libtorch_global_deps.so": ("torch/lib/libtorch_global_deps.so", "hooked"),
     "hooks/mode_preload.py": ("torch_memory_saver/hooks/mode_preload.py", "hooked"),
 }
-PROBE_MAPS = REEXECD + """
+PROBE_MAPS = REEXECD + MAPPED + """
 import json
-print(json.dumps({'hooks': sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps')
-                                   if 'torch_memory_saver' in l}), 'reexecd': reexecd()}))
+print(json.dumps({'hooks': mapped('torch_memory_saver'), 'reexecd': reexecd()}))
 """
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_applied, mode_env
-from support import KERNEL_CLIENT, REEXECD, cc, clean_env, execs
+from support import KERNEL_CLIENT, MAPPED, REEXECD, cc, clean_env, execs
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TMS_VERSIONS = ["0.0.9.post1", "0.0.10"]  # 0.0.9.post1 replaces LD_PRELOAD, 0.0.10 prepends its pick
@@ -28,17 +28,12 @@ RELEASED_SOURCE = "0.0.10-source"
 PATCHED_SOURCE = "0.0.10-source-patched"
 RUNPATH_PATCHED = "0.0.10-source-runpath-patched"  # the same patch over the model of #108
 
-LAUNCHER = REEXECD + r'''
+LAUNCHER = REEXECD + MAPPED + r'''
 import concurrent.futures as cf, ctypes, json, multiprocessing as mp, os, queue, sys
 
 
-def maps():
-    return sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps'))
-                   if len(f) == 6 and '.so' in f[5]})
-
-
 def report(kind):
-    hooks = [m for m in maps() if 'torch_memory_saver' in os.path.basename(m)]
+    hooks = [m for m in mapped('.so') if 'torch_memory_saver' in os.path.basename(m)]
     preload = os.environ.get('LD_PRELOAD', '')
     import torch
     from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
@@ -49,7 +44,7 @@ def report(kind):
         verdict = f'refused: {exc}'
     return {'kind': kind, 'pid': os.getpid(), 'reexecd': reexecd(), 'hooks': hooks, 'preload': preload,
             'verdict': verdict, 'library_path': os.environ.get('LD_LIBRARY_PATH', ''),
-            'cudart': [m for m in maps() if os.path.basename(m).startswith('libcudart')],
+            'cudart': [m for m in mapped('.so') if os.path.basename(m).startswith('libcudart')],
             'cuda': torch.version.cuda}
 
 
@@ -102,7 +97,7 @@ def main():
     pool.shutdown()
     out.append(got)
     print(json.dumps({'launcher': os.getpid(), 'reexecd': reexecd(), 'preload_after': os.environ.get('LD_PRELOAD'),
-                      'hooks': [m for m in maps() if 'torch_memory_saver' in os.path.basename(m)], 'children': out}))
+                      'hooks': [m for m in mapped('.so') if 'torch_memory_saver' in os.path.basename(m)], 'children': out}))
 
 
 if __name__ == '__main__':
@@ -303,7 +298,7 @@ def test_upstream_patch_over_108_hooks_sglangs_children(real_torch, launcher):
 def test_configure_subprocess_contract(scenario, parts):
     """Children only, restored on exit (also on error), nestable, serialised across threads."""
     scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
-    code = textwrap.dedent("""
+    code = MAPPED + f"MAPPED = {MAPPED!r}\n" + textwrap.dedent("""
         import json, os, subprocess, sys, threading, time
         import tms_autopreload
         from tms_autopreload import configure_subprocess
@@ -313,13 +308,12 @@ def test_configure_subprocess_contract(scenario, parts):
         out = {'before': before}
         with configure_subprocess() as plan:
             inside = snap()
-            child = subprocess.run([sys.executable, '-c', 'import os; print(os.environ["LD_PRELOAD"]);'
-                                    'print(sorted({l.split()[-1] for l in open("/proc/self/maps") '
-                                    'if "torch_memory_saver" in l}))'], capture_output=True, text=True)
+            child = subprocess.run([sys.executable, '-c', MAPPED + 'import os; print(os.environ["LD_PRELOAD"]);'
+                                    'print(mapped("torch_memory_saver"))'], capture_output=True, text=True)
             with configure_subprocess():
                 out['nested'] = snap()
             out['after_nested'] = snap()
-            out['self_maps'] = 'torch_memory_saver' in open('/proc/self/maps').read()
+            out['self_maps'] = bool(mapped('torch_memory_saver'))
         out.update(inside=inside, plan_build=plan.build, child=child.stdout.splitlines(), after=snap())
         try:
             with configure_subprocess():
@@ -374,24 +368,18 @@ def test_configure_subprocess_without_a_plan_raises_what_which_prints(scenario):
 
 # ---------------------------------------------------------------- torchrun
 
-RANK = REEXECD + r'''
+RANK = REEXECD + MAPPED + r'''
 import json, os, sys, time
 import torch
 import torch.distributed as dist
 
-
-def hooks(pid):
-    lines = open(f'/proc/{pid}/maps').read().splitlines()
-    return sorted({l.split(None, 5)[5] for l in lines if 'torch_memory_saver' in l})
-
-
 rank, attempt = int(os.environ['RANK']), int(os.environ['TORCHELASTIC_RESTART_COUNT'])
-maps = open('/proc/self/maps').read().splitlines()
+cudart = mapped('/libcudart')
 from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
-report = {'rank': rank, 'attempt': attempt, 'pid': os.getpid(), 'agent': os.getppid(), 'hooks': hooks('self'),
-          'reexecd': reexecd(), 'agent_reexecd': reexecd(os.getppid()),
-          'agent_hooks': hooks(os.getppid()), 'sum': None, 'tms_accepts': HookUtilModePreload().get_path_binary(),
-          'cudart': sorted({l.split(None, 5)[5] for l in maps if '/libcudart' in l})}
+report = {'rank': rank, 'attempt': attempt, 'pid': os.getpid(), 'agent': os.getppid(),
+          'hooks': mapped('torch_memory_saver'), 'reexecd': reexecd(), 'agent_reexecd': reexecd(os.getppid()),
+          'agent_hooks': mapped('torch_memory_saver', os.getppid()), 'sum': None,
+          'tms_accepts': HookUtilModePreload().get_path_binary(), 'cudart': cudart}
 if attempt == 0:
     # The first attempt fails before any rendezvous of its own (rank 1 exits; the agent stops rank 0),
     # so the restart is the only process group: no stale gloo addresses from a dead attempt.
@@ -437,17 +425,15 @@ def test_torchrun_agent_and_every_rank_hooked_also_after_a_restart(real_torch, t
 # ---------------------------------------------------------------- Jupyter
 
 KERNEL_DRIVER = KERNEL_CLIENT + r'''
-PROBE = REEXECD + """
+PROBE = REEXECD + MAPPED + """
 import json, os
-maps = open('/proc/self/maps').read().splitlines()
-print(json.dumps({'pid': os.getpid(), 'hooks': sorted({l.split(None, 5)[5] for l in maps if 'torch_memory_saver' in l}),
+print(json.dumps({'pid': os.getpid(), 'hooks': mapped('torch_memory_saver'),
                   'preload': os.environ.get('LD_PRELOAD'), 'reexecd': reexecd()}))
 """
 res = {'started_pid': km.provisioner.process.pid, 'first': json.loads(run(PROBE))}
-res['torch'] = json.loads(run("import json, os, torch\n"
+res['torch'] = json.loads(run(MAPPED + "import json, os, torch\n"
                               "from torch_memory_saver.hooks.mode_preload import HookUtilModePreload\n"
-                              "print(json.dumps([torch.version.cuda, sorted({l.split(None, 5)[5].strip() "
-                              "for l in open('/proc/self/maps') if '/libcudart' in l}), "
+                              "print(json.dumps([torch.version.cuda, mapped('/libcudart'), "
                               "HookUtilModePreload().get_path_binary()]))"))
 ready = sys.argv[1] + '/cell-running'  # the readiness marker: a file, no output stream in between
 # stop_on_error=False: the interrupted cell's error must not abort the cells sent after it
@@ -483,7 +469,7 @@ def test_jupyter_kernel_starts_hooked_survives_interrupt_and_restart(real_torch,
     assert spec["env"] == {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"}
     assert spec["argv"][0] == str(scn.venv.python)
     driver = tmp_path / "driver.py"
-    driver.write_text(KERNEL_DRIVER.replace("REEXECD + ", repr(REEXECD) + " + ", 1))
+    driver.write_text(f"REEXECD, MAPPED = {REEXECD!r}, {MAPPED!r}\n" + KERNEL_DRIVER)
     r = scn.host.run([str(scn.venv.python), str(driver), str(kernels), "tms-test"], clean_env(), timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])

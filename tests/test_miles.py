@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Scenario, need
-from support import (Host, RayCluster, clean_env, find_python, private_copy, ray_venv, runtime_wheel, tms_wheel,
+from support import (MAPPED, Host, RayCluster, clean_env, find_python, private_copy, ray_venv, runtime_wheel, tms_wheel,
                      write_torch_standin)
 from test_patches import parse
 
@@ -45,7 +45,7 @@ def offload_block(patch: Path, side: str) -> str:
     return textwrap.dedent("\n".join(lines[i:end])) + "\n"
 
 
-DRIVER = r"""
+DRIVER = MAPPED + r"""
 import ctypes, importlib.machinery, importlib.util, json, os, sys, types
 from pathlib import Path
 import ray
@@ -77,7 +77,7 @@ out['env_vars'] = dict(env_vars)
 @ray.remote
 class Probe:
     def report(self):
-        maps = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6})
+        maps = mapped()
         return {'prefix': sys.prefix, 'hooks': [m for m in maps if 'torch_memory_saver' in m],
                 'cudart': [m for m in maps if os.path.basename(m).startswith('libcudart')],
                 'env': {k: v for k, v in os.environ.items() if k.startswith(('TMS_', 'LD_PRELOAD'))}}

@@ -16,13 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from support import ROOT, clean_env
+from conftest import report_host
+from support import MAPPED, ROOT, clean_env
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-
-
-def report_host(scenario):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"))
 
 
 def cli(scn, *args, env=None, **kw):
@@ -216,13 +213,12 @@ def test_kernel_env_that_keeps_the_hook_on_is_accepted(real_torch, tmp_path):
 
 # ---------------------------------------------------------------- configure_subprocess() and start methods
 
-STARTS = r'''
+STARTS = MAPPED + r'''
 import concurrent.futures as cf, json, multiprocessing as mp, os, sys, warnings
 
 
 def report(tag):
-    maps = open('/proc/self/maps').read()
-    return {'tag': tag, 'pid': os.getpid(), 'hooked': 'torch_memory_saver' in maps}
+    return {'tag': tag, 'pid': os.getpid(), 'hooked': bool(mapped('torch_memory_saver'))}
 
 
 def child(q, tag):
@@ -410,6 +406,6 @@ def test_a_preloaded_runtime_library_is_the_one_the_process_binds(scenario, part
     doc = json.loads(cli(scn, "doctor", "--json", env=env).stdout)
     assert doc["runtime"]["library"] == str(copy) and doc["runtime"]["library_rule"] == "LD_PRELOAD"
     assert doc["plan"]["env"]["LD_PRELOAD"] == f"{scn.site / CU13}:{copy}", doc["plan"]
-    code = "print(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libcudart' in l}))"
+    code = MAPPED + "print(mapped('libcudart'))"
     r = scn.run(["-c", code], {"TMS_AUTOPRELOAD": "1", **env})
     assert r.returncode == 0 and r.stdout.strip() == repr([str(copy)]), r.stdout + r.stderr

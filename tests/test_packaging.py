@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from packaging.metadata import Metadata
-from support import REEXECD, ROOT, Venv, execs, find_python, run, wheel
+from support import MAPPED, REEXECD, ROOT, Venv, execs, find_python, run, wheel
 from support import uv as sandbox_uv
 
 
@@ -28,10 +28,9 @@ def _startup_files() -> set[str]:
 
 STARTUP = _startup_files()
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-PROBE = REEXECD + """
+PROBE = REEXECD + MAPPED + """
 import json
-print(json.dumps([reexecd(), sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps')
-                                     if 'torch_memory_saver' in l})]))
+print(json.dumps([reexecd(), mapped('torch_memory_saver')]))
 """
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, need
-from support import Host, Venv, clean_env, find_python, private_copy, run, tms_wheel, torch_venv
+from support import MAPPED, Host, Venv, clean_env, find_python, private_copy, run, tms_wheel, torch_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST = next(line.strip() for line in (ROOT / "tests" / "requirements.txt").read_text().splitlines()
@@ -71,9 +71,9 @@ VERDICTS = {name: dict.fromkeys(TESTS, "passed") for name in VARIANTS}
 COUNTS = {name: {"passed": 10, "failed": 0, "not run": 2} for name in VARIANTS}
 
 # The script the test process runs: what the start-up left in this process, then pytest in it.
-DRIVER = r"""
+DRIVER = MAPPED + r"""
 import json, os, sys
-maps = [f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6]
+maps = mapped()
 with open(sys.argv[1], 'w') as out:
     json.dump({'hooks': sorted({m for m in maps if 'torch_memory_saver_hook' in os.path.basename(m)}),
                'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart.so')}),

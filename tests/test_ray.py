@@ -16,20 +16,20 @@ import textwrap
 
 import pytest
 from conftest import Scenario, assert_applied, need
-from support import (REEXECD, Host, RayCluster, clean_env, private_copy, ray_venv, runtime_wheel, tms_wheel,
+from support import (MAPPED, REEXECD, Host, RayCluster, clean_env, private_copy, ray_venv, runtime_wheel, tms_wheel,
                      write_torch_standin)
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 
-ACTOR = REEXECD + r"""
+ACTOR = REEXECD + MAPPED + r"""
 import json, os, subprocess, sys
 import ray
 
 @ray.remote
 class Probe:
     def report(self):
-        maps = [f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6]
+        maps = mapped()
         child = subprocess.run(['bash', '-c', 'true'], capture_output=True, text=True)
         return {'pid': os.getpid(), 'prefix': sys.prefix, 'hooks': sorted({m for m in maps if 'torch_memory_saver' in m}),
                 'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart')}),

@@ -15,16 +15,13 @@ import os
 
 import pytest
 from conftest import assert_applied, mode_env
-from support import REEXECD, allocator_bindings
+from support import MAPPED, REEXECD, allocator_bindings
 
-PROBE = REEXECD + r"""
+PROBE = REEXECD + MAPPED + r"""
 import ctypes, json, os
-def maps():
-    return sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps'))
-                   if len(f) == 6 and '.so' in f[5]})
-hook_before_torch = [m for m in maps() if 'torch_memory_saver' in m]
+hook_before_torch = [m for m in mapped('.so') if 'torch_memory_saver' in m]
 import torch
-after = maps()
+after = mapped('.so')
 libc = ctypes.CDLL(None)
 libc.dlsym.restype = ctypes.c_void_p
 libc.dlsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p]

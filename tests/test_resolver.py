@@ -17,17 +17,17 @@ import sys
 import pytest
 import support
 from conftest import AARCH64, DEFAULT_PYTHON, assert_applied, mode_env
-from support import REEXECD, assert_stopped
+from support import MAPPED, REEXECD, assert_stopped
 
 sys.path.insert(0, str(support.ROOT))
 
-PROBE = REEXECD + """
+PROBE = REEXECD + MAPPED + """
 import ctypes, json, os, subprocess, sys
 site = next(p for p in sys.path if p.endswith('site-packages'))
 deps = os.path.join(site, 'torch', 'lib', 'libtorch_global_deps.so')
 if os.path.exists(deps):
     ctypes.CDLL(deps)  # what `import torch` loads first; the stand-in torch cannot be imported
-maps = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6 and '.so' in f[5]})
+maps = mapped('.so')
 child = subprocess.run(['bash', '-c', 'true'], capture_output=True, text=True)
 print(json.dumps({'pid': os.getpid(), 'maps': maps, 'child': child.returncode, 'child_err': child.stderr,
                   'reexecd': reexecd(),
@@ -75,7 +75,7 @@ def releases(*versions):
 
 
 @pytest.mark.parametrize("tms, python", releases("0.0.9.post1"))
-def test_a_cuda13_system_runtime(scenario, tms, python, mode):
+def test_cuda13_system_runtime_gets_the_cu13_build_bound_to_that_runtime(scenario, tms, python, mode):
     scn = scenario(tms=tms, torch="cu13-sys", host=("driver", "cuda13"), python=python)
     parts = scn.parts
     doc = scn.doctor()
@@ -89,7 +89,7 @@ def test_a_cuda13_system_runtime(scenario, tms, python, mode):
 
 
 @pytest.mark.parametrize("tms, python", releases("0.0.9.post1"))
-def test_b_cuda13_from_pip_only(scenario, tms, python, mode):
+def test_cuda13_from_pip_only_gets_the_cu13_build_bound_to_the_pip_runtime(scenario, tms, python, mode):
     """The pip runtime is found by the LD_LIBRARY_PATH binding, or by the build's own RUNPATH (then no binding)."""
     scn = scenario(tms=tms, torch="cu13-pip", pip=(13,), host=("driver",), python=python)
     doc = scn.doctor()
@@ -104,7 +104,7 @@ def test_b_cuda13_from_pip_only(scenario, tms, python, mode):
 
 
 @pytest.mark.parametrize("tms, python", releases("0.0.10"))
-def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario, tms, python, mode):
+def test_cuda12_from_pip_only_gets_the_cu12_build_where_slimes_pick_fails(scenario, tms, python, mode):
     scn = scenario(tms=tms, torch="cu12-pip", pip=(12,), host=("driver",), python=python)
     assert chosen(scn.doctor()) == CU12
     out = hooked(scn, scn.site / CU12, mode)
@@ -116,7 +116,7 @@ def test_c_cuda12_from_pip_only_and_slimes_list_fails(scenario, tms, python, mod
 
 
 @pytest.mark.parametrize("python", MACHINES)
-def test_d_both_runtimes_loadable_torch_for_13(scenario, python):
+def test_with_both_runtimes_loadable_torchs_cuda13_decides(scenario, python):
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda12", "cuda13"), python=python)
     doc = scn.doctor()
     assert chosen(doc) == CU13
@@ -124,7 +124,7 @@ def test_d_both_runtimes_loadable_torch_for_13(scenario, python):
     assert "not for this process's CUDA 13" in verdict(doc, CU12)["reason"]
 
 
-def test_e_cu12_only_release_on_cuda13_is_a_clear_error(scenario):
+def test_cu12_only_release_on_cuda13_stops_naming_the_release_to_install(scenario):
     scn = scenario(tms="0.0.9", torch="cu13-sys", host=("driver", "cuda13"))
     doc = scn.doctor()
     assert not doc["ok"], doc
@@ -135,7 +135,7 @@ def test_e_cu12_only_release_on_cuda13_is_a_clear_error(scenario):
 
 
 @pytest.mark.parametrize("major", [12, 13])
-def test_f_driver_only_build_on_either_runtime(scenario, major, mode):
+def test_the_driver_only_build_is_chosen_on_either_runtime(scenario, major, mode):
     scn = scenario(tms="0.0.8", torch=f"cu{major}-sys", host=("driver", f"cuda{major}"))
     assert chosen(scn.doctor()) == "torch_memory_saver_cpp.abi3.so"
     hooked(scn, scn.site / "torch_memory_saver_cpp.abi3.so", mode)
@@ -152,7 +152,7 @@ def test_f_driver_only_build_on_either_runtime(scenario, major, mode):
      ["several CUDA runtimes are visible", "TMS_AUTOPRELOAD_CUDA_MAJOR=N"]),
 ])
 @pytest.mark.parametrize("python", MACHINES)
-def test_g_each_failure_has_its_clear_error(scenario, case, kw, words, python):
+def test_each_host_without_a_plan_stops_with_its_own_fix(scenario, case, kw, words, python):
     scn = scenario(**kw, python=python)
     doc = scn.doctor()
     assert not doc["ok"], case
@@ -161,21 +161,21 @@ def test_g_each_failure_has_its_clear_error(scenario, case, kw, words, python):
     assert_stopped(scn.flagged("print('user code ran')"), *words)
 
 
-def test_g_no_torch_only_cuda13_visible(scenario, mode):
+def test_without_torch_the_one_visible_runtime_decides(scenario, mode):
     scn = scenario(torch=None, host=("driver", "cuda13"))
     doc = scn.doctor()
     assert chosen(doc) == CU13 and doc["runtime"]["source"].startswith("no torch; only libcudart.so.13")
     hooked(scn, scn.site / CU13, mode)
 
 
-def test_g_no_torch_only_cuda13_from_pip(scenario, mode):
+def test_without_torch_the_pip_runtime_decides(scenario, mode):
     scn = scenario(torch=None, pip=(13,), host=("driver",))
     doc = scn.doctor()
     assert chosen(doc) == CU13 and doc["runtime"]["library_rule"] == "NVIDIA pip wheel"
     hooked(scn, scn.site / CU13, mode)
 
 
-def test_h_source_build_unsuffixed_cuda13(scenario, mode):
+def test_an_unsuffixed_source_build_for_cuda13_is_chosen(scenario, mode):
     scn = scenario(tms="0.0.10", torch="cu13-sys", layout="source13", host=("driver", "cuda13"))
     assert chosen(scn.doctor()) == PLAIN
     hooked(scn, scn.site / PLAIN, mode)
@@ -343,7 +343,7 @@ def test_a_runtime_only_in_the_machines_default_directory_is_found(scenario, pyt
 
 
 @pytest.mark.parametrize("python", MACHINES)
-def test_c_cuda12_system_runtime(scenario, python, mode):
+def test_cuda12_system_runtime_gets_the_cu12_build_bound_to_that_runtime(scenario, python, mode):
     """A CUDA 12 torch on a node whose CUDA 12 runtime is in the loader cache: the cu12 build, and one libcudart."""
     scn = scenario(tms="0.0.10", torch="cu12-sys", host=("driver", "cuda12"), python=python)
     doc = scn.doctor()

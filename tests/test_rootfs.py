@@ -16,7 +16,7 @@ import subprocess
 import pytest
 from conftest import DEFAULT_PYTHON
 from rootfs import SUITES, mirror
-from support import SetupError, assert_stopped, locate_python
+from support import MAPPED, SetupError, assert_stopped, locate_python
 from test_guarantees import _elf32
 
 # Every test here builds or enters a Debian root file system: left out of `make check`.
@@ -75,8 +75,8 @@ def test_the_arm64_root_runs_aarch64_programs_and_leaves_the_machine_alone(rootf
     binfmt_misc of the test's own user namespace); this machine's binfmt_misc is as it was."""
     before = _binfmt_misc()
     fs = rootfs("trixie-arm64")
-    probe = ("import os, platform, subprocess; maps = open('/proc/self/maps').read(); "
-             "print(platform.machine(), 'ld-linux-aarch64.so.1' in maps, "
+    probe = (MAPPED + "import os, platform, subprocess; "
+             "print(platform.machine(), bool(mapped('ld-linux-aarch64.so.1')), "
              "subprocess.run(['uname', '-m'], capture_output=True, text=True).stdout.strip())")
     r = fs.run([fs.python("3.13"), "-c", probe])
     assert r.stdout.split() == ["aarch64", "True", "aarch64"], r.stdout + r.stderr

@@ -16,7 +16,7 @@ import subprocess
 import zipfile
 
 import pytest
-from support import clean_env, tms_wheel
+from support import MAPPED, clean_env, tms_wheel
 from tms_autopreload import elf
 
 MODEL = "0.0.10-source-runpath"
@@ -26,7 +26,7 @@ RUNTIME_DIRS = {12: "nvidia/cuda_runtime/lib", 13: "nvidia/cu13/lib"}
 # A parent that calls configure_subprocess(): argv[1] says whether it imports torch (and so maps torch's
 # libcudart) or only torch_memory_saver's hooks modules (its package __init__ imports torch), with the
 # build it would pick given, as #108's own tests give it.
-PARENT = r"""
+PARENT = MAPPED + r"""
 import json, os, sys, types
 site, kind = sys.argv[1], sys.argv[2]
 if kind == 'torch':
@@ -43,7 +43,7 @@ names = ('LD_PRELOAD', 'LD_LIBRARY_PATH')
 before = {k: os.environ.get(k) for k in names}
 with mode_preload.configure_subprocess():
     inside = {k: os.environ.get(k) for k in names}
-maps = [f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6]
+maps = mapped()
 print(json.dumps({'inside': inside, 'restored': {k: os.environ.get(k) for k in names} == before,
                   'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart.so.')})}))
 """

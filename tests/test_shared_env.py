@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, need
-from support import (REEXECD, Host, Venv, assert_stopped, clean_env, execs, python_for_every_account, tms_wheel,
+from support import (MAPPED, REEXECD, Host, Venv, assert_stopped, clean_env, execs, python_for_every_account, tms_wheel,
                      write_torch_standin)
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 SETPRIV = "/usr/bin/setpriv"
-PROBE = REEXECD + """
+PROBE = REEXECD + MAPPED + """
 import json, os
-maps = [f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6]
+maps = mapped()
 print(json.dumps({'hooks': sorted({m for m in maps if 'torch_memory_saver' in m}),
                   'preload': os.environ.get('LD_PRELOAD', ''), 'uid': os.getuid(), 'reexecd': reexecd()}))
 """

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, MODES, Scenario, mode_env, need
-from support import (REEXECD, SetupError, Venv, assert_stopped, base_python, clean_env, locate_python, run,
+from support import (MAPPED, REEXECD, SetupError, Venv, assert_stopped, base_python, clean_env, locate_python, run,
                      runtime_wheel, tms_wheel, torch_venv, write_torch_standin)
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -38,7 +38,7 @@ PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 # _load_global_deps does (ctypes.CDLL, RTLD_GLOBAL), which maps the runtime its DT_NEEDED names. Where the
 # host lacks that runtime (a driver-only build beside a system-CUDA torch, no CUDA installed), torch could
 # not load hooked or not: the probe goes on without it.
-PROBE = REEXECD + r"""
+PROBE = REEXECD + MAPPED + r"""
 import ctypes, importlib.util, json, os
 try:
     import torch
@@ -52,7 +52,7 @@ except ImportError as exc:
         ctypes.CDLL(os.path.join(lib, 'libtorch_global_deps.so'), mode=ctypes.RTLD_GLOBAL)
     except OSError:
         pass
-files = {f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6}
+files = mapped()
 print(json.dumps({'reexecd': reexecd(),
                   'hooks': sorted(f for f in files if 'torch_memory_saver' in os.path.basename(f)),
                   'runtimes': sorted({os.path.realpath(f) for f in files

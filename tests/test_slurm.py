@@ -22,7 +22,7 @@ import shlex
 import pytest
 from conftest import DEFAULT_PYTHON, need
 from slurm import Node, Slurm
-from support import ROOT, Host, Venv, fenced_blocks, find_python, runtime_wheel, tms_wheel
+from support import MAPPED, ROOT, Host, Venv, fenced_blocks, find_python, runtime_wheel, tms_wheel
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -30,9 +30,9 @@ HEADER = ("node  ip  GPUs  python  tms_autopreload  torch_memory_saver  torch (r
           "first line of the error")
 
 # What a task reports: where it runs, what is mapped, whether its start re-exec'd once.
-PROBE = r"""
+PROBE = MAPPED + r"""
 import json, os, socket, sys
-maps = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps')) if len(f) == 6})
+maps = mapped()
 initial = open('/proc/self/environ', 'rb').read().split(b'\0')
 out = {'task': os.environ['SLURM_PROCID'], 'node': os.environ['SLURMD_NODENAME'], 'hostname': socket.gethostname(),
        'prefix': sys.prefix, 'hooks': [m for m in maps if 'torch_memory_saver' in m],
@@ -47,8 +47,7 @@ from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
 out['accepted'] = HookUtilModePreload().get_path_binary()
 ctypes.CDLL(out['accepted'])
 out['torch'] = torch.__version__
-out['cudart'] = sorted({f[5].strip() for f in (l.split(None, 5) for l in open('/proc/self/maps'))
-                        if len(f) == 6 and os.path.basename(f[5].strip()).startswith('libcudart')})
+out['cudart'] = [m for m in mapped() if os.path.basename(m).startswith('libcudart')]
 """
 
 

@@ -17,15 +17,13 @@ import shlex
 from pathlib import Path
 
 import pytest
-from support import REEXECD, clean_env, fenced_blocks, free_port
+from support import MAPPED, REEXECD, clean_env, fenced_blocks, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
-MAPS = ("import json, os\n"
-        "maps = open('/proc/self/maps').read().splitlines()\n"
-        "print(json.dumps({'hooks': sorted({l.split(None, 5)[5] for l in maps if 'torch_memory_saver' in l}),\n"
-        "                  'cudart': sorted({l.split(None, 5)[5] for l in maps if '/libcudart' in l})}))\n")
+MAPS = MAPPED + ("import json, os\n"
+                 "print(json.dumps({'hooks': mapped('torch_memory_saver'), 'cudart': mapped('/libcudart')}))\n")
 
 
 def fences(page: Path, lang: str = "") -> list[str]:
@@ -122,16 +120,10 @@ def test_the_sglang_line_flags_the_launcher():
     assert argv[:4] == ["TMS_AUTOPRELOAD=1", "python", "-m", "sglang.launch_server"], argv
 
 
-RANK = REEXECD + r"""
+RANK = REEXECD + MAPPED + r"""
 import json, os
-
-
-def mapped(pid, word):
-    return sorted({l.split(None, 5)[5] for l in open(f'/proc/{pid}/maps').read().splitlines() if word in l})
-
-
-report = {'hooks': mapped('self', 'torch_memory_saver'), 'cudart': mapped('self', '/libcudart'),
-          'reexecd': reexecd(), 'agent_hooks': mapped(os.getppid(), 'torch_memory_saver'),
+report = {'hooks': mapped('torch_memory_saver'), 'cudart': mapped('/libcudart'),
+          'reexecd': reexecd(), 'agent_hooks': mapped('torch_memory_saver', os.getppid()),
           'agent_reexecd': reexecd(os.getppid())}
 with open(os.path.join(os.environ['RANK_REPORTS'], os.environ['RANK']), 'w') as f:
     json.dump(report, f)

@@ -18,20 +18,15 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DEFAULT_PYTHON, ROOTFS_PYTHONS, need
+from conftest import DEFAULT_PYTHON, ROOTFS_PYTHONS, need, report_host
 from conftest import python_version as version
 from rootfs import RootfsVenv
-from support import REEXECD, Venv, clean_env, execs, locate_python, uv
+from support import MAPPED, REEXECD, Venv, clean_env, execs, locate_python, uv
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13", *ROOTFS_PYTHONS]
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
-HOOKED = REEXECD + ("import json, os; print(json.dumps([reexecd(), sorted({l.split(None, 5)[5].strip() "
-                    "for l in open('/proc/self/maps') if 'torch_memory_saver' in l})]))")
-
-
-def report_host(scenario, python):
-    return scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python)
+HOOKED = REEXECD + MAPPED + "import json, os; print(json.dumps([reexecd(), mapped('torch_memory_saver')]))"
 
 
 @pytest.fixture(scope="module")
