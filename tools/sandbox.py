@@ -228,7 +228,8 @@ def build_own_wheel(dest: Path) -> Path:
     src = dest / "src"
     shutil.rmtree(src, ignore_errors=True)
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", ".demo", "build", "dist",
-                                                             "*.egg-info", "__pycache__"))
+                                                             "*.egg-info", "__pycache__", ".mypy_cache",
+                                                             ".ruff_cache"))
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)])
     return sorted(dest.glob("tms_autopreload-*.whl"))[-1]
 
