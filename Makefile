@@ -2,22 +2,28 @@
 PYTHON ?= python3
 VENV ?= .venv-test
 
-.PHONY: test check aarch64 demo demo-clean bench fuzz clean
+.PHONY: test check lint aarch64 demo demo-clean bench fuzz clean
 
 # The test command (CI runs it through .ci/run): a venv with the test tools (uv among them, which
-# finds or installs interpreters); what the machine must have, checked before any test and said in
-# one message; then the whole suite.
+# finds or installs interpreters); the lint; what the machine must have, checked before any test and
+# said in one message; then the whole suite.
 # TMS_TEST_STRICT=1 turns every skip into a failure (but the GPU check's on a machine without a GPU):
 # green means every scenario ran.
-test: $(VENV)/.ready
+test: $(VENV)/.ready lint
 	$(VENV)/bin/python tools/prereqs.py test
 	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs
 
 # The fast lane for the edit loop: every test not marked slow (slow: real torch or Ray, other
-# interpreters, root file systems, builds from the package index; see tests/conftest.py).
-check: $(VENV)/.ready
+# interpreters, root file systems, builds from the package index; see tests/conftest.py), after the lint.
+check: $(VENV)/.ready lint
 	$(VENV)/bin/python tools/prereqs.py check
 	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs -m "not slow"
+
+# ruff over everything (the rules in pyproject.toml: the package and tools/ annotated, tests/ without),
+# mypy over the package and tools/; both pinned in tests/requirements.txt. Part of `test` and `check`.
+# mypy runs even when ruff finds something, so that one run shows every finding; either fails it.
+lint: $(VENV)/.ready
+	$(VENV)/bin/ruff check .; ruff=$$?; $(VENV)/bin/mypy && exit $$ruff
 
 # The aarch64 lane alone (part of `make test`): the scenarios run again in Debian trixie for arm64, its
 # programs run by qemu-user-static through a binfmt_misc private to the test's user namespace.

@@ -25,10 +25,6 @@ from . import open_regular
 from .ldso import PRELOADED, Loader
 from .sonames import DRIVER_SONAME
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
 __all__ = ["MODULE_VERSION_FILE", "MINIMUM_DRIVER", "DriverFacts", "parse_module_version", "version_key",
            "newest_major", "examine"]
 
@@ -112,16 +108,30 @@ def _find_libcuda(loader: Loader) -> "tuple[str | None, str | None]":
 
 
 class DriverFacts:
-    """What was found, and the verdict for a process whose torch needs CUDA ``wanted``."""
+    """What was found, and the verdict for a process whose torch needs CUDA ``wanted``. ``examine`` fills
+    the facts; ``verdict`` ("ok", "failing" or "unknown"), ``message`` and ``fix`` are its judgement."""
 
     __slots__ = ("module_version", "module_source", "library", "library_rule", "library_version",
                  "newest_major", "wanted", "compat", "verdict", "message", "fix")
 
-    def __init__(self, **fields: "Any") -> None:
-        for name in self.__slots__:
-            setattr(self, name, fields.get(name))
+    def __init__(self, *, module_version: "str | None", module_source: str, library: "str | None",
+                 library_rule: "str | None", library_version: "str | None", newest_major: "int | None",
+                 wanted: "int | None", compat: bool, verdict: str = "unknown", message: "str | None" = None,
+                 fix: "str | None" = None) -> None:
+        self.module_version = module_version
+        self.module_source = module_source
+        self.library = library
+        self.library_rule = library_rule
+        self.library_version = library_version
+        self.newest_major = newest_major
+        self.wanted = wanted
+        self.compat = compat
+        self.verdict = verdict
+        self.message = message
+        self.fix = fix
 
-    def to_dict(self) -> "dict[str, Any]":
+    def to_dict(self) -> "dict[str, object]":
+        """The facts under their slot names, in slot order (``doctor --json``'s ``driver`` object)."""
         return {name: getattr(self, name) for name in self.__slots__}
 
 
@@ -140,8 +150,7 @@ def examine(loader: Loader, wanted: "int | None", module_file: str = MODULE_VERS
     deciding = lib_version if compat else (module or lib_version)
     newest = newest_major(deciding) if deciding else None
     facts = DriverFacts(module_version=module, module_source=module_source, library=real, library_rule=rule,
-                        library_version=lib_version, newest_major=newest, wanted=wanted, compat=compat,
-                        verdict="unknown", message=None, fix=None)
+                        library_version=lib_version, newest_major=newest, wanted=wanted, compat=compat)
     if library is None:
         facts.message = (f"no {LIBCUDA} is found by the loader (LD_PRELOAD, LD_LIBRARY_PATH, /etc/ld.so.cache, "
                          f"the default directories)")

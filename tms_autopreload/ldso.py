@@ -16,9 +16,10 @@ Before any search, a name matches an object already loaded: the loader compares 
 name each object was loaded by and with its DT_SONAME (elf/dl-load.c, _dl_map_object). The
 objects of ``LD_PRELOAD`` are loaded before every DT_NEEDED entry, so a preloaded runtime
 library is the one every later ``libcudart.so.N`` binds to. A directory is taken only when it
-holds a file of the same ELF class and machine; the loader skips others and goes on. ``$ORIGIN`` expands to the directory of the object whose entry it
-is. This module predicts; :mod:`tms_autopreload.trace` asks the real loader, and the resolver
-trusts only a plan the real loader agrees with.
+holds a file of the same ELF class and machine; the loader skips others and goes on. ``$ORIGIN``
+expands to the directory of the object whose entry it is. This module predicts;
+:mod:`tms_autopreload.trace` asks the real loader, and the resolver trusts only a plan the real
+loader agrees with.
 """
 
 import os
@@ -124,8 +125,11 @@ class Loader:
         ``like``: another program's loader, whose cache is reused when the machine is the same."""
         real = os.path.realpath(path)
         info = read_dynamic(real)
-        same = like is not None and like.executable.info.machine == info.machine
-        return cls(Object(real, info), ld_library_path, like.cache if same else ldcache.load(info.machine), preload)
+        if like is not None and like.executable.info.machine == info.machine:
+            cache = like.cache
+        else:
+            cache = ldcache.load(info.machine)
+        return cls(Object(real, info), ld_library_path, cache, preload)
 
     def library_dirs(self) -> "list[str]":
         """The executable's own search path (DT_RUNPATH, else DT_RPATH), expanded: its environment's

@@ -35,7 +35,7 @@ def package_dir(name: str) -> str | None:
             continue
         try:
             spec = find_spec(name, path if finder is path_finder else None)
-        except Exception:  # a third-party finder's fault must not break start-up
+        except Exception:  # noqa: BLE001 - a third-party finder's fault must not break start-up
             continue
         if spec is None:
             continue

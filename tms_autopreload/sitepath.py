@@ -23,12 +23,14 @@ import sys
 
 from . import open_regular
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+
 __all__ = ["search_path", "add_site_dir", "pth_paths", "system_site"]
 
 # From 3.15 every .pth path line is on sys.path before any import line runs.
 _BATCHED = (3, 15)
-# 3.13 reads a .pth file as UTF-8 first (then the locale's encoding); before, in the locale's encoding.
-_UTF8_PTH = (3, 13)
 _LIMIT = 1 << 20  # a .pth or pyvenv.cfg larger than this is not read further
 
 
@@ -62,8 +64,9 @@ def _search_path() -> "list[str]":
     return path
 
 
-def _site_dirs(site) -> "list[str]":  # noqa: ANN001 - the running site module
-    """Every site directory ``site.main`` processes, in its order (the same directory may repeat)."""
+def _site_dirs(site: "ModuleType") -> "list[str]":
+    """Every site directory the running ``site`` module's ``main`` processes, in its order (the same
+    directory may repeat)."""
     conf = _pyvenv_cfg()
     try:
         include = None if conf is None else system_site(_read(conf))
@@ -82,7 +85,8 @@ def _site_dirs(site) -> "list[str]":  # noqa: ANN001 - the running site module
         user = site.getusersitepackages()
         if enabled and user:
             dirs.append(user)
-    return dirs + site.getsitepackages(prefixes)
+    dirs += site.getsitepackages(prefixes)
+    return dirs
 
 
 def _pyvenv_cfg() -> "str | None":
@@ -108,7 +112,9 @@ def system_site(data: bytes) -> bool:
 def pth_paths(data: bytes) -> "list[str]":
     """The path lines of a ``.pth`` file's bytes, as site.py reads them; import lines are left out
     (nothing can tell what running them adds)."""
-    if sys.version_info >= _UTF8_PTH:
+    # 3.13 reads a .pth file as UTF-8 first (then the locale's encoding); before, in the locale's encoding.
+    # A literal, not a constant: type checkers narrow on literals only (locale.getencoding is 3.11+).
+    if sys.version_info >= (3, 13):
         try:
             lines = data.decode("utf-8-sig").splitlines()
         except UnicodeDecodeError:

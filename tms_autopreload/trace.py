@@ -18,7 +18,8 @@ __all__ = ["Trace", "run_trace", "run_traces"]
 # glibc elf/rtld.c, for a preload entry it cannot load: "ERROR: ld.so: object '%s' from %s cannot be
 # preloaded (%s): ignored.\n", where %s is LD_PRELOAD or /etc/ld.so.preload. The name may hold any
 # byte but NUL, newlines included, so the message is cut out by its fixed parts, not by lines.
-_SKIP_HEAD, _SKIP_FROM, _SKIP_WHY, _SKIP_TAIL = "ERROR: ld.so: object '", "' from ", " cannot be preloaded (", "): ignored.\n"
+_SKIP_HEAD, _SKIP_FROM, _SKIP_WHY, _SKIP_TAIL = ("ERROR: ld.so: object '", "' from ", " cannot be preloaded (",
+                                                 "): ignored.\n")
 
 
 class Trace:

@@ -17,7 +17,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -27,7 +29,8 @@ from standins import driver_stub, global_deps, write_torch_standin  # noqa: E402
 
 RESOLVE = ("import time; t = time.perf_counter(); from tms_autopreload.plan import resolve; p = resolve(); "
            "print(time.perf_counter() - t)")
-THEIRS = ("import time; t = time.perf_counter(); from torch_memory_saver.utils import get_binary_path_from_package as g; "
+THEIRS = ("import time; t = time.perf_counter(); "
+          "from torch_memory_saver.utils import get_binary_path_from_package as g; "
           "p = g('torch_memory_saver_hook_mode_preload'); print(time.perf_counter() - t)")
 BREAKDOWN = """
 import time, os
@@ -86,8 +89,13 @@ def burst(argv: list[str], env: dict[str, str], n: int) -> tuple[float, int]:
     return time.perf_counter() - t0, ok
 
 
-def interleave(a, b, n: int) -> tuple[list, list]:
-    xs, ys = [], []
+T = TypeVar("T")
+
+
+def interleave(a: Callable[[], T], b: Callable[[], T], n: int) -> tuple[list[T], list[T]]:
+    """``n`` results of ``a`` and of ``b``, run in pairs whose order alternates (a b, b a, ...)."""
+    xs: list[T] = []
+    ys: list[T] = []
     for i in range(n):
         first, second = (a, b) if i % 2 == 0 else (b, a)
         r1, r2 = first(), second()
@@ -98,7 +106,7 @@ def interleave(a, b, n: int) -> tuple[list, list]:
 
 def paired_ratio(ours: list[float], base: list[float]) -> float:
     """Median of the per-pair ratios: each pair ran back to back, so slow drift cancels."""
-    return statistics.median(a / b for a, b in zip(ours, base))
+    return statistics.median(a / b for a, b in zip(ours, base, strict=True))
 
 
 def stats(values: list[float]) -> tuple[float, float]:
@@ -136,7 +144,8 @@ def pair(a: str, b: str, n: int) -> dict:
     namespace and chroot around it is timed."""
     env = {"PATH": "/usr/bin:/bin"}
     xs, ys = interleave(lambda: spawn([a, "-c", "pass"], env), lambda: spawn([b, "-c", "pass"], env), n)
-    return {"ours": [x[0] for x in xs], "base": [y[0] for y in ys], "ratio": paired_ratio([x[0] for x in xs], [y[0] for y in ys]),
+    ours, base = [x[0] for x in xs], [y[0] for y in ys]
+    return {"ours": ours, "base": base, "ratio": paired_ratio(ours, base),
             "cpu_ratio": paired_ratio([x[3] for x in xs], [y[3] for y in ys])}
 
 
@@ -172,14 +181,16 @@ def rootfs_p1(work: Path, own: Path, spec: str, n: int) -> list[tuple[str, str, 
     def measure(ours: RootfsVenv) -> dict:
         out = fs.run([fs.python(version), str(HERE / "bench.py"), "--pair", str(ours.python),
                       str(venvs["bare"].python), "--n", str(n)]).stdout
-        return json.loads(out)
+        measured: dict[str, Any] = json.loads(out)
+        return measured
 
     rows = [("installed, no flag", "<= 1.03", measure(venvs["with"])),
             ("floor: a venv holding one `.pth` of only `import os`", "report only", measure(venvs["floor"]))]
     if fs.run([fs.python(version), "-c", "import sys; print(sys.version_info >= (3, 15))"]).stdout.strip() == "True":
         start.write_text("tms_autopreload:process_startup\n")
         try:
-            rows.append(("installed, no flag, with a `.start` beside the `.pth`", "report only", measure(venvs["with"])))
+            rows.append(("installed, no flag, with a `.start` beside the `.pth`", "report only",
+                         measure(venvs["with"])))
         finally:
             start.unlink()
     return rows
@@ -301,13 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pair", nargs=2, metavar=("OURS", "BASE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.imports:
-        python = find_python(args.python) or sys.executable
-        print(f"import costs, {python} (`-X importtime` cumulative, median of {args.n}; {_cpu()}):")
-        for module, ms in import_costs(python, args.n):
+        interpreter = find_python(args.python) or sys.executable
+        print(f"import costs, {interpreter} (`-X importtime` cumulative, median of {args.n}; {_cpu()}):")
+        for module, ms in import_costs(interpreter, args.n):
             print(f"  {module:15} {ms:6.2f} ms")
         return 0
     if args.pair:
-        print(json.dumps(pair(*args.pair, args.n)))
+        ours, base = args.pair
+        print(json.dumps(pair(ours, base, args.n)))
         return 0
     if args.only_rootfs:
         return print_rootfs_rows(args.dir, build_own_wheel(args.dir / "dist"), args.n)
@@ -329,7 +341,9 @@ def main(argv: list[str] | None = None) -> int:
 
     cpu_ratios = {}
 
-    def row(pid, what, versus, target, ours, theirs, ratio_ok, unit="ms", scale=1000.0, ratio=None):
+    def row(pid: str, what: str, versus: str, target: str, ours: list[float], theirs: list[float],
+            ratio_ok: Callable[[float], bool], unit: str = "ms", scale: float = 1000.0,
+            ratio: float | None = None) -> None:
         (mo, io), (mt, it) = stats(ours), stats(theirs)
         r = ratio if ratio is not None else paired_ratio(ours, theirs)
         rows.append((pid, what, versus, target, f"{mo * scale:.2f} ± {io * scale:.2f} {unit}",
@@ -374,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         tv = torch_venv(python)
         tv.install(s["own"], tms_wheel("0.0.9.post1"))
         ours_t, theirs_t = [], []
-        for i in range(7):
+        for _ in range(7):
             ours_t += [float(output([str(tv.python), "-c", RESOLVE], s["base"])) for _ in range(5)]
             theirs_t.append(float(output([str(tv.python), "-c", THEIRS], s["base"])))
         mo, mt = statistics.median(ours_t), statistics.median(theirs_t)
@@ -383,17 +397,18 @@ def main(argv: list[str] | None = None) -> int:
             ours_t, theirs_t, lambda r: r >= 100, ratio=mt / mo)
         # P7: the binding proof, whole command, vs the `import torch` it wraps.
         deep = [str(tv.python), "-m", "tms_autopreload", "doctor", "--deep"]
-        a, b = interleave(lambda: spawn(deep, s["base"]), lambda: spawn([str(tv.python), "-c", "import torch"], s["base"]), 5)
+        a, b = interleave(lambda: spawn(deep, s["base"]),
+                          lambda: spawn([str(tv.python), "-c", "import torch"], s["base"]), 5)
         assert all(x[2] == 0 for x in a), "doctor --deep did not prove the binding"
         log_mb = json.loads(output([*deep, "--json"], s["base"]))["log_bytes"] / 1e6
         row("P7", f"`doctor --deep` (real torch; {log_mb:.0f} MB of binding log)", "`python -c 'import torch'`",
             "report only", [x[0] for x in a], [x[0] for x in b], lambda r: True)
     # P5: 64 concurrent starts.
-    a, b = interleave(lambda: burst([with_py, "-c", "pass"], flagged, 64),
-                      lambda: burst([with_py, "-c", "pass"], s["preset"], 64), 5)
-    assert all(ok == 64 for _, ok in a), "a flagged start in the burst failed"
+    hooked, preset = interleave(lambda: burst([with_py, "-c", "pass"], flagged, 64),
+                                lambda: burst([with_py, "-c", "pass"], s["preset"], 64), 5)
+    assert all(ok == 64 for _, ok in hooked), "a flagged start in the burst failed"
     row("P5", "64 concurrent flagged starts (all hooked)", "64 concurrent preset starts", "wall <= 2.5",
-        [x[0] for x in a], [x[0] for x in b], lambda r: r <= 2.5)
+        [x[0] for x in hooked], [x[0] for x in preset], lambda r: r <= 2.5)
     # P6: peak RSS of the resolving + exec'ing process vs plain `python -c pass`.
     plain = [spawn([with_py, "-c", "pass"], s["base"])[1] for _ in range(len(p6))]
     delta_mb = (statistics.median(p6) - statistics.median(plain)) / 1024

@@ -91,7 +91,8 @@ def _own_pip() -> bool:
 
 
 def _pip(py: Path) -> list[str]:
-    """pip for the venv of ``py``: this interpreter's own when it can (no pip copied into each venv), else the venv's."""
+    """pip for the venv of ``py``: this interpreter's own when it can (no pip copied into each venv),
+    else the venv's."""
     return [sys.executable, "-m", "pip", "--python", str(py)] if _own_pip() else [str(py), "-m", "pip"]
 
 

@@ -29,8 +29,8 @@ sys.path.insert(0, str(HERE))
 import apt  # noqa: E402
 import emulation  # noqa: E402
 from rootfs import bootstrapper  # noqa: E402
-from sandbox import CACHE, SetupError, check_namespaces, locate_python, python_for_every_account  # noqa: E402
-from standins import compiler  # noqa: E402
+from sandbox import CACHE, check_namespaces, locate_python, python_for_every_account  # noqa: E402
+from standins import SetupError, compiler  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "tests"))
 import slurm  # noqa: E402
@@ -158,7 +158,7 @@ PROGRAMS = {
     "g++": ("g++", ("check", "test")),  # torch_memory_saver built from its sdist (tools/tms_source.py)
     "pgrep": ("procps", ("check", "test")),
     "bash": ("bash", ALL),
-    "patchelf": ("patchelf", ("check", "test")),  # conda's interpreters: DT_RPATH set with --force-rpath (test_conda.py)
+    "patchelf": ("patchelf", ("check", "test")),  # conda's interpreters: DT_RPATH set by --force-rpath (test_conda.py)
     "script": ("bsdutils", ("test",)),
     "useradd": ("passwd", ("check", "test")),  # tests/test_shared_env.py: accounts of its own
     "userdel": ("passwd", ("check", "test")),

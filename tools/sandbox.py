@@ -15,8 +15,9 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from standins import SetupError
 
@@ -30,7 +31,8 @@ RUNTIME_WHEELS = {12: "nvidia-cuda-runtime-cu12==12.9.79", 13: "nvidia-cuda-runt
 # and the Jupyter client and kernel the notebook tests start.
 TORCH_EXTRAS = ("numpy==2.4.6", "ipykernel==7.4.0", "jupyter_client==8.10.0")
 
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+
+def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[Any]:  # noqa: ANN401 - subprocess.run's keywords
     kw.setdefault("check", True)
     kw.setdefault("capture_output", True)
     kw.setdefault("text", True)
@@ -83,7 +85,7 @@ def check_namespaces() -> None:
 # ---------------------------------------------------------------- downloads (cached)
 
 @contextlib.contextmanager
-def cache_lock(name: str):
+def cache_lock(name: str) -> Iterator[None]:
     """Hold an exclusive lock on one cache entry, so that two runs sharing the cache (a second
     checkout's tests, the demo beside the suite) never build or download the same entry at once."""
     lock = CACHE / "locks" / f"{name}.lock"
@@ -240,7 +242,8 @@ def build_own_wheel(dest: Path, source: Path = ROOT) -> Path:
     src = dest / "src"
     shutil.rmtree(src, ignore_errors=True)
     shutil.copytree(source, src, ignore=shutil.ignore_patterns(".git", ".venv*", ".demo", "build", "dist",
-                                                             "*.egg-info", "__pycache__"))
+                                                             "*.egg-info", "__pycache__", ".mypy_cache",
+                                                             ".ruff_cache"))
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)])
     return sorted(dest.glob("tms_autopreload-*.whl"))[-1]
 
@@ -248,7 +251,7 @@ def build_own_wheel(dest: Path, source: Path = ROOT) -> Path:
 class Venv:
     """A real virtual environment with chosen wheels installed by pip."""
 
-    def __init__(self, path: Path, python: str | None = None, wheels: list[Path] = (),
+    def __init__(self, path: Path, python: str | None = None, wheels: Sequence[Path] = (),
                  system_site: bool = False) -> None:
         """Create a venv at ``path`` with ``python`` (or open the existing one when ``python`` is None)."""
         self.path = path
