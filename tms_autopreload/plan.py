@@ -42,7 +42,7 @@ from .trust import Trusted, refusal
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from .elf import DynamicInfo
 
@@ -299,27 +299,28 @@ class Option:
 
 
 def _options(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, package_dir: str | None,
-             entry: str, entry_dir: str | None) -> "list[Option]":
-    """Every binding of :data:`BINDINGS` for ``build`` (the refused ones with their reason), in order."""
+             entry: str, entry_dir: str | None) -> "Iterator[Option]":
+    """Every binding of :data:`BINDINGS` for ``build`` (the refused ones with their reason), in order, each
+    written only when asked for: the first holds in most processes."""
     current = env.get("LD_PRELOAD", "")
     llp = env.get("LD_LIBRARY_PATH", "")
     with_entry = prepend_search_path(llp, entry_dir) if entry_dir is not None else llp
-    options = [Option(AS_FOUND, compose_preload(current, entry), with_entry)]
+    yield Option(AS_FOUND, compose_preload(current, entry), with_entry)
     library = runtime.library
     if library is None or build.kind == "driver" or build.info is None:
-        return options
+        return
     bind_dir = os.path.dirname(library)
     own = [d for d in loader.library_dirs() if same_file(d, bind_dir)]
     if search_path_unsafe(bind_dir):
-        options.append(Option(SEARCH_PATH, refused=f"{bind_dir} has ':' or ';', which LD_LIBRARY_PATH cannot hold"))
+        yield Option(SEARCH_PATH, refused=f"{bind_dir} has ':' or ';', which LD_LIBRARY_PATH cannot hold")
     elif own:
-        options.append(Option(SEARCH_PATH, refused=(
+        yield Option(SEARCH_PATH, refused=(
             f"{bind_dir} is the interpreter's own library directory (its DT_RPATH {own[0]}), which holds far more "
-            f"than the runtime: first on every child's LD_LIBRARY_PATH it would replace their own libraries")))
+            f"than the runtime: first on every child's LD_LIBRARY_PATH it would replace their own libraries"))
     else:
         bound = prepend_search_path(llp, bind_dir)
-        options.append(Option(SEARCH_PATH, compose_preload(current, entry),
-                              prepend_search_path(bound, entry_dir) if entry_dir is not None else bound))
+        yield Option(SEARCH_PATH, compose_preload(current, entry),
+                     prepend_search_path(bound, entry_dir) if entry_dir is not None else bound)
     fix = None
     if LD_UNSAFE_CHARS & set(library):
         refused = f"{library} has a space, tab, colon or semicolon, which LD_PRELOAD cannot hold"
@@ -335,9 +336,8 @@ def _options(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
                f"{library}, the plan that binds the one runtime copy here)")
     else:
         refused = None
-    options.append(Option(BY_PATH, refused=refused, fix=fix) if refused else
-                   Option(BY_PATH, compose_preload(f"{library}:{current}" if current else library, entry), with_entry))
-    return options
+    yield (Option(BY_PATH, refused=refused, fix=fix) if refused else
+           Option(BY_PATH, compose_preload(f"{library}:{current}" if current else library, entry), with_entry))
 
 
 def _predict(build: Build, runtime: Runtime, option: Option, loader: Loader, env: "Mapping[str, str]",
@@ -528,10 +528,11 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
                        fix="install torch_memory_saver under a path without spaces or colons")
     entry, entry_dir = _preload_entry(build.path)
     kids = children or []
-    options = _options(build, runtime, env, loader, package_dir, entry, entry_dir)
+    options: list[Option] = []  # the bindings written so far: up to the chosen one, else all
     why_not: list[str] = []
     chosen = None
-    for option in options:
+    for option in _options(build, runtime, env, loader, package_dir, entry, entry_dir):
+        options.append(option)
         why = option.refused or _predict(build, runtime, option, loader, env, kids)
         if why is None:
             chosen = option
