@@ -10,6 +10,7 @@ workers and the per-node table (:mod:`tms_autopreload.nodes`) all read this one 
 import os
 import sys
 
+from .errors import Error
 from .plan import CHOSEN, Report
 
 TYPE_CHECKING = False
@@ -169,9 +170,7 @@ def driver_lines(driver: "dict[str, Any] | None") -> "list[str]":
     else:
         library = "not found"
     verdict = driver["verdict"].upper()
-    line = f"driver:   {verdict}: {driver['message']}"
-    if driver["fix"]:
-        line += f". Fix: {driver['fix']}"
+    line = f"driver:   {verdict}: {Error(driver['message'], fix=driver['fix'] or None)}"
     return [f"module:   {module}", f"libcuda:  {library}", line]
 
 

@@ -9,6 +9,7 @@ and ``survey``: its ``doctor --json`` document, :mod:`tms_autopreload.doctor`), 
 """
 
 from .doctor import VERSIONED, is_ok, table
+from .errors import Error
 from .sonames import runtime_name
 
 TYPE_CHECKING = False
@@ -32,10 +33,10 @@ def _str(value: object) -> "str | None":
 def not_installed(python: str, prefix: "str | None") -> str:
     """The error of a node whose workers cannot import tms_autopreload, with the fix."""
     where = f" (sys.prefix {prefix})" if prefix else ""
-    return (f"tms_autopreload is not installed for {python}: the flag does nothing there, and the job will "
-            f"die in torch_memory_saver's own check (`TorchMemorySaver observes invalid LD_PRELOAD`). Fix: "
-            f"pip install tms-autopreload into the environment Ray starts that node's workers from{where}, "
-            f"or restart the node (`ray start`) from an environment that has it")
+    return str(Error(f"tms_autopreload is not installed for {python}: the flag does nothing there, and the job "
+                     f"will die in torch_memory_saver's own check (`TorchMemorySaver observes invalid LD_PRELOAD`)",
+                     fix=f"pip install tms-autopreload into the environment Ray starts that node's workers "
+                         f"from{where}, or restart the node (`ray start`) from an environment that has it"))
 
 
 def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer: "dict[str, Any] | None",
@@ -65,7 +66,7 @@ def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer
     if doc.get("error"):
         row["error"] = doc["error"]
     elif driver.get("verdict") == "failing":
-        row["error"] = f"{_str(driver.get('message'))}. Fix: {_str(driver.get('fix'))}"
+        row["error"] = str(Error(str(_str(driver.get("message"))), fix=_str(driver.get("fix"))))
     elif started is None:
         row["error"] = "its doctor found no plan"
     else:

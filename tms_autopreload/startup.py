@@ -23,7 +23,7 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from . import EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, parse_choice, parse_flag, say
+from . import EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, parse_choice, parse_flag, reexecuted, say
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def _flush() -> None:
 def _apply(mapped: "list[str]") -> None:
     env = os.environ
     verbose = parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]
-    if env.get(EXEC_VAR) == str(os.getpid()):
+    if reexecuted(env):
         raise _Stop(f"{EXEC_VAR}={env.get(EXEC_VAR)} says this process re-executed once with "
                     f"LD_PRELOAD={env.get('LD_PRELOAD', '')!r}, but the hook is still not mapped (mapped: "
                     f"{mapped or 'none'}); not trying again. Something between the exec and this interpreter "
