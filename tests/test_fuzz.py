@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import tms_autopreload  # noqa: E402
-from tms_autopreload import (bindings, cli, driver, elf, ldcache, ldpaths, nodes, preflight, runtime,  # noqa: E402
+import tms_autopreload
+from tms_autopreload import (bindings, cli, driver, elf, ldcache, ldpaths, nodes, preflight, runtime,
                              sitepath, trace)
-from tms_autopreload.rows import document_rows  # noqa: E402
+from tms_autopreload.rows import document_rows
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=500, suppress_health_check=list(HealthCheck), database=None)

@@ -11,9 +11,7 @@ import os
 import signal
 import stat
 import subprocess
-import textwrap
 import time
-from pathlib import Path
 
 import pytest
 from conftest import report_host

@@ -12,12 +12,12 @@ import support
 
 sys.path.insert(0, str(support.ROOT))
 
-from tms_autopreload import errors, plan  # noqa: E402
-from tms_autopreload.builds import Build  # noqa: E402
-from tms_autopreload.ldso import Found  # noqa: E402
-from tms_autopreload.runtime import Runtime  # noqa: E402
-from tms_autopreload.trace import Trace, _parse  # noqa: E402
-from tms_autopreload.trust import CAUSE_WORLD_WRITABLE, Refusal  # noqa: E402
+from tms_autopreload import errors, plan
+from tms_autopreload.builds import Build
+from tms_autopreload.ldso import Found
+from tms_autopreload.runtime import Runtime
+from tms_autopreload.trace import Trace, _parse
+from tms_autopreload.trust import CAUSE_WORLD_WRITABLE, Refusal
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"

@@ -20,9 +20,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from support import runtime_wheel, tms_wheel  # noqa: E402
-from tms_autopreload import elf  # noqa: E402
-from tms_autopreload.builds import interposed  # noqa: E402
+from support import runtime_wheel, tms_wheel
+from tms_autopreload import elf
+from tms_autopreload.builds import interposed
 
 VERSIONS = ["0.0.8", "0.0.9", "0.0.9.post1", "0.0.10"]
 SOURCE_BUILDS = ["0.0.10-source", "0.0.10-source-runpath"]  # built here from the sdist (tools/tms_source.py)
