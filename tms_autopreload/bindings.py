@@ -164,7 +164,8 @@ class Evidence:
             "runtime_libraries_mapped": self.runtimes, "hook_bound_to": self.hook_runtime,
             "libraries": [{"path": lib.path, "name": lib.name, "status": lib.status, "reason": lib.reason,
                            "bindings": lib.bound} for lib in self.libraries],
-            "import_error": self.import_error, "log_bytes": self.log_bytes, "seconds": round(self.seconds, 3), "verdict": self.verdict(),
+            "import_error": self.import_error, "log_bytes": self.log_bytes, "seconds": round(self.seconds, 3),
+            "verdict": self.verdict(),
             "error": self.error,
         }
 
@@ -328,7 +329,8 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
         answer = json.loads(report[len(_MARK):])
         if in_process and answer["execd"]:
             said = [line for line in stderr.splitlines() if line.startswith("tms-autopreload:")]
-            ev.error = f"the child did not load the hook in-process: {' / '.join(said) or 'its start-up hook said nothing'}"
+            ev.error = ("the child did not load the hook in-process: "
+                        f"{' / '.join(said) or 'its start-up hook said nothing'}")
             return ev
         mapped = answer["maps"]
         ev.hook_mapped = any(same_file(p, hook) for p in mapped)

@@ -177,7 +177,8 @@ def uninstall(name: str, *, user: bool = False, sys_prefix: bool = False, prefix
         where = "among the kernels Jupyter finds"
     if directory is None:
         raise KernelNotFound(f"no kernel named {name!r} {where}",
-                             "check the name and the location: `jupyter kernelspec list` shows each kernel and where it is")
+                             "check the name and the location: "
+                             "`jupyter kernelspec list` shows each kernel and where it is")
     if not _installed_by_us(directory):
         raise NotOurs(f"{directory} was not installed by tms-autopreload",
                       f"remove it with `jupyter kernelspec uninstall {name}`")
