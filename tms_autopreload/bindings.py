@@ -190,8 +190,8 @@ class Evidence:
         return "\n".join(lines)
 
 
-def _read_log(directory: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[str, Library]":
-    """Stream every ``LD_DEBUG_OUTPUT`` file (one per PID), line by line.
+def _read_log(directory: str, hook: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[str, Library]":
+    """Stream every ``LD_DEBUG_OUTPUT`` file (one per PID), line by line (``hook``: ``ev.hook``, known here).
 
     Keeps the bindings of interposed symbols, and the runtime libraries the hook's own references
     were bound to (where its calls forward).
@@ -199,7 +199,7 @@ def _read_log(directory: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[
     libraries: "dict[str, Library]" = {}
     is_hook: "dict[str, bool]" = {}
     needles = [f"`{sym}'".encode() for sym in symbols]
-    hook_name = os.path.basename(ev.hook).encode("utf-8", "surrogateescape")
+    hook_name = os.path.basename(hook).encode("utf-8", "surrogateescape")
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         ev.log_bytes += os.path.getsize(path)
@@ -211,7 +211,7 @@ def _read_log(directory: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[
                 if b is None:
                     continue
                 if b.referrer not in is_hook:
-                    is_hook[b.referrer] = same_file(b.referrer, ev.hook)
+                    is_hook[b.referrer] = same_file(b.referrer, hook)
                 if is_hook[b.referrer]:
                     if runtime_of(os.path.basename(b.target)) and b.target not in ev.hook_runtime:
                         ev.hook_runtime.append(b.target)
@@ -246,7 +246,7 @@ def _classify(lib: Library, ev: Evidence) -> None:
         lib.reason = ("the loader bound no definition to it (a weak reference left unresolved), so the call "
                       "goes nowhere")
         return
-    others = [t for t in targets if not same_file(t, ev.hook)]
+    others = [t for t in targets if t is not None and not same_file(t, ev.hook)]  # None: returned above
     if not others:
         lib.status, lib.reason = "intercepted", "every reference binds to the hook"
         return
@@ -338,7 +338,7 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
         ev.import_error = answer["import_error"]
         if ev.import_error:
             return ev
-        libraries = _read_log(directory, frozenset(symbols), ev)
+        libraries = _read_log(directory, hook, frozenset(symbols), ev)
         _unbound(mapped, soname, frozenset(symbols), libraries, ev)
         for lib in libraries.values():
             # allocation before release, then by name: "cudaMalloc, cudaFree"
