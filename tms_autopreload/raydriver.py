@@ -48,7 +48,8 @@ def _shipped_probe() -> "Callable[[tuple[str, ...]], dict[str, Any]]":
     so Ray pickles it by value."""
     namespace: "dict[str, Any]" = {"__name__": "tms_autopreload_probe"}
     exec(compile(PROBE_SOURCE, "<tms_autopreload preflight probe>", "exec"), namespace)
-    return namespace["probe"]
+    probe: "Callable[[tuple[str, ...]], dict[str, Any]]" = namespace["probe"]
+    return probe
 
 
 def main() -> None:
