@@ -159,7 +159,8 @@ def test_without_metadata_the_code_says_whether_ld_preload_is_read_as_one_path(t
 
 
 def test_an_error_prints_its_fix_after_the_message_or_on_its_own_line():
-    assert str(errors.ResolveError("no build", fix="install one", cause="no-build-fits")) == "no build. Fix: install one"
+    assert str(errors.ResolveError("no build", fix="install one", cause="no-build-fits")) == \
+        "no build. Fix: install one"
     assert str(errors.ResolveError("no build:\n  - a.so: why", fix="install one")) == \
         "no build:\n  - a.so: why\nFix: install one"
     assert errors.ResolveError("x").cause == errors.CAUSE_NO_PLAN and errors.Error("x").cause == errors.CAUSE_ERROR

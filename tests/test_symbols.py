@@ -148,7 +148,8 @@ def test_symbol_table_without_a_hash_section_is_a_clear_error(tmp_path):
 def _readelf_dynamic(path: str) -> dict[str, list[str]]:
     """binutils' reading of ``path``'s dynamic entries: tag name -> the strings in brackets."""
     out: dict[str, list[str]] = {}
-    for line in subprocess.run(["readelf", "-dW", path], capture_output=True, text=True, check=True).stdout.splitlines():
+    readelf = subprocess.run(["readelf", "-dW", path], capture_output=True, text=True, check=True)
+    for line in readelf.stdout.splitlines():
         for tag in ("NEEDED", "SONAME", "RPATH", "RUNPATH"):
             if f"({tag})" in line:
                 out.setdefault(tag, []).append(line.split("[", 1)[1].rsplit("]", 1)[0])
