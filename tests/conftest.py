@@ -16,10 +16,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import support  # noqa: E402
-from strict import pytest_configure, pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401 (hooks)
-from rootfs import Rootfs, RootfsHost, RootfsVenv, arch  # noqa: E402
-from support import Host, SetupError, Venv  # noqa: E402
+import support
+from strict import pytest_configure, pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
+from rootfs import Rootfs, RootfsHost, RootfsVenv, arch
+from support import Host, SetupError, Venv
 
 DEFAULT_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 # Interpreters in Debian root file systems (tools/rootfs.py): glibc 2.41 and 2.43, CPython 3.13-3.15.

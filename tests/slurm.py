@@ -86,7 +86,7 @@ class Slurm:
             f"SlurmctldPidFile={root}/slurmctld.pid", f"SlurmdPidFile={root}/slurmd-%n.pid",
             f"SlurmctldLogFile={root}/log/slurmctld.log", f"SlurmdLogFile={root}/log/slurmd-%n.log",
             *(f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=2 State=UNKNOWN"
-              for n, port in zip(nodes, node_ports)),
+              for n, port in zip(nodes, node_ports, strict=True)),
             "PartitionName=all Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
         self.daemons: list[subprocess.Popen] = []
         try:

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import support
 from conftest import DEFAULT_PYTHON, Scenario, need
-from support import MAPPED, Host, Venv, assert_stopped, clean_env
+from support import MAPPED, Host, Venv, assert_stopped
 
 RUNTIME_MEMBER = {12: "nvidia/cuda_runtime/lib/libcudart.so.12", 13: "nvidia/cu13/lib/libcudart.so.13"}
 PIP_RPATH = {12: "$ORIGIN/../../nvidia/cuda_runtime/lib", 13: "$ORIGIN/../../nvidia/cu13/lib"}

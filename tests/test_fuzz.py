@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import tms_autopreload  # noqa: E402
-from tms_autopreload import (bindings, cli, driver, elf, ldcache, ldpaths, nodes, preflight, runtime,  # noqa: E402
+import tms_autopreload
+from tms_autopreload import (bindings, cli, driver, elf, ldcache, ldpaths, nodes, preflight, runtime,
                              sitepath, trace)
-from tms_autopreload.rows import document_rows  # noqa: E402
+from tms_autopreload.rows import document_rows
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=500, suppress_health_check=list(HealthCheck), database=None)
@@ -216,7 +216,8 @@ def test_node_documents_reader_reads_srun_label_output():
     pieces = [p for line in doc.splitlines() for p in (line[i:i + 1024] for i in range(0, len(line), 1024))]
     assert any(p.endswith("\\") for p in pieces)
     ours = REAL_NODE.splitlines()
-    mixed = [line for pair in zip(ours, (f"1: {p}" for p in pieces)) for line in pair] + ours[len(pieces):]
+    mixed = [line for pair in zip(ours, (f"1: {p}" for p in pieces), strict=False) for line in pair]
+    mixed += ours[len(pieces):]
     mixed += [f"1: {p}" for p in pieces[len(ours):]]
     text = "\n".join(mixed + ["2: bash: tms-autopreload: command not found", "srun: error: x", ""])
     entries = nodes.read_documents(text)
@@ -236,7 +237,8 @@ def test_node_documents_reader_reads_documents_one_after_another():
         (None, "n1", None), (None, "n2", None), (None, "n3", None)]
 
 
-REAL_MAPS = b"7f2a4c000000-7f2a4c021000 r-xp 00000000 fd:01 1234567    /x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+REAL_MAPS = (b"7f2a4c000000-7f2a4c021000 r-xp 00000000 fd:01 1234567    "
+             b"/x/torch_memory_saver_hook_mode_preload_cu13.abi3.so")
 
 
 def test_binding_log_parser_reads_the_loader_format():
@@ -277,7 +279,7 @@ def test_search_path_prepend_keeps_what_every_other_entry_means(entries, seps, d
     """LD_LIBRARY_PATH built from entries joined by ':' or ';' (both separate, elf/dl-load.c; an empty entry
     is the cwd, '.'; an empty value is no entry at all): after prepending it is the directory, then every
     other entry of the old value in order, an empty one spelled '.'."""
-    current = "".join(e + sep for e, sep in zip(entries, seps))[:-1] if entries else ""
+    current = "".join(e + sep for e, sep in zip(entries, seps, strict=False))[:-1] if entries else ""
     meant = [e or "." for e in entries] if current else []
     expected = [directory, *(e for e in meant if e != directory)]
     assert ldpaths.prepend_search_path(current, directory) == ":".join(expected)

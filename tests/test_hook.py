@@ -336,7 +336,8 @@ def test_keeps_other_preloads_in_order_and_warns_for_old_tms(scenario, parts):
     for lib in libs:
         if not lib.exists():
             cc(lib, "int extra_lib(void) { return 0; }\n")
-    _, rep, err, rc = start(scn, ["-c", REPORT], env={"LD_PRELOAD": f"{libs[0]} /gone/torch_memory_saver_old.so:{libs[1]}"})
+    _, rep, err, rc = start(scn, ["-c", REPORT],
+                            env={"LD_PRELOAD": f"{libs[0]} /gone/torch_memory_saver_old.so:{libs[1]}"})
     assert rc == 0, err
     assert rep["env"]["LD_PRELOAD"] == f"{scn.site / CU13}:{libs[0]}:{libs[1]}"
     assert "reads LD_PRELOAD as a single path" in err  # 0.0.9.post1's CDLL(LD_PRELOAD) would refuse this

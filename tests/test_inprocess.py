@@ -90,7 +90,8 @@ def toys(parts):
 
 def probe(scn, parts, toys, mode, env=None, deepbind=False, hook="hook"):
     full = {"SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_PATH": str(toys[hook]), **mode_env(mode), **(env or {})}
-    args = ["-c", PROBE, str(parts.rt[13] / "libcudart.so.13"), str(toys["consumer"])] + (["deepbind"] if deepbind else [])
+    args = ["-c", PROBE, str(parts.rt[13] / "libcudart.so.13"), str(toys["consumer"])]
+    args += ["deepbind"] if deepbind else []
     r = scn.run(args, full)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
@@ -316,7 +317,8 @@ def embedder(parts, tmp_path_factory):
 def test_embedded_interpreter_is_hooked_in_process(scenario, parts, toys, embedder):
     """Where exec is impossible (the process is a C program), asking for the hook gets dlopen mode."""
     scn = report_host(scenario)
-    code = PROBE.replace("sys.argv[1], sys.argv[2]", f"{str(parts.rt[13] / 'libcudart.so.13')!r}, {str(toys['consumer'])!r}")
+    code = PROBE.replace("sys.argv[1], sys.argv[2]",
+                         f"{str(parts.rt[13] / 'libcudart.so.13')!r}, {str(toys['consumer'])!r}")
     code = code.replace("deepbind = len(sys.argv) > 3 and sys.argv[3] == 'deepbind'", "deepbind = False")
     env = clean_env(SLIME_OFFLOAD_TRAIN="1", TMS_AUTOPRELOAD_VERBOSE="1", TMS_AUTOPRELOAD_PATH=str(toys["hook"]))
     r = scn.host.run([str(embedder), str(scn.venv.python), code], env)

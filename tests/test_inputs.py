@@ -31,8 +31,8 @@ from support import MAPPED, REEXECD, assert_stopped, clean_env, execs, mentions_
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import tms_autopreload  # noqa: E402
-from tms_autopreload import plan, startup  # noqa: E402
+import tms_autopreload
+from tms_autopreload import plan, startup
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "200"))
 E2E_EXAMPLES = int(os.environ.get("TMS_FUZZ_E2E", "30"))

@@ -97,7 +97,8 @@ def main():
     pool.shutdown()
     out.append(got)
     print(json.dumps({'launcher': os.getpid(), 'reexecd': reexecd(), 'preload_after': os.environ.get('LD_PRELOAD'),
-                      'hooks': [m for m in mapped('.so') if 'torch_memory_saver' in os.path.basename(m)], 'children': out}))
+                      'hooks': [m for m in mapped('.so') if 'torch_memory_saver' in os.path.basename(m)],
+                      'children': out}))
 
 
 if __name__ == '__main__':
@@ -275,7 +276,8 @@ def test_upstream_patch_keeps_todays_pick_without_tms_autopreload(real_torch, tm
         assert got["blocked"] == got["disabled"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": None}
         assert got["installed"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": runtime_dir}
     else:
-        assert got["blocked"] == got["disabled"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": os.path.realpath(runtime_dir)}
+        assert got["blocked"] == got["disabled"] == {"LD_PRELOAD": hook,
+                                                     "LD_LIBRARY_PATH": os.path.realpath(runtime_dir)}
         assert got["installed"] == {"LD_PRELOAD": hook, "LD_LIBRARY_PATH": None}
 
 
@@ -462,7 +464,8 @@ print(json.dumps(res))
 def test_jupyter_kernel_starts_hooked_survives_interrupt_and_restart(real_torch, tmp_path):
     scn = real_torch(("driver",))
     cli = ["-m", "tms_autopreload", "kernel"]
-    r = scn.run([*cli, "install", "--prefix", str(tmp_path), "--name", "tms-test", "--env", "TMS_AUTOPRELOAD_VERBOSE=1"])
+    r = scn.run([*cli, "install", "--prefix", str(tmp_path), "--name", "tms-test",
+                 "--env", "TMS_AUTOPRELOAD_VERBOSE=1"])
     assert r.returncode == 0, r.stderr
     kernels = tmp_path / "share" / "jupyter" / "kernels"
     spec = json.loads((kernels / "tms-test" / "kernel.json").read_text())

@@ -18,8 +18,8 @@ from support import ROOT, cc
 
 sys.path.insert(0, str(ROOT))
 
-from tms_autopreload.elf import DynamicInfo, read_dynamic, read_kind  # noqa: E402
-from tms_autopreload.ldso import PRELOADED, Loader, Object, default_dirs  # noqa: E402
+from tms_autopreload.elf import DynamicInfo, read_dynamic, read_kind
+from tms_autopreload.ldso import PRELOADED, Loader, Object, default_dirs
 
 NAME = "libfound.so.1"  # the DT_NEEDED name every test looks for
 

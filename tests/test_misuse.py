@@ -11,9 +11,7 @@ import os
 import signal
 import stat
 import subprocess
-import textwrap
 import time
-from pathlib import Path
 
 import pytest
 from conftest import report_host
@@ -93,8 +91,8 @@ def test_version(scenario):
     assert r.returncode == 0 and r.stdout == f"tms-autopreload {version}\n", r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("argv", [["which"], ["env"], ["env", "--json"], ["doctor"], ["doctor", "--json"], ["--version"],
-                                  ["kernel", "install", "--help"]])
+@pytest.mark.parametrize("argv", [["which"], ["env"], ["env", "--json"], ["doctor"], ["doctor", "--json"],
+                                  ["--version"], ["kernel", "install", "--help"]])
 def test_a_full_disk_is_a_write_error_not_a_traceback(scenario, argv):
     """As coreutils says it: ``printf x > /dev/full`` -> ``write error: No space left on device``, exit 1."""
     scn = report_host(scenario)
@@ -181,7 +179,7 @@ def test_our_kernel_name_rule_agrees_with_jupyter_clients(real_torch):
             "print(json.dumps([[bool(theirs(n)), ours(n)] for n in json.loads(sys.argv[1])]))")
     r = scn.run(["-c", code, json.dumps(NAMES)])
     assert r.returncode == 0, r.stderr
-    verdicts = dict(zip(NAMES, map(tuple, json.loads(r.stdout))))
+    verdicts = dict(zip(NAMES, map(tuple, json.loads(r.stdout)), strict=True))
     assert {n for n, (theirs, ours) in verdicts.items() if theirs != ours} == set(JUPYTER_ONLY), verdicts
     assert all(verdicts[n] == (True, False) for n in JUPYTER_ONLY), verdicts
     assert verdicts["python3-tms-autopreload"] == (True, True) and verdicts["a b"] == (False, False)

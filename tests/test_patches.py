@@ -88,7 +88,8 @@ def test_readme_change_is_the_slime_patches_added_line():
     """The README shows the change as the one line it adds; every slime patch adds exactly that line."""
     shown = re.search(r"(?m)^(env_vars\[\"SLIME_OFFLOAD_TRAIN\"\] = \"1\")", (ROOT / "README.md").read_text()).group(1)
     for patch in sorted((ROOT / "patches" / "slime").glob("*.patch")):
-        added = [line[1:].strip() for line in _body(patch).splitlines() if line.startswith("+") and not line.startswith("+++")]
+        added = [line[1:].strip() for line in _body(patch).splitlines()
+                 if line.startswith("+") and not line.startswith("+++")]
         assert shown in added, patch.name
 
 

@@ -12,12 +12,12 @@ import support
 
 sys.path.insert(0, str(support.ROOT))
 
-from tms_autopreload import errors, plan  # noqa: E402
-from tms_autopreload.builds import Build  # noqa: E402
-from tms_autopreload.ldso import Found  # noqa: E402
-from tms_autopreload.runtime import Runtime  # noqa: E402
-from tms_autopreload.trace import Trace, _parse  # noqa: E402
-from tms_autopreload.trust import CAUSE_WORLD_WRITABLE, Refusal  # noqa: E402
+from tms_autopreload import errors, plan
+from tms_autopreload.builds import Build
+from tms_autopreload.ldso import Found
+from tms_autopreload.runtime import Runtime
+from tms_autopreload.trace import Trace, _parse
+from tms_autopreload.trust import CAUSE_WORLD_WRITABLE, Refusal
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -159,7 +159,8 @@ def test_without_metadata_the_code_says_whether_ld_preload_is_read_as_one_path(t
 
 
 def test_an_error_prints_its_fix_after_the_message_or_on_its_own_line():
-    assert str(errors.ResolveError("no build", fix="install one", cause="no-build-fits")) == "no build. Fix: install one"
+    assert str(errors.ResolveError("no build", fix="install one", cause="no-build-fits")) == \
+        "no build. Fix: install one"
     assert str(errors.ResolveError("no build:\n  - a.so: why", fix="install one")) == \
         "no build:\n  - a.so: why\nFix: install one"
     assert errors.ResolveError("x").cause == errors.CAUSE_NO_PLAN and errors.Error("x").cause == errors.CAUSE_ERROR

@@ -9,7 +9,6 @@ carries the cluster's marker and is ended by PID (support.RayCluster), never by 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from support import ROOT, Host, RayCluster, clean_env, find_python, private_copy
     tms_wheel, write_torch_standin
 
 sys.path.insert(0, str(ROOT))
-from tms_autopreload import rows  # noqa: E402
+from tms_autopreload import rows
 
 HANG = "TMS_TEST_HANG_WORKER"
 RUNTIME13 = "nvidia/cu13/lib"

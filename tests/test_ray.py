@@ -31,7 +31,8 @@ class Probe:
     def report(self):
         maps = mapped()
         child = subprocess.run(['bash', '-c', 'true'], capture_output=True, text=True)
-        return {'pid': os.getpid(), 'prefix': sys.prefix, 'hooks': sorted({m for m in maps if 'torch_memory_saver' in m}),
+        return {'pid': os.getpid(), 'prefix': sys.prefix,
+                'hooks': sorted({m for m in maps if 'torch_memory_saver' in m}),
                 'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart')}),
                 'tms_init': [os.environ.get('TMS_INIT_ENABLE'), os.environ.get('TMS_INIT_ENABLE_CPU_BACKUP')],
                 'child': child.returncode, 'child_err': child.stderr.strip(),
@@ -150,8 +151,10 @@ def test_local_actor_pid_and_no_stray_process(ray_cluster, tmp_path):
             # A process left behind by the exec would carry the marker naming this PID.
             assert reexecd()  # this worker did re-exec
             marker = f'TMS_AUTOPRELOAD_EXEC_PID={os.getpid()}'.encode()
-            siblings = [p for p in os.listdir('/proc') if p.isdigit() and p != str(os.getpid()) and marker in environ(p)]
-            return {'pid': os.getpid(), 'ppid_cmd': open(f'/proc/{ppid}/cmdline', 'rb').read().split(b'\\0')[0].decode(),
+            siblings = [p for p in os.listdir('/proc')
+                        if p.isdigit() and p != str(os.getpid()) and marker in environ(p)]
+            return {'pid': os.getpid(),
+                    'ppid_cmd': open(f'/proc/{ppid}/cmdline', 'rb').read().split(b'\\0')[0].decode(),
                     'strays': siblings}
         f = where.options(runtime_env={'env_vars': {'TMS_AUTOPRELOAD': '1'}}, resources={'cu13node': 0.01})
         print(json.dumps(ray.get(f.remote(), timeout=180)))
@@ -240,7 +243,7 @@ def test_preflight_shows_the_driverless_node_failing(ray_cluster, driverless_nod
     assert not bad["ok"] and bad["answer"]["prefix"] == str(driverless_node.venv.path)
     assert bad["error"].startswith("the NVIDIA driver library libcuda.so.1 is not found by the loader"), bad["error"]
     assert not bad["answer"]["started"]["hooked"]  # it lived, unhooked, to say so (ON_ERROR=warn)
-    line = next(l for l in table.splitlines() if "NO" in l.split())
+    line = next(row for row in table.splitlines() if "NO" in row.split())
     assert "the NVIDIA driver library libcuda.so.1 is not found" in line
 
 

@@ -70,7 +70,8 @@ def test_real_torch_one_runtime_and_the_hook_wins(real_torch, host, tmp_path, mo
 
 
 def deep(scn, env=None, *args, tmp=None):
-    r = scn.run(["-m", "tms_autopreload", "doctor", "--deep", *args], {**(env or {}), **({"TMPDIR": str(tmp)} if tmp else {})})
+    r = scn.run(["-m", "tms_autopreload", "doctor", "--deep", *args],
+                {**(env or {}), **({"TMPDIR": str(tmp)} if tmp else {})})
     assert r.returncode in (0, 1), r.stderr
     return r
 
@@ -99,7 +100,8 @@ def test_doctor_deep_without_the_preload_says_bypassed(real_torch):
     scn = real_torch(("driver",))
     r = deep(scn, None, "--as-is")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "torch's CUDA allocator (libc10_cuda.so): cudaMalloc, cudaFree -> libcudart.so.13 (BYPASSED: bound to" in r.stdout
+    assert ("torch's CUDA allocator (libc10_cuda.so): cudaMalloc, cudaFree -> libcudart.so.13 (BYPASSED: bound to"
+            in r.stdout)
     assert "the hook is not loaded in this process" in r.stdout and "verdict:  BYPASSED" in r.stdout
 
 

@@ -282,7 +282,8 @@ def test_runpath_build_apart_from_torchs_runtime_still_gets_the_binding(scenario
     system = scn.venv.path.parent / "system" / "site-packages"
     if not (system / "torch").exists():
         support.write_torch_standin(system, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
-        support.extract(support.runtime_wheel(13), "nvidia/cu13/lib/libcudart.so.13", system / "nvidia" / "cu13" / "lib")
+        support.extract(support.runtime_wheel(13), "nvidia/cu13/lib/libcudart.so.13",
+                        system / "nvidia" / "cu13" / "lib")
     env = {"PYTHONPATH": str(system)}
     r = scn.host.run(["bash", "-c", "true"], {"PATH": os.environ["PATH"], "LD_PRELOAD": str(scn.site / CU13)})
     assert r.returncode == 127 and "libcudart.so.13: cannot open shared object file" in r.stderr, r.stderr

@@ -105,8 +105,8 @@ TRACE_CASES = {
     "missing runtime": (("driver", "cuda13"), CU12,
                         {"ok": False, "missing": ["libcudart.so.12"], "errors": [], "skipped": [], "status": 0}),
     "wrong ELF class": (("driver", "cuda13"), "elf32.so",
-                        {"ok": True, "missing": [], "errors": [], "skipped": [["elf32.so", "wrong ELF class: ELFCLASS32"]],
-                         "status": 0}),
+                        {"ok": True, "missing": [], "errors": [],
+                         "skipped": [["elf32.so", "wrong ELF class: ELFCLASS32"]], "status": 0}),
     # The loader maps a segment past the end of the file and dies of SIGBUS, on every glibc here: why the
     # package reads a build's ELF headers itself before asking the loader (the doctor case below).
     "truncated file": (("driver", "cuda13"), "truncated.so",

@@ -79,7 +79,8 @@ def test_every_cuda_extension_carries_108s_runpath(build, tmp_path):
 # "{hook}" is the cu13 build, "{cudart}" torch's libcudart directory as /proc/self/maps names it.
 CASES = [
     ("torch", {}, {"LD_PRELOAD": "{hook}", "LD_LIBRARY_PATH": "{cudart}"}),
-    ("torch", {"LD_LIBRARY_PATH": "/existing/lib"}, {"LD_PRELOAD": "{hook}", "LD_LIBRARY_PATH": "{cudart}:/existing/lib"}),
+    ("torch", {"LD_LIBRARY_PATH": "/existing/lib"},
+     {"LD_PRELOAD": "{hook}", "LD_LIBRARY_PATH": "{cudart}:/existing/lib"}),
     ("torch", {"LD_LIBRARY_PATH": ""}, {"LD_PRELOAD": "{hook}", "LD_LIBRARY_PATH": "{cudart}"}),
     ("torch", {"LD_PRELOAD": "/other/lib.so"}, {"LD_PRELOAD": "{hook}:/other/lib.so", "LD_LIBRARY_PATH": "{cudart}"}),
     ("no-cudart", {}, {"LD_PRELOAD": "{hook}", "LD_LIBRARY_PATH": None}),
@@ -225,7 +226,8 @@ def test_ld_library_path_overrides_the_hooks_runpath(build, parts, tmp_path):
     host = Host(tmp_path / "host", parts.host_dirs(("driver",)))
     true = "/bin/true"
     status, rule, path, err = _loaded(host, true, hook, None)
-    assert (status, rule, path) == (0, "RUNPATH", str(site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")), err[-3000:]
+    assert (status, rule, path) == (0, "RUNPATH", str(site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")), \
+        err[-3000:]
     assert _predicted(host, true, hook, "") == ("DT_RUNPATH", str(site / "nvidia" / "cu13" / "lib" / "libcudart.so.13"))
     status, rule, path, err = _loaded(host, true, hook, str(other))
     assert (status, rule, path) == (0, "LD_LIBRARY_PATH", str(other / "libcudart.so.13")), err[-3000:]

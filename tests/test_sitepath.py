@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, MODES, Scenario, mode_env, need
-from support import (MAPPED, REEXECD, SetupError, Venv, assert_stopped, base_python, clean_env, locate_python, run,
+from support import (MAPPED, REEXECD, Venv, assert_stopped, base_python, clean_env, locate_python, run,
                      runtime_wheel, tms_wheel, torch_venv, write_torch_standin)
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"

@@ -191,8 +191,9 @@ def _chosen_by(installer: str, index, target: str, tmp_path) -> str:
     if installer == "pip":
         r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
                             "--no-index", "--find-links", str(index), "--only-binary=:all:", "--python-version", target,
-                            "--implementation", "cp", "--platform", "manylinux_2_17_x86_64", "-d", str(tmp_path / "got"),
-                            "tms-autopreload"], capture_output=True, text=True, env=clean_env(), timeout=120)
+                            "--implementation", "cp", "--platform", "manylinux_2_17_x86_64",
+                            "-d", str(tmp_path / "got"), "tms-autopreload"],
+                           capture_output=True, text=True, env=clean_env(), timeout=120)
         assert r.returncode == 0, r.stderr
         return "".join(p.name for p in (tmp_path / "got").iterdir())
     r = subprocess.run([uv(), "pip", "install", "-v", "--dry-run", "--no-cache", "--no-deps", "--no-index",

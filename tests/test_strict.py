@@ -29,7 +29,8 @@ CASES = {
     "a_skip": ("import pytest\ndef test_x():\n    pytest.skip('no gcc')\n", 1, "skipped under TMS_TEST_STRICT=1"),
     "a_skip_at_collection": ("import pytest\npytest.skip('no ray', allow_module_level=True)\n",
                              2, "skipped at collection under TMS_TEST_STRICT=1"),
-    "an_allowed_skip": ("import pytest\n@pytest.mark.may_skip('no GPU here')\ndef test_x():\n    pytest.skip('no GPU')\n",
+    "an_allowed_skip": ("import pytest\n@pytest.mark.may_skip('no GPU here')\n"
+                        "def test_x():\n    pytest.skip('no GPU')\n",
                         0, "(allowed: no GPU here)"),
     "a_pass": ("def test_x():\n    pass\n", 0, "2 passed"),
 }

@@ -20,9 +20,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from support import runtime_wheel, tms_wheel  # noqa: E402
-from tms_autopreload import elf  # noqa: E402
-from tms_autopreload.builds import interposed  # noqa: E402
+from support import runtime_wheel, tms_wheel
+from tms_autopreload import elf
+from tms_autopreload.builds import interposed
 
 VERSIONS = ["0.0.8", "0.0.9", "0.0.9.post1", "0.0.10"]
 SOURCE_BUILDS = ["0.0.10-source", "0.0.10-source-runpath"]  # built here from the sdist (tools/tms_source.py)
@@ -148,7 +148,8 @@ def test_symbol_table_without_a_hash_section_is_a_clear_error(tmp_path):
 def _readelf_dynamic(path: str) -> dict[str, list[str]]:
     """binutils' reading of ``path``'s dynamic entries: tag name -> the strings in brackets."""
     out: dict[str, list[str]] = {}
-    for line in subprocess.run(["readelf", "-dW", path], capture_output=True, text=True, check=True).stdout.splitlines():
+    readelf = subprocess.run(["readelf", "-dW", path], capture_output=True, text=True, check=True)
+    for line in readelf.stdout.splitlines():
         for tag in ("NEEDED", "SONAME", "RPATH", "RUNPATH"):
             if f"({tag})" in line:
                 out.setdefault(tag, []).append(line.split("[", 1)[1].rsplit("]", 1)[0])

@@ -9,7 +9,8 @@ from support import ROOT
 
 PAGE = ROOT / "docs" / "troubleshooting.md"
 ERRORS = ("libcudart.so.12: cannot open shared object file", "libcudart.so.13: cannot open shared object file",
-          "TorchMemorySaver observes invalid LD_PRELOAD", "torch.cuda.is_available()", "Driver/library version mismatch",
+          "TorchMemorySaver observes invalid LD_PRELOAD", "torch.cuda.is_available()",
+          "Driver/library version mismatch",
           "two runtime copies", "who cannot write this environment's code", "Exit 78 from the start-up hook",
           "tms_autopreload.pth is left over", "no node was counted")
 

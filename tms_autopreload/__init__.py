@@ -32,6 +32,7 @@ import sys
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
 # The two flags (tms_autopreload.pth spells them out too: it must stay one line of os alone).
 SLIME_FLAG = "SLIME_OFFLOAD_TRAIN"  # slime's: the hook, plus SLIME_DEFAULTS
@@ -84,7 +85,9 @@ def parse_flag(name: str, value: "str | None", unknown: bool = False) -> "tuple[
 def parse_choice(name: str, value: "str | None", choices: "tuple[str, ...]") -> "tuple[str, str | None]":
     """(the choice, a warning) for a variable that names one of ``choices`` (any case); unset or empty
     means ``choices[0]``, the default, and so does an unknown spelling, with a warning."""
-    word = (value or "").strip().lower()
+    if value is None:
+        return choices[0], None
+    word = value.strip().lower()
     if not word or word in choices:
         return word or choices[0], None
     return choices[0], _unrecognised(name, value, " or ".join(choices), choices[0])
@@ -350,7 +353,7 @@ _LAZY = {"resolve": "plan", "survey": "plan", "configure_subprocess": "children"
 __all__ = ["process_startup", *_LAZY, "__version__"]
 
 
-def __getattr__(name: str):  # noqa: ANN202 - PEP 562 module attribute hook
+def __getattr__(name: str) -> "Any":  # noqa: ANN401 - PEP 562 hook: each lazy name has its own type
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tms_autopreload' has no attribute {name!r}")

@@ -164,7 +164,8 @@ class Evidence:
             "runtime_libraries_mapped": self.runtimes, "hook_bound_to": self.hook_runtime,
             "libraries": [{"path": lib.path, "name": lib.name, "status": lib.status, "reason": lib.reason,
                            "bindings": lib.bound} for lib in self.libraries],
-            "import_error": self.import_error, "log_bytes": self.log_bytes, "seconds": round(self.seconds, 3), "verdict": self.verdict(),
+            "import_error": self.import_error, "log_bytes": self.log_bytes, "seconds": round(self.seconds, 3),
+            "verdict": self.verdict(),
             "error": self.error,
         }
 
@@ -189,8 +190,8 @@ class Evidence:
         return "\n".join(lines)
 
 
-def _read_log(directory: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[str, Library]":
-    """Stream every ``LD_DEBUG_OUTPUT`` file (one per PID), line by line.
+def _read_log(directory: str, hook: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[str, Library]":
+    """Stream every ``LD_DEBUG_OUTPUT`` file (one per PID), line by line (``hook``: ``ev.hook``, known here).
 
     Keeps the bindings of interposed symbols, and the runtime libraries the hook's own references
     were bound to (where its calls forward).
@@ -198,7 +199,7 @@ def _read_log(directory: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[
     libraries: "dict[str, Library]" = {}
     is_hook: "dict[str, bool]" = {}
     needles = [f"`{sym}'".encode() for sym in symbols]
-    hook_name = os.path.basename(ev.hook).encode("utf-8", "surrogateescape")
+    hook_name = os.path.basename(hook).encode("utf-8", "surrogateescape")
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         ev.log_bytes += os.path.getsize(path)
@@ -210,7 +211,7 @@ def _read_log(directory: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[
                 if b is None:
                     continue
                 if b.referrer not in is_hook:
-                    is_hook[b.referrer] = same_file(b.referrer, ev.hook)
+                    is_hook[b.referrer] = same_file(b.referrer, hook)
                 if is_hook[b.referrer]:
                     if runtime_of(os.path.basename(b.target)) and b.target not in ev.hook_runtime:
                         ev.hook_runtime.append(b.target)
@@ -245,7 +246,7 @@ def _classify(lib: Library, ev: Evidence) -> None:
         lib.reason = ("the loader bound no definition to it (a weak reference left unresolved), so the call "
                       "goes nowhere")
         return
-    others = [t for t in targets if not same_file(t, ev.hook)]
+    others = [t for t in targets if t is not None and not same_file(t, ev.hook)]  # None: returned above
     if not others:
         lib.status, lib.reason = "intercepted", "every reference binds to the hook"
         return
@@ -328,7 +329,8 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
         answer = json.loads(report[len(_MARK):])
         if in_process and answer["execd"]:
             said = [line for line in stderr.splitlines() if line.startswith("tms-autopreload:")]
-            ev.error = f"the child did not load the hook in-process: {' / '.join(said) or 'its start-up hook said nothing'}"
+            ev.error = ("the child did not load the hook in-process: "
+                        f"{' / '.join(said) or 'its start-up hook said nothing'}")
             return ev
         mapped = answer["maps"]
         ev.hook_mapped = any(same_file(p, hook) for p in mapped)
@@ -336,7 +338,7 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
         ev.import_error = answer["import_error"]
         if ev.import_error:
             return ev
-        libraries = _read_log(directory, frozenset(symbols), ev)
+        libraries = _read_log(directory, hook, frozenset(symbols), ev)
         _unbound(mapped, soname, frozenset(symbols), libraries, ev)
         for lib in libraries.values():
             # allocation before release, then by name: "cudaMalloc, cudaFree"

@@ -65,7 +65,7 @@ class Build:
 
     def target(self) -> str:
         """What it was built for, in words."""
-        if self.kind in ("cuda", "hip"):
+        if self.kind in ("cuda", "hip") and self.major is not None:  # read_build gives both kinds their major
             return f"{runtime_name(self.kind, self.major)} (needs {runtime_soname(self.kind, self.major)})"
         if self.kind == "driver":
             return f"any CUDA runtime (needs only the driver, {DRIVER_SONAME})"

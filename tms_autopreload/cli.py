@@ -21,6 +21,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .plan import Plan
+
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_USAGE", "EXIT_CODES"]
 
 EXIT_OK = 0
@@ -40,13 +42,14 @@ EXIT_CODES = (
 )
 
 
-def _plan_or_fail(report: Report) -> bool:
+def _plan_or_fail(report: Report) -> "Plan | None":
+    """The report's plan, its warnings said; None, its error said, when there is none."""
     if report.plan is None:
         print(f"tms-autopreload: {report.error}", file=sys.stderr)
-        return False
+        return None
     for w in report.warnings + report.plan.warnings:
         print(f"tms-autopreload: warning: {w}", file=sys.stderr)
-    return True
+    return report.plan
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -151,18 +154,18 @@ def _deep(args: argparse.Namespace) -> int:
 
 
 def _cmd_which(args: argparse.Namespace) -> int:
-    report = survey()
-    if not _plan_or_fail(report):
+    plan = _plan_or_fail(survey())
+    if plan is None:
         return EXIT_NO_PLAN
-    print(report.plan.build)
+    print(plan.build)
     return EXIT_OK
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    report = survey()
-    if not _plan_or_fail(report):
+    plan = _plan_or_fail(survey())
+    if plan is None:
         return EXIT_NO_PLAN
-    changes = report.plan.changes()
+    changes = plan.changes()
     if args.json:
         print(json.dumps(changes))
     else:
@@ -177,11 +180,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.parser.error("give a command: tms-autopreload run -- CMD [ARGS...]")
     if not command[0]:
         args.parser.error("the command name is empty (''): give a command: tms-autopreload run -- CMD [ARGS...]")
-    report = survey()
-    if not _plan_or_fail(report):
+    plan = _plan_or_fail(survey())
+    if plan is None:
         return EXIT_NO_PLAN
     env = dict(os.environ)
-    env.update(report.plan.changes())
+    env.update(plan.changes())
     sys.stdout.flush()
     try:
         os.execvpe(command[0], command, env)
@@ -191,7 +194,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"tms-autopreload run: {command[0]}: {exc.strerror}", file=sys.stderr)
         return 126
-    return EXIT_OK  # not reached: execvpe replaced this process
 
 
 def _location(args: argparse.Namespace) -> dict:
@@ -283,8 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    def command(parent: "argparse._SubParsersAction", name: str, func: "Callable[[argparse.Namespace], int]",
-                help: str) -> argparse.ArgumentParser:
+    def command(parent: "argparse._SubParsersAction[argparse.ArgumentParser]", name: str,
+                func: "Callable[[argparse.Namespace], int] | None", help: str) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".")
         p.set_defaults(func=func, parser=p)
         return p
@@ -369,7 +371,7 @@ def _run(args: argparse.Namespace) -> int:
     deep = args.cmd == "doctor" and args.deep
     with unwinding_signals(deep):
         try:
-            code = args.func(args)
+            code: int = args.func(args)
             sys.stdout.flush()
             return code
         except INTERRUPTS as exc:

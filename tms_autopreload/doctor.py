@@ -15,7 +15,7 @@ from .plan import CHOSEN, Report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
 __all__ = ["document", "text", "table", "is_ok", "driver_facts", "runtime_rule", "versions", "VERSIONED"]
@@ -24,10 +24,10 @@ __all__ = ["document", "text", "table", "is_ok", "driver_facts", "runtime_rule",
 VERSIONED = ("tms_autopreload", "torch_memory_saver")
 
 
-def table(rows: "list[tuple[str, ...]]") -> str:
+def table(rows: "Sequence[tuple[str, ...]]") -> str:
     """Columns padded to their widest cell; the last column is left as it is."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows)
 
 
 def is_ok(plan: object, driver: object) -> bool:

@@ -275,12 +275,14 @@ def _symbol_count(layout: _Layout) -> int:
     end = layout.end
     hash_addr = layout.value(DT_HASH)
     if hash_addr is not None:
+        nchain: int  # struct.unpack's values are Any to mypy; "I" reads ints
         _nbucket, nchain = struct.unpack(end + "II", layout.read(layout.offset(hash_addr, "DT_HASH"), 8, "DT_HASH"))
         return nchain
     gnu = layout.value(DT_GNU_HASH)
     if gnu is None:
         raise ElfError("no DT_HASH or DT_GNU_HASH: the symbol table's length is unknown")
     base = layout.offset(gnu, "DT_GNU_HASH")
+    symoffset: int
     nbuckets, symoffset, bloom_size, _shift = struct.unpack(end + "IIII", layout.read(base, 16, "DT_GNU_HASH"))
     if nbuckets > _MAX_SYMBOLS or bloom_size > _MAX_SYMBOLS:
         raise ElfError(f"implausible DT_GNU_HASH (nbuckets={nbuckets}, bloom_size={bloom_size})")

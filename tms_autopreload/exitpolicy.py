@@ -22,6 +22,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from _typeshed import ReadableBuffer
+
 __all__ = ["WriteError", "guarded_stdout", "Interrupted", "INTERRUPTS", "unwinding_signals", "signal_of"]
 
 
@@ -47,9 +49,9 @@ class _Stdout(io.RawIOBase):
     def isatty(self) -> bool:
         return os.isatty(1)
 
-    def write(self, data: "bytes | memoryview") -> int:
+    def write(self, data: "ReadableBuffer") -> int:
         if self.failed:
-            return len(data)
+            return len(memoryview(data))
         try:
             return os.write(1, data)
         except OSError as exc:

@@ -87,7 +87,7 @@ def _obstacle(plan: "Plan") -> "InProcessError | None":
     except (OSError, ElfError) as exc:
         return InProcessError(f"cannot read the symbols of {plan.build} and {library}: {exc}", _START_FLAGGED,
                               "unreadable-symbols")
-    main = _ctypes.dlopen(None, os.RTLD_NOW)
+    main = _ctypes.dlopen(None, os.RTLD_NOW)  # type: ignore[arg-type]  # None: the main program, dlopen(3)'s NULL
     for symbol in symbols:
         try:
             _ctypes.dlsym(main, symbol)
@@ -145,9 +145,11 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
     found = _obstacle(plan)
     if found:
         raise found
+    library = plan.runtime.library
+    assert library is not None  # _obstacle refuses a plan without one
     # RTLD_LAZY, as the loader binds a preloaded object (unless LD_BIND_NOW, which applies to both).
     try:
-        runtime = _ctypes.dlopen(plan.runtime.library, os.RTLD_LAZY | os.RTLD_LOCAL)
+        runtime = _ctypes.dlopen(library, os.RTLD_LAZY | os.RTLD_LOCAL)
     except OSError as exc:
         raise InProcessError(f"dlopen failed: {exc}", cause="dlopen-failed") from None
     try:
@@ -198,7 +200,7 @@ def activate() -> "Plan | None":
         return None
     with _activating:
         if _activated is not None:  # another thread did the work while this one waited
-            return _activated
+            return _activated  # type: ignore[unreachable]  # mypy cannot see the other thread's write
         from .plan import resolve
 
         plan = resolve()

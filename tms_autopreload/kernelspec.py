@@ -16,6 +16,10 @@ import tempfile
 from . import DISABLE_VAR, FLAG_VARS, GENERIC_FLAG, __version__, flags
 from .errors import Error
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["install", "uninstall", "MissingJupyter", "InvalidRequest", "KernelNotFound", "NotOurs",
            "DEFAULT_NAME", "MARKER"]
 
@@ -50,7 +54,7 @@ class NotOurs(Error, ValueError):
     cause = "not-ours"
 
 
-def _manager():  # noqa: ANN202 - jupyter_client's type, imported lazily
+def _manager() -> "Any":  # noqa: ANN401 - jupyter_client's KernelSpecManager, imported lazily, without stubs
     try:
         from jupyter_client.kernelspec import KernelSpecManager
     except ImportError:
@@ -103,13 +107,15 @@ def _installed_by_us(directory: str) -> bool:
         return False
 
 
-def _directory(manager, name: str, user: bool, sys_prefix: bool, prefix: "str | None") -> str:  # noqa: ANN001
+def _directory(manager: "Any", name: str, user: bool, sys_prefix: bool,  # noqa: ANN401 - a KernelSpecManager
+               prefix: "str | None") -> str:
     """The directory install() writes for these options. KernelSpecManager has no public way to ask
     it, and computing it here would copy its rules (user dir, PREFIX/share/jupyter, system)."""
-    return manager._get_destination_dir(name, **_location(user, sys_prefix, prefix))
+    directory: str = manager._get_destination_dir(name, **_location(user, sys_prefix, prefix))
+    return directory
 
 
-def kernel_json(display_name: str, env: "dict[str, str]") -> "dict[str, object]":
+def kernel_json(display_name: str, env: "dict[str, str]") -> "dict[str, Any]":
     """The kernelspec: this interpreter running ipykernel, with the flag and ``env`` in its environment."""
     return {
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
@@ -157,7 +163,8 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
         with open(path, "w", encoding="utf-8") as f:
             json.dump(spec, f, indent=1)
         os.chmod(path, 0o644)
-        return manager.install_kernel_spec(source, name, **_location(user, sys_prefix, prefix))
+        installed: str = manager.install_kernel_spec(source, name, **_location(user, sys_prefix, prefix))
+        return installed
 
 
 def uninstall(name: str, *, user: bool = False, sys_prefix: bool = False, prefix: "str | None" = None) -> str:
@@ -177,7 +184,8 @@ def uninstall(name: str, *, user: bool = False, sys_prefix: bool = False, prefix
         where = "among the kernels Jupyter finds"
     if directory is None:
         raise KernelNotFound(f"no kernel named {name!r} {where}",
-                             "check the name and the location: `jupyter kernelspec list` shows each kernel and where it is")
+                             "check the name and the location: "
+                             "`jupyter kernelspec list` shows each kernel and where it is")
     if not _installed_by_us(directory):
         raise NotOurs(f"{directory} was not installed by tms-autopreload",
                       f"remove it with `jupyter kernelspec uninstall {name}`")

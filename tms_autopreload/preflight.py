@@ -232,7 +232,8 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
     if "badenv" in kinds:
         raise UsageError(f"--runtime-env: Ray refuses it: {kinds['badenv']['why']}")
     if "rows" in kinds:
-        return kinds["rows"]["rows"]
+        rows: "list[dict[str, Any]]" = kinds["rows"]["rows"]  # the driver's JSON (raydriver.main)
+        return rows
     if "unreachable" in kinds:
         raise Unreachable(f"cannot reach the Ray cluster at {address}: {kinds['unreachable']['why']}{said}")
     if "connected" in kinds:  # ray.init returned: the cluster answered once

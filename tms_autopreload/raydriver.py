@@ -48,7 +48,8 @@ def _shipped_probe() -> "Callable[[tuple[str, ...]], dict[str, Any]]":
     so Ray pickles it by value."""
     namespace: "dict[str, Any]" = {"__name__": "tms_autopreload_probe"}
     exec(compile(PROBE_SOURCE, "<tms_autopreload preflight probe>", "exec"), namespace)
-    return namespace["probe"]
+    probe: "Callable[[tuple[str, ...]], dict[str, Any]]" = namespace["probe"]
+    return probe
 
 
 def main() -> None:
@@ -97,7 +98,7 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - the task's own failure is that node's answer
                 answers[node["NodeID"]] = (None, f"the task failed on that node: {_last_line(exc)}")
             _emit({"event": "progress", "answered": len(answers), "total": len(nodes)})
-    for ref, node in pending.items():
+    for node in pending.values():
         answers[node["NodeID"]] = (None, f"no answer within {request['timeout']:g} s: its worker did not start "
                                          f"(or is still starting) with this runtime_env")
     if pending and not port_answers(gcs):

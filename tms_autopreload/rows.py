@@ -137,7 +137,7 @@ def render(rows: "list[dict[str, Any]]") -> str:
     for r in rows:
         answer = r["answer"] or {}
         rt = (answer.get("survey") or {}).get("runtime") or {}
-        torch = (f"{rt.get('torch_version') or 'no torch'} ({runtime_name(rt.get('kind'), rt.get('major'))})"
+        torch = (f"{rt.get('torch_version') or 'no torch'} ({runtime_name(rt.get('kind') or '', rt.get('major'))})"
                  if rt else "-")
         plan = (answer.get("survey") or {}).get("plan")
         what = plan["build"].rsplit("/", 1)[-1] if plan and r["ok"] else (r["error"] or "-").splitlines()[0]
@@ -163,7 +163,9 @@ def summary(rows: "list[dict[str, Any]]", here: "dict[str, str | None] | None", 
         head += ("; no node was counted, so nothing was checked: declare each GPU node's GPUs to Ray "
                  "(`ray start --num-gpus N`), or pass --all-nodes to count every node")
     out = [head]
-    for r in rows if here is not None else ():
+    if here is None:
+        return out
+    for r in rows:
         if not _dict(r["answer"]).get("versions"):
             continue
         theirs = _versions(r["answer"])

@@ -237,7 +237,8 @@ def inherited(venv: Venv, base: dict[str, str], mode: str = "exec") -> dict[str,
     the hook's own variables)."""
     dump = [str(venv.python), "-c", "import os, json; print(json.dumps(dict(os.environ)))"]
     mode_var = {"TMS_AUTOPRELOAD_MODE": mode} if mode != "exec" else {}
-    return json.loads(output(dump, {**base, "SLIME_OFFLOAD_TRAIN": "1", **mode_var}))
+    environ: dict[str, str] = json.loads(output(dump, {**base, "SLIME_OFFLOAD_TRAIN": "1", **mode_var}))
+    return environ
 
 
 def against(rev: str, work: Path, python: str, s: dict, n: int) -> tuple[str, list[tuple[str, float, float]]]:

@@ -18,7 +18,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import apt
 import emulation
@@ -171,13 +173,14 @@ class Rootfs:
         return [*namespace, "sh", "-ec", "\n".join(lines), "rootfs",
                 *(f"{k}={v}" for k, v in env.items()), *map(str, argv)]
 
-    def run(self, argv: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
+    def run(self, argv: list[str], env: dict[str, str] | None = None,
+            **kw: Any) -> subprocess.CompletedProcess[Any]:  # noqa: ANN401 - subprocess.run's keywords
         """Run inside the root (a setup step: failures raise SetupError)."""
         return run(self.wrap(argv, env if env is not None else clean_env()), env=clean_env(), **kw)
 
     def glibc(self) -> str:
         """The root's glibc version, from its own ``ldd``."""
-        out = self.run(["ldd", "--version"]).stdout.splitlines()[0]
+        out: str = self.run(["ldd", "--version"]).stdout.splitlines()[0]
         return out.rsplit(" ", 1)[-1]
 
 
@@ -194,7 +197,8 @@ class RootfsHost:
     def wrap(self, argv: list[str], env: dict[str, str], setup: str = "") -> list[str]:
         return self.rootfs.wrap(argv, env, setup, ld_cache=self.cache, scratch=self.scratch)
 
-    def run(self, argv: list[str], env: dict[str, str], setup: str = "", **kw) -> subprocess.CompletedProcess:
+    def run(self, argv: list[str], env: dict[str, str], setup: str = "",
+            **kw: Any) -> subprocess.CompletedProcess[Any]:  # noqa: ANN401 - subprocess.run's keywords
         kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
         kw.setdefault("timeout", 120)
@@ -211,7 +215,7 @@ class RootfsVenv(Venv):
     interpreter, and everything a test starts runs there.
     """
 
-    def __init__(self, rootfs: Rootfs, path: Path, python: str | None = None, wheels: list[Path] = ()) -> None:
+    def __init__(self, rootfs: Rootfs, path: Path, python: str | None = None, wheels: Sequence[Path] = ()) -> None:
         self.rootfs = rootfs
         self.path = path
         if python is not None:
