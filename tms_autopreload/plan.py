@@ -224,7 +224,8 @@ def _tms_version(package_dir: str) -> "tuple[int, ...] | None":
     exactly one, or it states none."""
     site = os.path.dirname(package_dir)
     try:
-        found = [n for n in os.listdir(site) if n.lower().startswith("torch_memory_saver-") and n.endswith(".dist-info")]
+        found = [n for n in os.listdir(site)
+                 if n.lower().startswith("torch_memory_saver-") and n.endswith(".dist-info")]
         if len(found) != 1:
             return None
         with os.fdopen(open_regular(os.path.join(site, found[0], "METADATA")), "rb") as f:
@@ -547,7 +548,8 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     trace = run_trace(executable, planned_env)
     judged = _judge(build, planned, trace)
     if judged.plan is not None:
-        added, memo = _added_dirs(env, planned.ld_library_path or ""), []
+        added = _added_dirs(env, planned.ld_library_path or "")
+        memo: "list[set[str]]" = []
 
         def closure() -> "set[str]":
             if not memo:
@@ -555,7 +557,8 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
             return memo[0]
 
         traced = [kid[0] for kid in kids if _own_problem(loader, kid, added, closure)]
-        child_reason = _judge_children(build, list(zip(traced, run_traces(traced, planned_env)))) if traced else None
+        child_reason = (_judge_children(build, list(zip(traced, run_traces(traced, planned_env), strict=True)))
+                        if traced else None)  # run_traces answers each program, in order
         if child_reason is not None:
             judged = Verdict(build, REJECTED, child_reason, CAUSE_CHILD_FAILS, loader_ok=False)
     if judged.plan is not None or chosen is not None:
