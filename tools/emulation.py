@@ -43,9 +43,11 @@ def registration(arch: str) -> str:
 
 
 def install_qemu() -> None:
-    """qemu-user-static, and mmdebstrap, which builds foreign root file systems, from Debian."""
-    apt.ensure({"qemu-user-static": "/usr/bin/qemu-aarch64-static", "mmdebstrap": "mmdebstrap"},
-               "running arm64 root file systems")
+    """qemu-user-static, and mmdebstrap, which builds foreign root file systems, from Debian (with
+    arch-test, which mmdebstrap asks for a foreign architecture: "install arch-test for foreign
+    architecture support", a recommendation that a --no-install-recommends install leaves out)."""
+    apt.ensure({"qemu-user-static": "/usr/bin/qemu-aarch64-static", "mmdebstrap": "mmdebstrap",
+                "arch-test": "arch-test"}, "running arm64 root file systems")
 
 
 def namespace(arch: str) -> list[str]:
