@@ -192,7 +192,8 @@ NEEDS = (
     Need("a Python every account can run", ("check", "test"), _shared_python,
          "Debian: apt-get install python3 (an interpreter outside /root)"),
     Need("qemu-user-static, mmdebstrap and arch-test", ("test", "aarch64"), _setup_step(emulation.install_qemu),
-         "Debian: apt-get install qemu-user-static mmdebstrap arch-test (run as root with apt-get, make test installs them)"),
+         "Debian: apt-get install qemu-user-static mmdebstrap arch-test (run as root with apt-get, make test installs "
+         "them)"),
     Need("a private binfmt_misc for arm64 programs", ("test", "aarch64"), _setup_step(lambda: emulation.check("arm64")),
          "run as root on Linux 6.7 or later (a user namespace mounts its own binfmt_misc there)"),
     Need("an aarch64 cross compiler", ("test", "aarch64"), _setup_step(_cross_compiler),
