@@ -157,6 +157,44 @@ def test_the_left_over_pth_handler_reads_the_variables_as_the_package_does():
     assert '== "warn"' in text and "warn" in tms_autopreload.ON_ERROR_POLICIES
 
 
+def _causes_given() -> set[str]:
+    """Every cause the package's source gives as a string: each call of an :class:`errors.Error` subclass or of
+    :class:`plan.Verdict` with a literal in its ``cause`` place (by keyword or by position, as the class's
+    ``__init__`` orders its parameters), and each class body's ``cause = "..."``."""
+    import ast
+    import importlib
+    import inspect
+
+    from tms_autopreload import errors, plan
+
+    places: dict[str, int | None] = {}  # class name -> index of the cause among the positional arguments
+    modules = sorted((ROOT / "tms_autopreload").glob("*.py"))
+    for path in modules:
+        module = importlib.import_module(f"tms_autopreload.{path.stem}") if not path.stem.startswith("__") else None
+        for name, obj in vars(module).items() if module else ():
+            if inspect.isclass(obj) and (issubclass(obj, errors.Error) or obj is plan.Verdict):
+                params = [p for p in inspect.signature(obj.__init__).parameters.values()][1:]
+                positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                places[name] = positional.index("cause") if "cause" in positional else None
+    given: set[str] = set()
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                given |= {n.value.value for n in node.body if isinstance(n, ast.Assign)
+                          and any(isinstance(t, ast.Name) and t.id == "cause" for t in n.targets)
+                          and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if name not in places:
+                continue
+            args = [k.value for k in node.keywords if k.arg == "cause"]
+            if places[name] is not None and len(node.args) > places[name]:
+                args.append(node.args[places[name]])
+            given |= {a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+    return given
+
+
 def test_every_cause_is_named_once_and_documented():
     """docs/reference.md's causes are exactly the ones the code names (tms_autopreload.errors.CAUSES, the
     one place), each a kebab-case word; every ``CAUSE_*`` constant is among them, and no module gives a
@@ -167,9 +205,8 @@ def test_every_cause_is_named_once_and_documented():
     assert all(re.fullmatch(r"[a-z]+(-[a-z]+)*", c) for c in errors.CAUSES), errors.CAUSES
     named = {v for k, v in vars(errors).items() if k.startswith("CAUSE_")}
     assert named == set(errors.CAUSES), named ^ set(errors.CAUSES)
-    given = set()
-    for module in (ROOT / "tms_autopreload").glob("*.py"):
-        given |= set(re.findall(r"\bcause\s*=\s*[\"']([^\"']+)[\"']", module.read_text()))
+    given = _causes_given()
+    assert given, "no cause found: the scan reads no call"
     assert given <= set(errors.CAUSES), given - set(errors.CAUSES)
     text = (ROOT / "docs" / "reference.md").read_text()
     statuses = re.search(r"`status`\s+\(((?:`\w+`,?\s*)+)\)", text).group(1)

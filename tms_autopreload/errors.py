@@ -67,11 +67,18 @@ CAUSE_SYMBOL_DEFINED = "symbol-defined"  # a symbol the hook defines is already 
 CAUSE_DLOPEN_FAILED = "dlopen-failed"  # dlopen of the runtime library or the hook failed
 CAUSE_NO_PROC_MAPS = "no-proc-maps"  # /proc/self/maps cannot be read to confirm the hook is mapped
 CAUSE_NOT_MAPPED = "not-mapped"  # dlopen returned, but the hook is not mapped
+CAUSE_NO_RUNTIME_FILE = "no-runtime-file"  # the plan names no runtime library file to load first
+CAUSE_UNREADABLE_SYMBOLS = "unreadable-symbols"  # the hook's dynamic symbol table cannot be read
+CAUSE_PRELOAD_DEFINES = "preload-defines"  # an LD_PRELOAD entry of this process defines what the hook defines
 # Given by tms_autopreload.kernelspec (tms-autopreload kernel).
-CAUSE_NO_JUPYTER = "no-jupyter"  # jupyter_client or ipykernel is not installed
-CAUSE_INVALID_REQUEST = "invalid-request"  # a kernel name Jupyter refuses, or an env that turns the hook off
+CAUSE_NO_JUPYTER = "no-jupyter"  # jupyter_client is not installed
+CAUSE_INVALID_REQUEST = "invalid-request"  # InvalidRequest's default: a kernel request refused as asked
 CAUSE_NO_KERNEL = "no-kernel"  # no kernel of that name where uninstall looked
 CAUSE_NOT_OURS = "not-ours"  # the kernel there was not written by this package
+CAUSE_NO_IPYKERNEL = "no-ipykernel"  # ipykernel, which the kernel would run, is not installed
+CAUSE_BAD_KERNEL_NAME = "bad-kernel-name"  # a kernel name Jupyter refuses
+CAUSE_EMPTY_PREFIX = "empty-prefix"  # an empty --prefix, which names no directory
+CAUSE_HOOK_OFF = "hook-off"  # the kernel's --env turns off the hook it exists for
 # Given by tms_autopreload.preflight (doctor --ray).
 CAUSE_NO_RAY = "no-ray"  # Ray is not installed for this interpreter
 CAUSE_NO_CLUSTER = "no-cluster"  # no Ray cluster ever answered at the address
@@ -89,7 +96,8 @@ CAUSES = (
     CAUSE_IN_PROCESS, CAUSE_TORCH_IMPORTED, CAUSE_RUNTIME_LOADED, CAUSE_TORCH_LOADED, CAUSE_HOOK_LOADED,
     CAUSE_SYMBOL_DEFINED, CAUSE_DLOPEN_FAILED, CAUSE_NO_PROC_MAPS, CAUSE_NOT_MAPPED, CAUSE_NO_JUPYTER,
     CAUSE_INVALID_REQUEST, CAUSE_NO_KERNEL, CAUSE_NOT_OURS, CAUSE_NO_RAY, CAUSE_NO_CLUSTER, CAUSE_CLUSTER_LOST,
-    CAUSE_USAGE,
+    CAUSE_USAGE, CAUSE_NO_RUNTIME_FILE, CAUSE_UNREADABLE_SYMBOLS, CAUSE_PRELOAD_DEFINES, CAUSE_NO_IPYKERNEL,
+    CAUSE_BAD_KERNEL_NAME, CAUSE_EMPTY_PREFIX, CAUSE_HOOK_OFF,
 )
 
 
