@@ -61,7 +61,7 @@ def test_screen_rejects_with_causes_and_orders_the_rest_best_first():
         5: (plan.REJECTED, CAUSE_WORLD_WRITABLE)}
     assert verdicts[2].reason == "built for CUDA 12 (needs libcudart.so.12), not for this process's CUDA 13"
     assert verdicts[5].fix == "chmod o-w /s" and "TMS_AUTOPRELOAD_PATH" in verdicts[5].reason
-    assert repr(verdicts[2]) == f"Verdict({CU12!r}, 'rejected', cause='wrong-runtime')"
+    assert repr(verdicts[2]) == f"Verdict(build='/s/{CU12}', status='rejected', cause='wrong-runtime')"
 
 
 def test_screen_without_a_runtime_tries_nothing():

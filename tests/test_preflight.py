@@ -309,3 +309,17 @@ def test_a_head_that_dies_mid_preflight_ends_within_the_timeout(field):
                           f"stopped answering during the preflight"), err
     assert len(err.strip().splitlines()) == 1, err
     assert not cluster.pids()
+
+
+@pytest.mark.parametrize("driver, said", [
+    ({"verdict": "failing", "message": "driver too old.", "fix": "upgrade the driver"},
+     "driver too old. Fix: upgrade the driver"),
+    ({"verdict": "failing", "message": None, "fix": ""}, "the driver cannot run this torch"),
+])
+def test_a_failing_drivers_row_error_reads_whole_from_a_foreign_document(driver, said):
+    """A node's document may come from another version: a missing message or an empty fix still reads as
+    one sentence and its fix, never "None. Fix: " (found by review)."""
+    from tms_autopreload import rows
+
+    row = rows.node_row("n", "192.0.2.1", "id", {"survey": {"plan": {"build": "/x.so"}, "driver": driver}}, None)
+    assert row["ok"] is False and row["error"] == said

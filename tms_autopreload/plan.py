@@ -97,7 +97,7 @@ class Verdict:
 
     def __repr__(self) -> str:
         cause = f", cause={self.cause!r}" if self.cause else ""
-        return f"Verdict({self.build.name!r}, {self.status!r}{cause})"
+        return f"Verdict(build={self.build.path!r}, status={self.status!r}{cause})"
 
 
 class Plan:

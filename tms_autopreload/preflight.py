@@ -203,7 +203,7 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:
-        raise NoRay(f"Ray is not installed for {sys.executable}: pip install ray")
+        raise NoRay(f"Ray is not installed for {sys.executable}", fix="pip install ray")
     start = time.time()
     if address != "auto" and not address.startswith("ray://") and not port_answers(address, min(5.0, timeout)):
         raise Unreachable(f"cannot reach the Ray cluster at {address}: nothing accepts connections there "
@@ -228,7 +228,7 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
             said = _ray_said(stderr)
     kinds = {e["event"]: e for e in events}
     if "noray" in kinds:
-        raise NoRay(f"Ray is not installed for {sys.executable}: pip install ray")
+        raise NoRay(f"Ray is not installed for {sys.executable}", fix="pip install ray")
     if "badenv" in kinds:
         raise UsageError(f"--runtime-env: Ray refuses it: {kinds['badenv']['why']}")
     if "rows" in kinds:

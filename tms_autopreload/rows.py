@@ -66,7 +66,8 @@ def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer
     if doc.get("error"):
         row["error"] = doc["error"]
     elif driver.get("verdict") == "failing":
-        row["error"] = str(Error(str(_str(driver.get("message"))), fix=_str(driver.get("fix"))))
+        said = _str(driver.get("message")) or "the driver cannot run this torch"
+        row["error"] = str(Error(said.rstrip("."), fix=_str(driver.get("fix")) or None))
     elif started is None:
         row["error"] = "its doctor found no plan"
     else:
