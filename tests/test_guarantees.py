@@ -293,8 +293,11 @@ def _signalled_during_the_trace(scn, tmp_path, name, sig, *, before_spawn):
                      f"(lambda spawn: lambda *a, **k: {call})(os.posix_spawn))\n")
     env = clean_env(SLIME_OFFLOAD_TRAIN="1", TMS_TEST_PATCH="1", TMS_TEST_READY=str(ready))
     try:
+        # As from a terminal: the signal's default action, whatever this runner inherited (a job started
+        # in the background by a shell without job control ignores SIGINT, and so would every child).
         proc = subprocess.Popen(scn.host.wrap([str(scn.venv.python), "-c", "print('user code ran')"], env),
-                                env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
         try:
             wait_for(ready, proc)
             proc.send_signal(sig)  # proc.pid is python's: unshare, sh and env exec into it
