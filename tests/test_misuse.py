@@ -329,8 +329,10 @@ def test_deep_cleans_up_when_interrupted(scenario, tmp_path, sig, code):
     ready = tmp_path / "ready"
     env = clean_env(PYTHONPATH=str(mods), TMPDIR=str(tmp), DEEP_READY=str(ready))
     argv = [str(scn.venv.python), "-m", "tms_autopreload", "doctor", "--deep", "--import", "tms_test_sleeper"]
+    # As from a terminal: the signal's default action, whatever this runner inherited (a job a shell without
+    # job control starts in the background ignores SIGINT, and doctor rightly keeps an ignored signal ignored).
     p = subprocess.Popen(scn.host.wrap(argv, env), env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     child = None
     try:
         deadline = time.monotonic() + 120
