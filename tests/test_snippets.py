@@ -156,3 +156,19 @@ def test_the_torchrun_line_hooks_the_agent_and_every_rank(real_torch, tmp_path, 
     for d in got:
         assert d["hooks"] == d["agent_hooks"] == [hook] and d["agent_reexecd"] and not d["reexecd"], d
         assert d["cudart"] == [os.path.realpath(scn.site / "nvidia/cu13/lib/libcudart.so.13")], d
+
+
+@pytest.mark.slow
+def test_the_bench_against_a_revision_runs_as_performance_md_shows(tmp_path):
+    """performance.md's side-by-side command: ``tools/bench.py --against REV`` exports REV with git, builds
+    its wheel and venv beside this checkout's, and prints the four rows (here REV is this very commit, at a
+    handful of runs: what is checked is that the command works, not a figure)."""
+    import subprocess
+    import sys
+
+    assert "`python3 tools/bench.py --against REV`" in (ROOT / "docs" / "performance.md").read_text()
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "--dir", str(tmp_path), "--against", "HEAD",
+                        "--n", "4"], capture_output=True, text=True, timeout=900, env=clean_env(), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = re.findall(r"^\| (P1|P2|P2'|P3) \| (\d+\.\d{3}) \| (\d+\.\d{3}) \|$", r.stdout, flags=re.M)
+    assert [name for name, *_ in rows] == ["P1", "P2", "P2'", "P3"], r.stdout
