@@ -407,7 +407,9 @@ def test_torchrun_agent_and_every_rank_hooked_also_after_a_restart(real_torch, t
     reports.mkdir()
     r = scn.host.run([str(scn.venv.path / "bin" / "torchrun"), "--standalone", "--nproc-per-node", "2",
                       "--max-restarts", "1", str(script)],
-                     clean_env(TMS_AUTOPRELOAD="1", TMS_AUTOPRELOAD_VERBOSE="1", RANK_REPORTS=str(reports)),
+                     # TMPDIR: torchrun's agent keeps its run directory (torchelastic_*) there, and leaves it
+                     clean_env(TMS_AUTOPRELOAD="1", TMS_AUTOPRELOAD_VERBOSE="1", RANK_REPORTS=str(reports),
+                               TMPDIR=str(tmp_path)),
                      timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     got = sorted((json.loads(p.read_text()) for p in reports.glob("*.json")), key=lambda d: (d["attempt"], d["rank"]))

@@ -148,8 +148,9 @@ def test_the_torchrun_line_hooks_the_agent_and_every_rank(real_torch, tmp_path, 
     reports.mkdir()
     run_argv = [str(scn.venv.path / "bin" / "torchrun"), *argv[2:]]
     run_argv[run_argv.index("--nproc-per-node") + 1] = "2"
+    # TMPDIR: torchrun's agent keeps its run directory (torchelastic_*) there, and leaves it
     r = scn.host.run(run_argv, clean_env(TMS_AUTOPRELOAD="1", PET_MASTER_PORT=str(free_port()),
-                                         RANK_REPORTS=str(reports)), cwd=tmp_path, timeout=600)
+                                         RANK_REPORTS=str(reports), TMPDIR=str(tmp_path)), cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     got = [json.loads((reports / str(rank)).read_text()) for rank in range(2)]
     hook = os.path.realpath(scn.site / CU13)
