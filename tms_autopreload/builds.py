@@ -43,16 +43,25 @@ def build_install_hint(kind: str, major: int) -> str:
 class Build:
     """One candidate preload file."""
 
-    __slots__ = ("path", "kind", "major", "info", "problem", "refusal")
+    __slots__ = ("path", "kind", "major", "info", "problem", "_trusted", "_refusal")
 
     def __init__(self, path: str, kind: str, major: int | None, info: DynamicInfo | None,
-                 problem: str | None, refusal: Refusal | None = None) -> None:
+                 problem: str | None, trusted: Trusted | None = None) -> None:
         self.path = path
         self.kind = kind  # "cuda", "hip", "driver" (links only libcuda.so.1), or "unusable"
         self.major = major
         self.info = info  # its dynamic section, when readable
         self.problem = problem  # why it can never be preloaded here, or None
-        self.refusal = refusal  # why it may not be: who else can write it (tms_autopreload.trust), or None
+        self._trusted = trusted  # the writers of the process's code, to judge it against (None: not judged)
+        self._refusal: "Refusal | None | bool" = False  # False: not judged yet
+
+    @property
+    def refusal(self) -> "Refusal | None":
+        """Why it may not be preloaded: who else can write it (:mod:`tms_autopreload.trust`), or None.
+        Judged when first asked: a resolve asks only for the builds that fit its runtime."""
+        if self._refusal is False:
+            self._refusal = (None if self.problem or self._trusted is None else refusal(self.path, self._trusted))
+        return self._refusal  # type: ignore[return-value]  # judged above: never False here
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -99,7 +108,7 @@ def read_build(path: str, want: DynamicInfo, trusted: Trusted | None = None) -> 
                    f"this interpreter is {want.machine_name} {want.elf_class}-bit")
     elif kind == "unusable":
         problem = f"links neither libcudart, libamdhip64 nor {DRIVER_SONAME}: not a torch_memory_saver hook"
-    return Build(path, kind, major, info, problem, None if problem or trusted is None else refusal(path, trusted))
+    return Build(path, kind, major, info, problem, trusted)
 
 
 def find_builds(package_dir: str, want: DynamicInfo, trusted: Trusted) -> list[Build]:

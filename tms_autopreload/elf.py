@@ -2,10 +2,13 @@
 its dynamic symbol table (what it defines and what it needs from others).
 
 Why our own reader: the resolver runs inside interpreter start-up with a 10 ms budget, and
-pyelftools costs about 35 ms to import. This reader uses only ``struct``, reads just the
-headers and the part of the string table it needs (never the whole file), and bounds every count and
-size it takes from the file, so a hostile or truncated file costs at most a few reads and
-raises :class:`ElfError`, never anything else.
+pyelftools costs about 35 ms to import. This reader reads just the headers and the part of the string
+table it needs (never the whole file), and bounds every count and size it takes from the file, so a
+hostile or truncated file costs at most a few reads and raises :class:`ElfError`, never anything else.
+The dynamic section is decoded with ``int.from_bytes`` and ``memoryview.cast``, not ``struct``: where
+``_struct`` is an extension module (pyenv, conda), importing it maps one more shared object, about a
+quarter of the instructions the flagged start-up's imports take (callgrind). Only the symbol table,
+read for ``doctor --deep`` and dlopen mode, uses ``struct``.
 
 Layout follows the System V gABI (``elf(5)``): ELF header -> program headers -> PT_DYNAMIC ->
 dynamic entries; DT_STRTAB and DT_SYMTAB are virtual addresses mapped back to file offsets through
@@ -15,9 +18,15 @@ chain of DT_GNU_HASH.
 """
 
 import os
-import struct
+import sys
 
 from . import open_regular
+
+TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
+if TYPE_CHECKING:
+    from typing import Literal
+
+    ByteOrder = Literal["little", "big"]
 
 __all__ = ["ElfError", "DynamicInfo", "Symbols", "read_dynamic", "read_symbols", "read_kind", "MACHINE_NAMES"]
 
@@ -135,7 +144,7 @@ class _Layout:
                  tags: "list[tuple[int, int]]") -> None:
         self.fd = fd
         self.size = size  # the file's length: no read goes past it
-        self.end = end  # struct byte order
+        self.end = end  # byte order, as struct spells it ("<" or ">")
         self.is64 = is64
         self.machine = machine
         self.loads = loads  # (vaddr, offset, filesz) of each PT_LOAD
@@ -178,14 +187,23 @@ class _Layout:
         return data, lo, strsz
 
 
-def _structs(end: str, is64: bool) -> "tuple[struct.Struct, struct.Struct, struct.Struct]":
-    """(ELF header after e_ident, program header, dynamic entry) of one byte order and class."""
-    if is64:
-        return struct.Struct(end + "HHIQQQIHHH"), struct.Struct(end + "IIQQQQQQ"), struct.Struct(end + "qQ")
-    return struct.Struct(end + "HHIIIIIHHH"), struct.Struct(end + "IIIIIIII"), struct.Struct(end + "iI")
+def _field(data: bytes, offset: int, width: int, order: "ByteOrder") -> int:
+    """The unsigned integer of ``width`` bytes at ``offset`` of ``data``, in byte order ``order``."""
+    return int.from_bytes(data[offset:offset + width], order)
 
 
-_STRUCTS = {(end, is64): _structs(end, is64) for end in "<>" for is64 in (False, True)}
+def _words(data: bytes, width: int, order: "ByteOrder") -> "list[int]":
+    """``data`` (a multiple of ``width`` bytes long) as unsigned integers of ``width`` bytes: one cast
+    where the file's byte order is this machine's, which is how every object a process loads is."""
+    if order == sys.byteorder:
+        return memoryview(data).cast("Q" if width == 8 else "I").tolist()
+    return [int.from_bytes(data[i:i + width], order) for i in range(0, len(data), width)]
+
+
+# Where the header fields this reader needs lie (elf(5)), by class: (ELF header size, e_machine, e_phoff,
+# e_phentsize, e_phnum), then a program header's (size, p_offset, p_vaddr, p_filesz) and the word width.
+_EHDR = {False: (52, 18, 28, 42, 44), True: (64, 18, 32, 54, 56)}
+_PHDR = {False: (32, 4, 8, 16, 4), True: (56, 8, 16, 32, 8)}
 
 
 def _layout(fd: int) -> _Layout:
@@ -198,42 +216,43 @@ def _layout(fd: int) -> _Layout:
         raise ElfError(f"unknown ELF class {ei_class}")
     if ei_data not in (1, 2):
         raise ElfError(f"unknown ELF data encoding {ei_data}")
-    end = "<" if ei_data == 1 else ">"
+    order: "ByteOrder" = "little" if ei_data == 1 else "big"
     is64 = ei_class == 2
-    hdr, ph, dyn = _STRUCTS[end, is64]
-    if len(ident) < 16 + hdr.size:
+    ehsize, at_machine, at_phoff, at_phentsize, at_phnum = _EHDR[is64]
+    phsize, at_offset, at_vaddr, at_filesz, word = _PHDR[is64]
+    if len(ident) < ehsize:
         raise ElfError("truncated file: ELF header")
-    (_e_type, machine, _version, _entry, phoff, _shoff, _flags, _ehsize, phentsize,
-     phnum) = hdr.unpack_from(ident, 16)
+    machine = _field(ident, at_machine, 2, order)
+    phoff = _field(ident, at_phoff, word, order)
+    phentsize, phnum = _field(ident, at_phentsize, 2, order), _field(ident, at_phnum, 2, order)
     if phnum == 0:
         raise ElfError("no program headers (not a loadable object)")
-    if phnum > _MAX_PHNUM or phentsize < ph.size:
+    if phnum > _MAX_PHNUM or phentsize < phsize:
         raise ElfError(f"implausible program header table (phnum={phnum}, phentsize={phentsize})")
     table = _read_at(fd, size, phoff, phnum * phentsize, "program header table")
 
     loads: list[tuple[int, int, int]] = []
     dynamic: tuple[int, int] | None = None
-    for i in range(phnum):
-        fields = ph.unpack_from(table, i * phentsize)
-        if is64:
-            p_type, _p_flags, p_offset, p_vaddr, _paddr, p_filesz, _memsz, _align = fields
-        else:
-            p_type, p_offset, p_vaddr, _paddr, p_filesz, _memsz, _p_flags, _align = fields
-        if p_type == PT_LOAD:
-            loads.append((p_vaddr, p_offset, p_filesz))
-        elif p_type == PT_DYNAMIC and dynamic is None:
-            dynamic = (p_offset, p_filesz)
+    for at in range(0, phnum * phentsize, phentsize):
+        p_type = _field(table, at, 4, order)
+        if p_type == PT_LOAD or (p_type == PT_DYNAMIC and dynamic is None):
+            p_offset, p_filesz = _field(table, at + at_offset, word, order), _field(table, at + at_filesz, word, order)
+            if p_type == PT_LOAD:
+                loads.append((_field(table, at + at_vaddr, word, order), p_offset, p_filesz))
+            else:
+                dynamic = (p_offset, p_filesz)
     if dynamic is None:
         raise ElfError("no PT_DYNAMIC segment (statically linked or not a shared object)")
 
-    count = min(dynamic[1] // dyn.size, _MAX_DYN_ENTRIES)
-    raw = _read_at(fd, size, dynamic[0], count * dyn.size, "dynamic section")
+    count = min(dynamic[1] // (2 * word), _MAX_DYN_ENTRIES)
+    words = _words(_read_at(fd, size, dynamic[0], count * 2 * word, "dynamic section"), word, order)
     tags: list[tuple[int, int]] = []
-    for tag, val in dyn.iter_unpack(raw):
+    # d_tag is signed, read unsigned here: no tag this reader knows is negative.
+    for tag, val in zip(words[0::2], words[1::2], strict=True):
         if tag == DT_NULL:
             break
         tags.append((tag, val))
-    return _Layout(fd, size, end, is64, machine, loads, tags)
+    return _Layout(fd, size, "<" if ei_data == 1 else ">", is64, machine, loads, tags)
 
 
 def read_dynamic(path: str) -> DynamicInfo:
@@ -272,6 +291,8 @@ def read_dynamic(path: str) -> DynamicInfo:
 
 def _symbol_count(layout: _Layout) -> int:
     """How many entries DT_SYMTAB has: DT_HASH's nchain, else the end of DT_GNU_HASH's last chain."""
+    import struct
+
     end = layout.end
     hash_addr = layout.value(DT_HASH)
     if hash_addr is not None:
@@ -307,6 +328,8 @@ def read_symbols(path: str) -> Symbols:
 
     Raises :class:`ElfError` for a malformed object and :class:`OSError` when it cannot be read.
     """
+    import struct
+
     fd = open_regular(path)
     try:
         layout = _layout(fd)

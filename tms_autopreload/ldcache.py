@@ -5,10 +5,14 @@ milliseconds and prints every entry; the resolver needs two or three names in we
 one. This reads glibc's "new" cache format (``glibc-ld.so.cache1.1``, elf/cache.c and
 sysdeps/generic/dl-cache.h), alone or behind the old ``ld.so-1.7.0`` table, and keeps only
 entries the running interpreter's loader would accept (libc6 type, this machine's arch flag).
+
+The cache is in the byte order of the machine that wrote it, which is the machine that reads it: its
+words are read with one ``memoryview.cast``, not ``struct`` (on the start-up path, where ``_struct``
+may be one more shared object to map).
 """
 
 import os
-import struct
+import sys
 
 from . import open_regular
 
@@ -16,8 +20,13 @@ __all__ = ["CACHE_PATH", "LdCache", "load"]
 
 CACHE_PATH = "/etc/ld.so.cache"
 _MAGIC_NEW = b"glibc-ld.so.cache1.1"
-_HEADER = struct.Struct("<20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, extension_offset
-_ENTRY = struct.Struct("<iIIIQ")  # flags, key, value, osversion, hwcap
+# struct cache_file_new: magic and version (20 bytes), nlibs, len_strings, flags, padding, extension_offset,
+# unused: 48 bytes; then nlibs entries of struct file_entry_new: flags, key, value, osversion (4 bytes
+# each) and hwcap (8), six 4-byte words.
+_HEADER_SIZE = 48
+_NLIBS_AT = 20
+_ENTRY_WORDS = 6
+_ENTRY_SIZE = 4 * _ENTRY_WORDS
 FLAG_TYPE_MASK = 0x00FF
 FLAG_ELF_LIBC6 = 0x0003
 FLAG_ARCH_MASK = 0xFF00
@@ -37,10 +46,12 @@ class LdCache:
         self._start = data.find(_MAGIC_NEW)
         self._want_arch = _ARCH_FLAG.get(machine) if machine is not None else None
         self._nlibs = 0
-        if self._start >= 0 and len(data) >= self._start + _HEADER.size:
-            nlibs = _HEADER.unpack_from(data, self._start)[1]
-            room = (len(data) - self._start - _HEADER.size) // _ENTRY.size
+        if self._start >= 0 and len(data) >= self._start + _HEADER_SIZE:
+            at = self._start + _NLIBS_AT
+            nlibs = int.from_bytes(data[at:at + 4], sys.byteorder)
+            room = (len(data) - self._start - _HEADER_SIZE) // _ENTRY_SIZE
             self._nlibs = max(0, min(nlibs, room))
+        self._words: "memoryview | None" = None  # the entries, as 4-byte words, once a name is asked
         self._memo: "dict[str, str | None]" = {}
 
     def _cstr(self, offset: int) -> "str | None":
@@ -56,19 +67,36 @@ class LdCache:
         return self._memo[soname]
 
     def _scan(self, key: bytes) -> "str | None":
+        """The path of the first entry for ``key`` (a name and its NUL) that this loader accepts.
+
+        The entries whose key is that name are found from the name's places in the file: ldconfig may
+        store a name as the tail of a longer string (glibc 2.32 and later share suffixes), so every
+        place it occurs counts, in the order of the entries that point there."""
         data, start = self._data, self._start
-        base = start + _HEADER.size
+        if start < 0:
+            return None
+        places = set()
+        at = data.find(key, start)
+        while at >= 0:
+            places.add(at - start)
+            at = data.find(key, at + 1)
+        if not places:
+            return None
+        if self._words is None:
+            base = start + _HEADER_SIZE
+            self._words = memoryview(data[base:base + self._nlibs * _ENTRY_SIZE]).cast("I")
+        words = self._words
         hwcaps_path = None
-        for flags, k, value, _osv, hwcap in _ENTRY.iter_unpack(data[base:base + self._nlibs * _ENTRY.size]):
+        for i in [i for i, k in enumerate(words[1::_ENTRY_WORDS]) if k in places]:
+            flags, value, hwcap_low, hwcap_high = (words[_ENTRY_WORDS * i + j] for j in (0, 2, 4, 5))
             if flags & FLAG_TYPE_MASK != FLAG_ELF_LIBC6:
                 continue
             if self._want_arch is not None and flags & FLAG_ARCH_MASK != self._want_arch:
                 continue
-            if data.startswith(key, start + k):
-                path = self._cstr(value)
-                if path is not None and not hwcap:
-                    return path  # first plain entry wins
-                hwcaps_path = hwcaps_path or path  # a glibc-hwcaps subdirectory entry, if nothing else
+            path = self._cstr(value)
+            if path is not None and not (hwcap_low or hwcap_high):
+                return path  # first plain entry wins
+            hwcaps_path = hwcaps_path or path  # a glibc-hwcaps subdirectory entry, if nothing else
         return hwcaps_path
 
 

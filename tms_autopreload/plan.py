@@ -576,19 +576,20 @@ def _no_binding_fix(options: "list[Option]") -> "str | None":
     return by_path.fix if by_path is not None and by_path.refused else None
 
 
-def _code_writers(exe: str, package_dir: str | None) -> Trusted:
+def _code_writers(program: Object, package_dir: str | None) -> Trusted:
     """Who can already change the code this process runs (:mod:`tms_autopreload.trust`): its prefixes,
-    its real interpreter's directory, and the site directory that holds torch_memory_saver (and so
-    the builds found next to it)."""
-    return Trusted((sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(exe)),
+    its real interpreter's directory (``program``: the loader's executable, symlinks resolved), and the
+    site directory that holds torch_memory_saver (and so the builds found next to it)."""
+    return Trusted((sys.prefix, sys.base_prefix, os.path.dirname(program.path),
                     os.path.dirname(package_dir) if package_dir else None))
 
 
-def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, want: "DynamicInfo",
+def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, program: Object,
                 warnings: list[str]) -> "tuple[list[Build], str | None]":
     """Step 1: (the builds to consider, the path TMS_AUTOPRELOAD_PATH forces or None); raises ResolveError
-    when there are none."""
-    trusted = _code_writers(exe, package_dir)
+    when there are none. ``exe`` is the interpreter as named, ``program`` the loader's executable."""
+    trusted = _code_writers(program, package_dir)
+    want = program.info
     forced = env.get(PATH_VAR, "").strip() or None
     if forced:
         what = ("is not an absolute path" if not os.path.isabs(forced) else
@@ -766,7 +767,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         return fail(ResolveError(f"cannot read the interpreter {exe} ({why})", cause=CAUSE_UNREADABLE_INTERPRETER,
                                  fix="set LD_PRELOAD by hand with `tms-autopreload env` from a normal Python"))
     try:
-        builds, forced = _candidates(env, package_dir, exe, loader.executable.info, warnings)
+        builds, forced = _candidates(env, package_dir, exe, loader.executable, warnings)
     except ResolveError as exc:
         return fail(exc)
     runtime_error: ResolveError | None = None
