@@ -13,6 +13,7 @@ import os
 import sys
 import tracemalloc
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -182,6 +183,22 @@ def test_binding_log_parser_never_raises(line):
 def test_proc_maps_line_parser_never_raises(line):
     path = _bounded(tms_autopreload._maps_path, line)
     assert path is None or (isinstance(path, str) and path.startswith("/"))
+
+
+_MAPS_PIECES = st.sampled_from([b"\n", b" ", b"\r", b"/", b"x", b"\xff", b"torch_memory_saver", b"/a/torch_memory_saver_x.so",
+                                b"7f00-7f10 r-xp 00000000 08:01 123   ", b"\n/torch_memory_saver"])
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=600), st.lists(_MAPS_PIECES, max_size=40).map(b"".join),
+                 st.lists(_MAPS_PIECES, max_size=20).map(lambda p: REAL_MAPS + b"\n" + b"".join(p))))
+def test_proc_maps_hooks_are_the_mapped_files_that_name_torch_memory_saver(data):
+    """mapped_hooks cuts out only the lines naming torch_memory_saver; what it finds is what reading every
+    line finds."""
+    with mock.patch.object(tms_autopreload, "read_maps", lambda: data):
+        hooks = _bounded(tms_autopreload.mapped_hooks)
+        every = tms_autopreload.mapped_objects()
+    assert hooks == [path for path in every if tms_autopreload.is_tms_entry(path)]
 
 
 # A node's `doctor --json` document as `srun --label` prints it (the keys the per-node table reads).

@@ -200,17 +200,19 @@ def mapped_objects() -> "list[str]":
 def mapped_hooks() -> "list[str]":
     """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps.
 
-    Only lines naming torch_memory_saver are parsed: this runs in every child of a hooked process.
+    Only lines naming torch_memory_saver are cut out and parsed: this runs in every child of a hooked
+    process, and /proc/self/maps holds a hundred other lines.
     """
     data = read_maps()
-    if b"torch_memory_saver" not in data:
-        return []
     found: "list[str]" = []
-    for line in data.split(b"\n"):
-        if b"torch_memory_saver" in line:
-            path = _maps_path(line)
-            if path is not None and is_tms_entry(path) and path not in found:
-                found.append(path)
+    at = data.find(b"torch_memory_saver")
+    while at >= 0:
+        start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        path = _maps_path(data[start:end])
+        if path is not None and is_tms_entry(path) and path not in found:
+            found.append(path)
+        at = data.find(b"torch_memory_saver", end)
     return found
 
 
