@@ -185,8 +185,9 @@ def test_proc_maps_line_parser_never_raises(line):
     assert path is None or (isinstance(path, str) and path.startswith("/"))
 
 
-_MAPS_PIECES = st.sampled_from([b"\n", b" ", b"\r", b"/", b"x", b"\xff", b"torch_memory_saver", b"/a/torch_memory_saver_x.so",
-                                b"7f00-7f10 r-xp 00000000 08:01 123   ", b"\n/torch_memory_saver"])
+_MAPS_PIECES = st.sampled_from([b"\n", b" ", b"\r", b"/", b"x", b"\xff", b"torch_memory_saver",
+                                b"/a/torch_memory_saver_x.so", b"7f00-7f10 r-xp 00000000 08:01 123   ",
+                                b"\n/torch_memory_saver"])
 
 
 @FUZZ
