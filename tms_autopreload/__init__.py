@@ -158,27 +158,30 @@ def open_regular(path: str) -> int:
     return fd
 
 
-def read_maps() -> bytes:
-    """This process's /proc/self/maps, or b"" when it cannot be read (or is implausibly large).
+def read_regular(path: str, limit: int) -> bytes:
+    """The first ``limit`` bytes of the regular file ``path`` (:func:`open_regular`); raises OSError.
 
-    Read with ``os.read`` in binary: this runs in every child of a hooked process, and a text
-    file object costs more than the read itself.
+    Read with ``os.read`` into bytes: a file object (``open``, ``os.fdopen``) costs more system calls
+    and objects than the small files this package reads, on a path every flagged start takes.
     """
-    chunks = []
-    size = 0
+    fd = open_regular(path)
     try:
-        fd = open_regular("/proc/self/maps")
-        try:
-            while chunk := os.read(fd, 65536):
-                size += len(chunk)
-                if size > MAPS_LIMIT:
-                    return b""
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
+        chunks, size = [], 0
+        while size < limit and (chunk := os.read(fd, min(65536, limit - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_maps() -> bytes:
+    """This process's /proc/self/maps, or b"" when it cannot be read (or is implausibly large)."""
+    try:
+        data = read_regular("/proc/self/maps", MAPS_LIMIT + 1)
     except OSError:
         return b""
-    return b"".join(chunks)
+    return b"" if len(data) > MAPS_LIMIT else data
 
 
 def _maps_path(line: bytes) -> "str | None":

@@ -21,7 +21,7 @@ the start-up hook never refuses on these facts; ``doctor`` reports them, with a 
 
 import os
 
-from . import open_regular
+from . import read_regular
 from .ldso import PRELOADED, Loader
 from .sonames import DRIVER_SONAME
 
@@ -79,8 +79,7 @@ def newest_major(driver_version: str) -> "int | None":
 def _read_module_version(path: str) -> "tuple[str | None, str]":
     """(version, what was read): the version, or None with why (no file, unreadable, not understood)."""
     try:
-        with os.fdopen(open_regular(path), "rb") as f:
-            text = f.read(4096).decode("utf-8", "replace")
+        text = read_regular(path, 4096).decode("utf-8", "replace")
     except FileNotFoundError:
         return None, f"{path} does not exist (no NVIDIA kernel module loaded, or a container without it)"
     except OSError as exc:

@@ -11,10 +11,9 @@ words are read with one ``memoryview.cast``, not ``struct`` (on the start-up pat
 may be one more shared object to map).
 """
 
-import os
 import sys
 
-from . import open_regular
+from . import read_regular
 
 __all__ = ["CACHE_PATH", "LdCache", "load"]
 
@@ -103,8 +102,7 @@ class LdCache:
 def load(machine: "int | None", path: str = CACHE_PATH) -> LdCache:
     """Read the cache at ``path``; a missing, unreadable or non-regular cache is an empty one, as for ld.so."""
     try:
-        with os.fdopen(open_regular(path), "rb") as f:
-            data = f.read(64 << 20)
+        data = read_regular(path, 64 << 20)
     except OSError:
         return LdCache()
     return LdCache(data, machine)

@@ -23,7 +23,7 @@ import sys
 from . import CUDA_MAJOR_VAR
 from . import PATH_VAR
 from . import STATE_VAR, state_key
-from . import compose_preload, locate, open_regular, same_file, split_preload
+from . import compose_preload, locate, read_regular, same_file, split_preload
 from .builds import Build, build_install_hint, find_builds, read_build
 from .elf import ElfError, read_dynamic
 from .ldpaths import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
@@ -228,8 +228,7 @@ def _tms_version(package_dir: str) -> "tuple[int, ...] | None":
                  if n.lower().startswith("torch_memory_saver-") and n.endswith(".dist-info")]
         if len(found) != 1:
             return None
-        with os.fdopen(open_regular(os.path.join(site, found[0], "METADATA")), "rb") as f:
-            head = f.read(1 << 16).decode("utf-8", "replace")
+        head = read_regular(os.path.join(site, found[0], "METADATA"), 1 << 16).decode("utf-8", "replace")
     except OSError:
         return None
     version = next((line[len("Version:"):] for line in head.split("\n") if line.startswith("Version:")), "")
@@ -252,8 +251,7 @@ def _tms_reads_one_path(package_dir: str | None) -> bool:
     if release is not None:
         return release < _SPLITS_SINCE
     try:
-        with os.fdopen(open_regular(os.path.join(package_dir, "hooks", "mode_preload.py")), "rb") as f:
-            return b'.split(":")' not in f.read(1 << 20)
+        return b'.split(":")' not in read_regular(os.path.join(package_dir, "hooks", "mode_preload.py"), 1 << 20)
     except OSError:
         return True
 

@@ -10,7 +10,7 @@ NVIDIA's pip runtime wheels decide, and only when exactly one major is visible.
 
 import os
 
-from . import CUDA_MAJOR_VAR, locate, open_regular, same_file
+from . import CUDA_MAJOR_VAR, locate, read_regular, same_file
 from .elf import ElfError, read_dynamic
 from .errors import (CAUSE_BAD_VERSION, CAUSE_CPU_ONLY_TORCH, CAUSE_NO_RUNTIME_VISIBLE, CAUSE_SEVERAL_RUNTIMES,
                      CAUSE_TORCH_INCONSISTENT, CAUSE_TORCH_UNREADABLE, ResolveError, shown)
@@ -114,8 +114,7 @@ def read_torch(torch_dir: str) -> TorchBuild:
     """Read torch's build facts from its files; raise ResolveError when they are unreadable."""
     version_py = os.path.join(torch_dir, "version.py")
     try:
-        with os.fdopen(open_regular(version_py), "rb") as f:
-            values = _parse_version_py(f.read(1 << 16).decode("utf-8", "replace"))
+        values = _parse_version_py(read_regular(version_py, 1 << 16).decode("utf-8", "replace"))
     except OSError as exc:
         raise ResolveError(f"torch at {torch_dir} has no readable torch/version.py ({exc.strerror}): the install "
                            f"is broken", fix=_REINSTALL_TORCH, cause=CAUSE_TORCH_UNREADABLE) from None

@@ -21,7 +21,7 @@ directory), which the interpreter inserts after site.py.
 import os
 import sys
 
-from . import open_regular
+from . import read_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -166,12 +166,4 @@ def _absolute(entry: str) -> str:
 
 def _read(path: str) -> bytes:
     """A small configuration file's bytes (regular files only: a FIFO would block the start)."""
-    fd = open_regular(path)
-    try:
-        chunks, size = [], 0
-        while size < _LIMIT and (chunk := os.read(fd, 65536)):
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    return read_regular(path, _LIMIT)
