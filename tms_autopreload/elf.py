@@ -200,18 +200,23 @@ def _words(data: bytes, width: int, order: "ByteOrder") -> "list[int]":
     return [int.from_bytes(data[i:i + width], order) for i in range(0, len(data), width)]
 
 
-# Where the header fields this reader needs lie (elf(5)), by class: (ELF header size, e_machine, e_phoff,
-# e_phentsize, e_phnum), then a program header's (size, p_offset, p_vaddr, p_filesz) and the word width.
+# Where the ELF header fields this reader needs lie (elf(5)), by class: (header size, e_machine, e_phoff,
+# e_phentsize, e_phnum); and a program header's size. A word is 8 bytes in ELFCLASS64, 4 in ELFCLASS32.
 _EHDR = {False: (52, 18, 28, 42, 44), True: (64, 18, 32, 54, 56)}
-_PHDR = {False: (32, 4, 8, 16, 4), True: (56, 8, 16, 32, 8)}
+_PHSIZE = {False: 32, True: 56}
+# A program header as words: p_offset, p_vaddr and p_filesz are words 1, 2 and 4 in both classes; p_type
+# is word 0 in ELFCLASS32 and the first half of word 0 (p_flags the second) in ELFCLASS64.
+_P_OFFSET, _P_VADDR, _P_FILESZ = 1, 2, 4
+# The first read of a file: its ELF header and, in every object seen, its program headers.
+_HEAD = 4096
 
 
 def _layout(fd: int) -> _Layout:
     size = os.fstat(fd).st_size
-    ident = os.pread(fd, 64, 0)
-    if len(ident) < 16 or ident[:4] != b"\x7fELF":
-        raise ElfError("not an ELF file (bad magic)" if ident else "empty file")
-    ei_class, ei_data = ident[4], ident[5]
+    head = os.pread(fd, _HEAD, 0)
+    if len(head) < 16 or head[:4] != b"\x7fELF":
+        raise ElfError("not an ELF file (bad magic)" if head else "empty file")
+    ei_class, ei_data = head[4], head[5]
     if ei_class not in (1, 2):
         raise ElfError(f"unknown ELF class {ei_class}")
     if ei_data not in (1, 2):
@@ -219,28 +224,30 @@ def _layout(fd: int) -> _Layout:
     order: "ByteOrder" = "little" if ei_data == 1 else "big"
     is64 = ei_class == 2
     ehsize, at_machine, at_phoff, at_phentsize, at_phnum = _EHDR[is64]
-    phsize, at_offset, at_vaddr, at_filesz, word = _PHDR[is64]
-    if len(ident) < ehsize:
+    word, phsize = (8 if is64 else 4), _PHSIZE[is64]
+    if len(head) < ehsize:
         raise ElfError("truncated file: ELF header")
-    machine = _field(ident, at_machine, 2, order)
-    phoff = _field(ident, at_phoff, word, order)
-    phentsize, phnum = _field(ident, at_phentsize, 2, order), _field(ident, at_phnum, 2, order)
+    machine = _field(head, at_machine, 2, order)
+    phoff = _field(head, at_phoff, word, order)
+    phentsize, phnum = _field(head, at_phentsize, 2, order), _field(head, at_phnum, 2, order)
     if phnum == 0:
         raise ElfError("no program headers (not a loadable object)")
-    if phnum > _MAX_PHNUM or phentsize < phsize:
+    if phnum > _MAX_PHNUM or phentsize != phsize:  # the loader refuses another e_phentsize too (elf/dl-load.c)
         raise ElfError(f"implausible program header table (phnum={phnum}, phentsize={phentsize})")
-    table = _read_at(fd, size, phoff, phnum * phentsize, "program header table")
+    span = phnum * phsize
+    table = head[phoff:phoff + span] if phoff + span <= len(head) else _read_at(fd, size, phoff, span,
+                                                                                 "program header table")
+    headers = _words(table, word, order)
 
     loads: list[tuple[int, int, int]] = []
     dynamic: tuple[int, int] | None = None
-    for at in range(0, phnum * phentsize, phentsize):
-        p_type = _field(table, at, 4, order)
-        if p_type == PT_LOAD or (p_type == PT_DYNAMIC and dynamic is None):
-            p_offset, p_filesz = _field(table, at + at_offset, word, order), _field(table, at + at_filesz, word, order)
-            if p_type == PT_LOAD:
-                loads.append((_field(table, at + at_vaddr, word, order), p_offset, p_filesz))
-            else:
-                dynamic = (p_offset, p_filesz)
+    for at in range(0, len(headers), phsize // word):
+        first = headers[at]
+        p_type = (first & 0xFFFFFFFF if order == "little" else first >> 32) if is64 else first
+        if p_type == PT_LOAD:
+            loads.append((headers[at + _P_VADDR], headers[at + _P_OFFSET], headers[at + _P_FILESZ]))
+        elif p_type == PT_DYNAMIC and dynamic is None:
+            dynamic = (headers[at + _P_OFFSET], headers[at + _P_FILESZ])
     if dynamic is None:
         raise ElfError("no PT_DYNAMIC segment (statically linked or not a shared object)")
 
