@@ -36,7 +36,7 @@ from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LO
 from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, detect, install_hint
 from .sonames import DRIVER_SONAME, GLIBC_SONAMES
-from .trace import Trace, run_trace, run_traces
+from .trace import Trace, run_trace, run_traces, start_traces
 from .trust import CAUSES as TRUST_CAUSES
 from .trust import Trusted, refusal
 
@@ -376,10 +376,11 @@ def _search_differs(exe: "DynamicInfo", child: "DynamicInfo") -> bool:
 
 
 def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[str]",
-                 closure: "Callable[[], set[str]]") -> bool:
+                 closure: "Callable[[], set[str]] | None") -> "bool | None":
     """True when a child poses the loader another problem than the interpreter did in its trace, so that
     trace is not the child's answer. ``added``: directories the plan puts on LD_LIBRARY_PATH; ``closure``:
-    the names the hook and the objects it brought in need, as the interpreter's trace resolved them.
+    the names the hook and the objects it brought in need, as the interpreter's trace resolved them, or
+    None before that trace has answered: then None where only the closure can tell.
 
     For a preloaded object's needs the loader's search depends on the program only through the
     program's DT_RPATH (ld.so(8), step 1: not used where the program has DT_RUNPATH), its ELF class and
@@ -396,14 +397,18 @@ def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[
         return True
     for prog in (exe, Object(*child)):
         own = {name for d in prog.runpath_dirs() for name in prog.info.needed if os.path.exists(os.path.join(d, name))}
-        if own and not own.isdisjoint(closure()):
-            return True
+        if own:
+            if closure is None:
+                return None
+            if not own.isdisjoint(closure()):
+                return True
     return False
 
 
-def _closure(build: Build, trace: Trace) -> "set[str]":
+def _closure(build: Build, trace: Trace, known: "Mapping[str, DynamicInfo]") -> "set[str]":
     """The names the hook needs and, transitively, the objects it brought in need, where the trace resolved
-    them (glibc's own libraries are not read: they need only each other)."""
+    them (glibc's own libraries are not read: they need only each other). ``known``: dynamic sections
+    already read, by path (:func:`_read_ahead`)."""
     names: set[str] = set()
     todo = list(build.info.needed if build.info else ())
     while todo:
@@ -414,10 +419,37 @@ def _closure(build: Build, trace: Trace) -> "set[str]":
         path = trace.resolved.get(name) if name not in GLIBC_SONAMES else None
         if path:
             try:
-                todo += read_dynamic(path).needed
+                todo += (known.get(path) or read_dynamic(path)).needed
             except (OSError, ElfError):
                 continue
     return names
+
+
+def _read_ahead(build: Build, loader: Loader, plan: Plan) -> "dict[str, DynamicInfo]":
+    """The dynamic sections of the objects the loader model says the hook brings in under ``plan``, by
+    path: read while the real loader traces the plan, so that :func:`_closure`, which follows the trace's
+    answer, reads only where the model was wrong. A hint, never a verdict."""
+    if build.info is None:
+        return {}
+    model = Loader(loader.executable, loader.ld_library_path if plan.ld_library_path is None else plan.ld_library_path,
+                   loader.cache, plan.ld_preload)
+    out: "dict[str, DynamicInfo]" = {}
+    seen: "set[str]" = set()
+    todo = [(name, Object(build.path, build.info)) for name in build.info.needed]
+    while todo:
+        name, parent = todo.pop()
+        if name in seen or name in GLIBC_SONAMES:
+            continue
+        seen.add(name)
+        found = model.find(name, parent)
+        if found is None or found.path in out:
+            continue
+        try:
+            info = out[found.path] = read_dynamic(found.path)
+        except (OSError, ElfError):
+            continue
+        todo += [(need, Object(found.path, info)) for need in info.needed]
+    return out
 
 
 def _added_dirs(env: "Mapping[str, str]", ld_library_path: str) -> "list[str]":
@@ -543,20 +575,32 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
             return Verdict(build, REJECTED, "; ".join(why_not), CAUSE_NO_BINDING, fix=_no_binding_fix(options))
         return Verdict(build, LOADS, "chosen without a loader trace: to be loaded in-process", plan=planned)
     planned_env = {**env, **planned.changes()}
-    trace = run_trace(executable, planned_env)
+    added = _added_dirs(env, planned.ld_library_path or "")
+    # The children whose own problem is plain before the interpreter's trace (a conda interpreter's: its
+    # DT_RPATH) are traced beside it; those only the closure can decide, after it.
+    known = {kid[0]: _own_problem(loader, kid, added, None) for kid in kids}
+    beside = [path for path, own in known.items() if own]
+    collect = start_traces([executable, *beside], planned_env)
+    try:
+        ahead = _read_ahead(build, loader, planned) if None in known.values() else {}
+    finally:
+        trace, *beside_traces = collect()  # in order: the interpreter, then each of ``beside``
+    if isinstance(trace, OSError):
+        raise trace  # the interpreter itself cannot be started: survey's error, not this build's
     judged = _judge(build, planned, trace)
     if judged.plan is not None:
-        added = _added_dirs(env, planned.ld_library_path or "")
         memo: "list[set[str]]" = []
 
         def closure() -> "set[str]":
             if not memo:
-                memo.append(_closure(build, trace))
+                memo.append(_closure(build, trace, ahead))
             return memo[0]
 
-        traced = [kid[0] for kid in kids if _own_problem(loader, kid, added, closure)]
-        child_reason = (_judge_children(build, list(zip(traced, run_traces(traced, planned_env), strict=True)))
-                        if traced else None)  # run_traces answers each program, in order
+        after = [kid[0] for kid in kids if known[kid[0]] is None and _own_problem(loader, kid, added, closure)]
+        answers = dict(zip(beside, beside_traces, strict=True))
+        answers.update(zip(after, run_traces(after, planned_env) if after else [], strict=True))
+        traced = [(kid[0], answers[kid[0]]) for kid in kids if kid[0] in answers]  # in the children's order
+        child_reason = _judge_children(build, traced) if traced else None
         if child_reason is not None:
             judged = Verdict(build, REJECTED, child_reason, CAUSE_CHILD_FAILS, loader_ok=False)
     if judged.plan is not None or chosen is not None:

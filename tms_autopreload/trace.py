@@ -12,7 +12,11 @@ The child is started with ``os.posix_spawn`` rather than ``subprocess``: importi
 
 import os
 
-__all__ = ["Trace", "run_trace", "run_traces"]
+TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["Trace", "run_trace", "run_traces", "start_traces"]
 
 
 # glibc elf/rtld.c, for a preload entry it cannot load: "ERROR: ld.so: object '%s' from %s cannot be
@@ -129,13 +133,16 @@ def _collect(pid: int, read_fd: int) -> Trace:
     return _parse(b"".join(chunks).decode("utf-8", "replace"), os.waitstatus_to_exitcode(wait_status))
 
 
-def run_traces(executables: "list[str]", env: dict[str, str]) -> "list[Trace | OSError]":
-    """Trace each of ``executables`` under ``env`` (LD_TRACE_LOADED_OBJECTS is added here), all at once.
+def start_traces(executables: "list[str]", env: dict[str, str]) -> "Callable[[], list[Trace | OSError]]":
+    """Start tracing each of ``executables`` under ``env`` (LD_TRACE_LOADED_OBJECTS is added here), all at
+    once; the function returned waits for their answers, in order. Call it exactly once, also when the
+    caller fails in between (``try``/``finally``): it reaps the traced programs.
 
     stdout and stderr share one pipe per program: the loader indents every trace line with a tab
     and none of its messages, which is how they are told apart again. The traced programs never
     run, so reading one to end of file cannot wait on another; started together, their loaders
-    work side by side. A program that cannot be started at all gives its OSError in its place.
+    work side by side, and beside the caller until it asks. A program that cannot be started at all
+    gives its OSError in its place.
     """
     env = dict(env)
     env["LD_TRACE_LOADED_OBJECTS"] = "1"
@@ -145,7 +152,12 @@ def run_traces(executables: "list[str]", env: dict[str, str]) -> "list[Trace | O
             started.append(_spawn(executable, env))
         except OSError as exc:
             started.append(exc)
-    return [s if isinstance(s, OSError) else _collect(*s) for s in started]
+    return lambda: [s if isinstance(s, OSError) else _collect(*s) for s in started]
+
+
+def run_traces(executables: "list[str]", env: dict[str, str]) -> "list[Trace | OSError]":
+    """Trace each of ``executables`` under ``env``, all at once, and wait for them (:func:`start_traces`)."""
+    return start_traces(executables, env)()
 
 
 def run_trace(executable: str, env: dict[str, str]) -> Trace:

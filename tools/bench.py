@@ -38,10 +38,13 @@ t0 = time.perf_counter()
 from tms_autopreload import plan, trace
 t1 = time.perf_counter()
 calls = []
-real = trace.run_trace
+real = trace.start_traces
 def timed(*a, **k):
-    s = time.perf_counter(); r = real(*a, **k); calls.append(time.perf_counter() - s); return r
-plan.run_trace = timed
+    s = time.perf_counter(); collect = real(*a, **k)
+    def wait():
+        r = collect(); calls.append(time.perf_counter() - s); return r
+    return wait
+plan.start_traces = timed
 report = plan.survey()
 t2 = time.perf_counter()
 print(t1 - t0, t2 - t1, sum(calls), len(calls))
