@@ -5,6 +5,7 @@ here. The real loader's side of the same steps is in test_resolver.py.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -174,3 +175,44 @@ def test_reprs_are_short():
     failure = errors.ResolveError("no build", cause=errors.CAUSE_NO_BUILDS)
     report = plan.Report("/bin/python", None, None, (), None, failure)
     assert repr(report) == "Report(cause='no-builds', verdicts=[])" and report.error == "no build"
+
+
+def test_traces_started_together_are_all_reaped_when_collecting_one_is_interrupted(monkeypatch):
+    """An interrupt while the first answer is read (Ctrl-C at start-up) still reaps every traced program
+    started beside it, and closes their pipes: no zombie, no descriptor left to a long-lived caller."""
+    from tms_autopreload import trace
+
+    spawned = []
+    real_spawn = trace._spawn
+
+    def spawn(executable, env):
+        pid, fd = real_spawn(executable, env)
+        spawned.append((pid, fd))
+        return pid, fd
+
+    class InterruptedOnce:
+        """``os`` for the trace module, but its first ``read`` is interrupted."""
+
+        def __init__(self):
+            self.interrupted = False
+
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def read(self, fd, n):
+            if not self.interrupted:
+                self.interrupted = True
+                raise KeyboardInterrupt
+            return os.read(fd, n)
+
+    monkeypatch.setattr(trace, "_spawn", spawn)
+    collect = trace.start_traces([sys.executable, "/bin/sh", "/bin/sh"], dict(os.environ))
+    monkeypatch.setattr(trace, "os", InterruptedOnce())
+    with pytest.raises(KeyboardInterrupt):
+        collect()
+    assert len(spawned) == 3
+    for pid, fd in spawned:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reaped already
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed

@@ -24,7 +24,7 @@ import os
 import sys
 
 from . import (EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, parse_choice, parse_flag,
-               reexecuted, same_file, say)
+               reexecuted, say)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
@@ -52,7 +52,8 @@ def _cannot_exec() -> "str | None":
         exe = os.readlink("/proc/self/exe")
     except OSError as exc:
         return f"/proc/self/exe cannot be read ({exc.strerror}: is /proc mounted?), so a re-exec cannot be checked"
-    if not same_file(sys.executable, exe):  # the file the kernel runs, however sys.executable names it
+    # The kernel's name for the running file has no symbolic link in it: one realpath decides.
+    if os.path.realpath(sys.executable) != exe:
         return f"this interpreter ({sys.executable}) is embedded in another program ({exe})"
     return None
 

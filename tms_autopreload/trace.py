@@ -128,8 +128,8 @@ def _collect(pid: int, read_fd: int) -> Trace:
         while data := os.read(read_fd, 65536):
             chunks.append(data)
     finally:
-        os.close(read_fd)
-    _, wait_status = os.waitpid(pid, 0)
+        os.close(read_fd)  # a loader still writing then stops at its next write
+        _, wait_status = os.waitpid(pid, 0)  # reaped even when the read was interrupted
     return _parse(b"".join(chunks).decode("utf-8", "replace"), os.waitstatus_to_exitcode(wait_status))
 
 
@@ -152,7 +152,20 @@ def start_traces(executables: "list[str]", env: dict[str, str]) -> "Callable[[],
             started.append(_spawn(executable, env))
         except OSError as exc:
             started.append(exc)
-    return lambda: [s if isinstance(s, OSError) else _collect(*s) for s in started]
+
+    def collect() -> "list[Trace | OSError]":
+        answers: "list[Trace | OSError]" = []
+        try:
+            for s in started:
+                answers.append(s if isinstance(s, OSError) else _collect(*s))
+        finally:
+            for s in started[len(answers) + 1:]:  # after an exception: reap the rest, unread
+                if not isinstance(s, OSError):
+                    os.close(s[1])
+                    os.waitpid(s[0], 0)
+        return answers
+
+    return collect
 
 
 def run_traces(executables: "list[str]", env: dict[str, str]) -> "list[Trace | OSError]":

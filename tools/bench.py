@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, wall, cpu in floor:
         print(f"P1 floor: {label}: wall ratio {wall:.3f}, CPU ratio {cpu:.3f} ({args.n} pairs)")
     print(f"flagged path, in-process (median of 20): imports {imp:.2f} ms, survey {surv:.2f} ms "
-          f"of which the loader trace {tr:.2f} ms")
+          f"of which the loader trace {tr:.2f} ms (start to answer, with the reads done meanwhile)")
     print(f"dlopen mode, after the survey (median of 20): imports {dl_imp:.2f} ms (with _ctypes), "
           f"obstacle checks {dl_obs:.2f} ms (maps, interposed symbols, dlsym), the two dlopens {dl_load:.2f} ms")
     print()
