@@ -489,3 +489,25 @@ def test_disable_turns_off_activate_and_configure_subprocess(scenario, value):
     said = [line for line in r.stderr.splitlines() if named in line]
     assert len(said) == 2 and f"{named}activate() changes nothing" in said[0], r.stderr
     assert f"{named}configure_subprocess() changes nothing" in said[1], r.stderr
+
+
+def test_an_interpreter_named_by_a_hard_link_is_loaded_in_process_a_symlink_is_reexecd(tmp_path, monkeypatch):
+    """``sys.executable`` names the running file through a symbolic link: re-exec'ing it runs the same
+    program, as the loader trace saw it. Through a hard link under another name it is another path to the
+    kernel, which names the file it runs as it was reached: that counts as embedded (dlopen mode)."""
+    from tms_autopreload import startup
+
+    running = (tmp_path / "bin" / "python3.11").resolve()  # the kernel's name has no link in it
+    running.parent.mkdir()
+    running.write_bytes(b"")
+    (tmp_path / "bin" / "python3").symlink_to("python3.11")
+    os.link(running, tmp_path / "bin" / "python-hard")
+    readlink = os.readlink
+    monkeypatch.setattr(startup.os, "readlink",
+                        lambda path: str(running) if path == "/proc/self/exe" else readlink(path))
+    monkeypatch.setattr(startup.sys, "orig_argv", ["python3", "-c", "pass"])
+    monkeypatch.setattr(startup.sys, "executable", str(tmp_path / "bin" / "python3"))
+    assert startup._cannot_exec() is None
+    monkeypatch.setattr(startup.sys, "executable", str(tmp_path / "bin" / "python-hard"))
+    assert startup._cannot_exec() == (f"this interpreter ({tmp_path / 'bin' / 'python-hard'}) is embedded in "
+                                      f"another program ({running})")
