@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sandbox import CACHE, Venv, build_own_wheel, clean_env, find_python, runtime_wheel, tms_wheel, torch_venv  # noqa: E402
+from sandbox import (CACHE, Venv, build_own_wheel, clean_env, find_python, private_copy, runtime_wheel,  # noqa: E402
+                     tms_wheel, torch_venv)
 from standins import driver_stub, global_deps, write_torch_standin  # noqa: E402
 
 RESOLVE = ("import time; t = time.perf_counter(); from tms_autopreload.plan import resolve; p = resolve(); "
@@ -389,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     cpu_ratios["P3'"] = paired_ratio([x[3] for x in a], [x[3] for x in b])
     # P4: deciding the file, timed inside a fresh process.
     if not args.skip_torch:
-        tv = torch_venv(python)
+        # A private copy: the cached venv serves the test suite, which must find nothing installed in it.
+        tv = private_copy(torch_venv(python), args.dir / "venv-torch")
         tv.install(s["own"], tms_wheel("0.0.9.post1"))
         ours_t, theirs_t = [], []
         for _ in range(7):
