@@ -28,7 +28,7 @@ DRIVER = "torch_memory_saver_cpp.abi3.so"
 
 def build(path, kind="cuda", major=13, problem=None, refusal=None):
     b = Build(str(path), kind, major, None, problem)
-    b._refusal = refusal  # as if judged against the process's code writers
+    b._judged, b._refusal = True, refusal  # as if judged against the process's code writers
     return b
 
 

@@ -43,7 +43,7 @@ def build_install_hint(kind: str, major: int) -> str:
 class Build:
     """One candidate preload file."""
 
-    __slots__ = ("path", "kind", "major", "info", "problem", "_trusted", "_refusal")
+    __slots__ = ("path", "kind", "major", "info", "problem", "_trusted", "_judged", "_refusal")
 
     def __init__(self, path: str, kind: str, major: int | None, info: DynamicInfo | None,
                  problem: str | None, trusted: Trusted | None = None) -> None:
@@ -53,15 +53,18 @@ class Build:
         self.info = info  # its dynamic section, when readable
         self.problem = problem  # why it can never be preloaded here, or None
         self._trusted = trusted  # the writers of the process's code, to judge it against (None: not judged)
-        self._refusal: "Refusal | None | bool" = False  # False: not judged yet
+        self._judged = False
+        self._refusal: "Refusal | None" = None
 
     @property
     def refusal(self) -> "Refusal | None":
         """Why it may not be preloaded: who else can write it (:mod:`tms_autopreload.trust`), or None.
         Judged when first asked: a resolve asks only for the builds that fit its runtime."""
-        if self._refusal is False:
-            self._refusal = (None if self.problem or self._trusted is None else refusal(self.path, self._trusted))
-        return self._refusal  # type: ignore[return-value]  # judged above: never False here
+        if not self._judged:
+            self._judged = True
+            if self.problem is None and self._trusted is not None:
+                self._refusal = refusal(self.path, self._trusted)
+        return self._refusal
 
     @property
     def needs(self) -> tuple[str, ...]:

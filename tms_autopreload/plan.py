@@ -405,51 +405,48 @@ def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[
     return False
 
 
-def _closure(build: Build, trace: Trace, known: "Mapping[str, DynamicInfo]") -> "set[str]":
-    """The names the hook needs and, transitively, the objects it brought in need, where the trace resolved
-    them (glibc's own libraries are not read: they need only each other). ``known``: dynamic sections
-    already read, by path (:func:`_read_ahead`)."""
+def _walk(build: Build, where: "Callable[[str, Object], str | None]", read: "dict[str, DynamicInfo]") -> "set[str]":
+    """The names the hook needs and, transitively, the objects it brings in need, each object found by
+    ``where(name, needed_by)`` (glibc's own libraries are not read: they need only each other).
+    ``read``: the dynamic sections read so far, by path; each object read here is added to it."""
     names: set[str] = set()
-    todo = list(build.info.needed if build.info else ())
+    todo = [(name, Object(build.path, build.info)) for name in build.info.needed] if build.info else []
     while todo:
-        name = todo.pop()
+        name, parent = todo.pop()
         if name in names:
             continue
         names.add(name)
-        path = trace.resolved.get(name) if name not in GLIBC_SONAMES else None
+        path = where(name, parent) if name not in GLIBC_SONAMES else None
         if path:
             try:
-                todo += (known.get(path) or read_dynamic(path)).needed
+                info = read[path] if path in read else read.setdefault(path, read_dynamic(path))
             except (OSError, ElfError):
                 continue
+            todo += [(need, Object(path, info)) for need in info.needed]
     return names
+
+
+def _closure(build: Build, trace: Trace, read: "dict[str, DynamicInfo]") -> "set[str]":
+    """:func:`_walk` where the trace resolved each name: what the hook really brings in. ``read``: what
+    :func:`_read_ahead` read already."""
+    return _walk(build, lambda name, _parent: trace.resolved.get(name), read)
 
 
 def _read_ahead(build: Build, loader: Loader, plan: Plan) -> "dict[str, DynamicInfo]":
     """The dynamic sections of the objects the loader model says the hook brings in under ``plan``, by
-    path: read while the real loader traces the plan, so that :func:`_closure`, which follows the trace's
-    answer, reads only where the model was wrong. A hint, never a verdict."""
-    if build.info is None:
-        return {}
+    path (:func:`_walk` where the model finds each name): read while the real loader traces the plan, so
+    that :func:`_closure`, which follows the trace's answer, reads only where the model was wrong. A hint,
+    never a verdict."""
     model = Loader(loader.executable, loader.ld_library_path if plan.ld_library_path is None else plan.ld_library_path,
                    loader.cache, plan.ld_preload)
-    out: "dict[str, DynamicInfo]" = {}
-    seen: "set[str]" = set()
-    todo = [(name, Object(build.path, build.info)) for name in build.info.needed]
-    while todo:
-        name, parent = todo.pop()
-        if name in seen or name in GLIBC_SONAMES:
-            continue
-        seen.add(name)
+
+    def where(name: str, parent: Object) -> "str | None":
         found = model.find(name, parent)
-        if found is None or found.path in out:
-            continue
-        try:
-            info = out[found.path] = read_dynamic(found.path)
-        except (OSError, ElfError):
-            continue
-        todo += [(need, Object(found.path, info)) for need in info.needed]
-    return out
+        return found.path if found else None
+
+    read: "dict[str, DynamicInfo]" = {}
+    _walk(build, where, read)
+    return read
 
 
 def _added_dirs(env: "Mapping[str, str]", ld_library_path: str) -> "list[str]":
@@ -578,11 +575,11 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
     added = _added_dirs(env, planned.ld_library_path or "")
     # The children whose own problem is plain before the interpreter's trace (a conda interpreter's: its
     # DT_RPATH) are traced beside it; those only the closure can decide, after it.
-    known = {kid[0]: _own_problem(loader, kid, added, None) for kid in kids}
-    beside = [path for path, own in known.items() if own]
+    decided = {kid[0]: _own_problem(loader, kid, added, None) for kid in kids}
+    beside = [path for path, own in decided.items() if own]
     collect = start_traces([executable, *beside], planned_env)
     try:
-        ahead = _read_ahead(build, loader, planned) if None in known.values() else {}
+        ahead = _read_ahead(build, loader, planned) if None in decided.values() else {}
     finally:
         trace, *beside_traces = collect()  # in order: the interpreter, then each of ``beside``
     if isinstance(trace, OSError):
@@ -596,7 +593,7 @@ def _attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
                 memo.append(_closure(build, trace, ahead))
             return memo[0]
 
-        after = [kid[0] for kid in kids if known[kid[0]] is None and _own_problem(loader, kid, added, closure)]
+        after = [kid[0] for kid in kids if decided[kid[0]] is None and _own_problem(loader, kid, added, closure)]
         answers = dict(zip(beside, beside_traces, strict=True))
         answers.update(zip(after, run_traces(after, planned_env) if after else [], strict=True))
         traced = [(kid[0], answers[kid[0]]) for kid in kids if kid[0] in answers]  # in the children's order
