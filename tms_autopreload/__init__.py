@@ -315,6 +315,27 @@ def _inherited(mapped: "list[str]") -> "tuple[str, str] | None":
     return path, compose_preload(preload, named[0])
 
 
+COMMAND = "tms-autopreload"  # the console script (pyproject.toml); also ``python -m tms_autopreload``
+
+
+def own_command(argv: "list[str] | None" = None, orig_argv: "list[str] | None" = None) -> bool:
+    """Whether this interpreter runs the ``tms-autopreload`` command, as site.py leaves ``sys.argv`` while
+    the ``.pth`` line runs: the console script's path first, or ``-m`` with the module name cut out of
+    ``sys.argv`` and still in ``sys.orig_argv`` just before the arguments they share.
+
+    The command is never hooked: it needs no hook of its own, and it answers for its caller's
+    environment, which a flag exported in the caller's shell would otherwise change before its code runs
+    (or stop, with exit 78, where no build fits: the very node ``doctor`` is for).
+    """
+    argv = sys.argv if argv is None else argv
+    if not argv:
+        return False
+    if argv[0] == "-m":
+        orig = getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv
+        return len(orig) > len(argv) and orig[-len(argv)] == __name__
+    return os.path.basename(argv[0]) == COMMAND
+
+
 def process_startup() -> None:
     """Apply the preload hook to this process when SLIME_OFFLOAD_TRAIN or TMS_AUTOPRELOAD asks."""
     global _started
@@ -322,7 +343,7 @@ def process_startup() -> None:
         return
     _started = True
     env = os.environ
-    if sys.platform != "linux" or not any(env.get(name) for name in FLAG_VARS):
+    if sys.platform != "linux" or not any(env.get(name) for name in FLAG_VARS) or own_command():
         return
     try:
         on, slime = flags(warn=not reexecuted(env))  # said once, before the exec

@@ -14,6 +14,7 @@ import shlex
 import sys
 import time
 
+from .applied import before_plan, own_plan
 from .exitpolicy import INTERRUPTS, WriteError, guarded_stdout, signal_of, unwinding_signals
 from .plan import Report, survey
 
@@ -61,7 +62,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         return _nodes(args)
     from . import doctor
 
-    doc = doctor.document(survey(check_all=True))
+    env = before_plan()
+    doc = doctor.document(survey(env, check_all=True), env)
     print(json.dumps(doc, indent=2) if args.json else doctor.text(doc))
     return EXIT_OK if doc["ok"] else EXIT_NO_PLAN
 
@@ -136,7 +138,8 @@ def _deep(args: argparse.Namespace) -> int:
     """``doctor --deep``: where the loader binds the module's references to the hook's symbols."""
     from .bindings import Evidence, check, under_test
 
-    report = survey()
+    env = before_plan()
+    report = survey(env)
     if report.plan is None or report.runtime is None or report.runtime.library is None:
         ev = Evidence(args.import_, report.plan.build if report.plan else None,
                       report.runtime.library if report.runtime else None)
@@ -146,7 +149,7 @@ def _deep(args: argparse.Namespace) -> int:
         else:
             print(f"tms-autopreload: {ev.error}", file=sys.stderr)
         return EXIT_NO_PLAN
-    env, hook, under = under_test(report.plan, args.mode, args.as_is)
+    env, hook, under = under_test(report.plan, args.mode, args.as_is, None if args.as_is else env)
     ev = check(env, hook, report.runtime.library, module=args.import_, executable=report.executable,
                in_process=args.mode == "dlopen" and not args.as_is)
     print(json.dumps(ev.to_dict(), indent=2) if args.json else ev.text(under))
@@ -154,7 +157,7 @@ def _deep(args: argparse.Namespace) -> int:
 
 
 def _cmd_which(args: argparse.Namespace) -> int:
-    plan = _plan_or_fail(survey())
+    plan = _plan_or_fail(survey(before_plan()))
     if plan is None:
         return EXIT_NO_PLAN
     print(plan.build)
@@ -162,7 +165,18 @@ def _cmd_which(args: argparse.Namespace) -> int:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    plan = _plan_or_fail(survey())
+    """The plan's variables, each with the whole value the plan gives it (evaluating them twice changes
+    nothing). ``export`` lines are for this shell, so they keep its other entries; ``--json`` is for a Ray
+    ``runtime_env``, whose workers start from their raylet's environment, not this shell's: the plan of an
+    environment without this shell's ``LD_PRELOAD`` and ``LD_LIBRARY_PATH`` (:func:`.applied.own_plan`),
+    with no ``${VAR}`` (Ray turns an unset one into an empty entry, which the loader reads as the
+    current directory)."""
+    report = own_plan() if args.json else survey(before_plan())
+    if args.json and report.plan is None:
+        print(f"tms-autopreload: for a process started without this shell's LD_PRELOAD and LD_LIBRARY_PATH "
+              f"(a Ray worker, from its raylet's environment): {report.error}", file=sys.stderr)
+        return EXIT_NO_PLAN
+    plan = _plan_or_fail(report)
     if plan is None:
         return EXIT_NO_PLAN
     changes = plan.changes()
@@ -180,10 +194,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.parser.error("give a command: tms-autopreload run -- CMD [ARGS...]")
     if not command[0]:
         args.parser.error("the command name is empty (''): give a command: tms-autopreload run -- CMD [ARGS...]")
-    plan = _plan_or_fail(survey())
+    env = before_plan()
+    plan = _plan_or_fail(survey(env))
     if plan is None:
         return EXIT_NO_PLAN
-    env = dict(os.environ)
     env.update(plan.changes())
     sys.stdout.flush()
     try:

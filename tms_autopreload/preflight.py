@@ -152,6 +152,7 @@ def probe(names):
 
 def node_answer() -> "dict[str, Any]":
     """Runs in the worker: its survey (the ``doctor --json`` document) and what its start-up hook did."""
+    from .applied import before_plan
     from .doctor import document
     from .plan import survey
     from .sonames import runtime_of
@@ -159,7 +160,8 @@ def node_answer() -> "dict[str, Any]":
     hooks = mapped_hooks()
     runtimes = [path for path in mapped_objects() if runtime_of(os.path.basename(path))]
     execs = int(reexecuted())
-    doc = document(survey(check_all=True))
+    env = before_plan()  # the worker is hooked: its survey answers for the environment it was started with
+    doc = document(survey(env, check_all=True), env)
     planned = doc["plan"]["build"] if doc["plan"] else None
     return {"mode": os.environ.get(MODE_VAR) or "exec",
             "started": {"hooked": bool(hooks) and hooks == [planned], "mapped": hooks, "libcudart": runtimes,
@@ -213,8 +215,11 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
                "deadline": start + max(timeout - min(5.0, timeout / 4), timeout / 2),
                "gcs_check": None if address == "auto" or address.startswith("ray://") else address}
     with tempfile.TemporaryFile() as log:
+        # The driver is a process of this command, which is never hooked (a flag in the caller's shell
+        # would hook it, or stop it on a CPU-only head): the workers get the flag from their runtime_env.
+        unflagged = {k: v for k, v in os.environ.items() if k not in FLAG_VARS}
         child = subprocess.Popen([sys.executable, "-c", "from tms_autopreload.raydriver import main; main()"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=unflagged,
                                  start_new_session=True)
         try:
             events = _events(child, json.dumps(request), start + timeout, progress)

@@ -1,0 +1,148 @@
+"""Every command answers for its caller: the same whether or not a flag is in its own environment, and
+whether or not the plan is already applied there.
+
+The ``tms-autopreload`` command is itself a Python process. A flag exported in the caller's shell (as
+people do for slime scripts) would hook it before its code runs; a plan already applied (after ``eval
+"$(tms-autopreload env)"``, inside ``run --``, in a hooked worker) would look like the caller's own
+values. Either made ``env`` print the hook without the directory of its ``libcudart`` (exit 127 for every
+worker of a pip-only node) and ``doctor`` stop with exit 78 where no build fits. The property is checked
+in every world of the scenario fixture, for every command that answers locally, in each state the
+caller can be in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+import pytest
+from conftest import mode_env
+from support import REEXECD
+from test_sitepath import SCENARIO_WORLDS
+
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+# A caller's own entry: kept by the export lines (this shell's), left out of --json (a raylet's worker's).
+CALLER_DIR = "/opt/caller/lib"
+# What `run --` shows of the environment it gives its command.
+SHOW = 'printf "%s|%s|%s" "${LD_PRELOAD-unset}" "${LD_LIBRARY_PATH-unset}" "${TMS_AUTOPRELOAD_STATE+state}"'
+COMMANDS = {
+    "env": ["env"],
+    "env --json": ["env", "--json"],
+    "which": ["which"],
+    "doctor": ["doctor"],
+    "doctor --json": ["doctor", "--json"],
+    "run": ["run", "--", "sh", "-c", SHOW],
+}
+# A hooked Python process that runs the command as its child (a worker, a kernel, a notebook cell).
+FROM_HOOKED = REEXECD + r"""
+import subprocess, sys
+r = subprocess.run([sys.executable, '-m', 'tms_autopreload', *sys.argv[1:]], capture_output=True, text=True)
+sys.stdout.write(r.stdout); sys.stderr.write(r.stderr); sys.exit(r.returncode)
+"""
+
+
+def _answer(scn, command: list[str], env: dict[str, str], how: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of one command, started as ``how`` says: ``-m`` (python -m
+    tms_autopreload), the console script, or from a hooked Python process."""
+    if how == "script":
+        r = scn.host.run([str(scn.venv.path / "bin" / "tms-autopreload"), *command],
+                         {"PATH": os.environ["PATH"], **env}, timeout=300)
+    elif how == "hooked":
+        r = scn.run(["-c", FROM_HOOKED, *command], {"TMS_AUTOPRELOAD": "1", **env}, timeout=300)
+    else:
+        r = scn.run(["-m", "tms_autopreload", *command], env, timeout=300)
+    return r.returncode, r.stdout, r.stderr.replace(str(scn.venv.path / "bin" / "tms-autopreload"), "")
+
+
+def _exports(stdout: str) -> dict[str, str]:
+    """What ``eval`` of ``env``'s export lines sets."""
+    out = {}
+    for line in stdout.splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        out[name] = shlex.split(value)[0] if value else ""
+    return out
+
+
+def _states(scn, base: dict[str, str]) -> dict[str, tuple[dict[str, str], str]]:
+    """The caller's states: (its environment, how the command is started)."""
+    states = {"flag": ({**base, "TMS_AUTOPRELOAD": "1"}, "script"),
+              "slime flag": ({**base, "SLIME_OFFLOAD_TRAIN": "1"}, "script"),
+              "dlopen mode": ({**base, "TMS_AUTOPRELOAD": "1", **mode_env("dlopen")}, "-m")}
+    code, out, _ = _answer(scn, ["env"], base, "-m")
+    if code == 0:  # the plan applied: by a hooked parent, or as eval "$(tms-autopreload env)" applies it
+        states["hooked parent"] = (base, "hooked")
+        states["applied"] = ({**base, **_exports(out)}, "script")
+        states["applied, flag"] = ({**base, **_exports(out), "SLIME_OFFLOAD_TRAIN": "1"}, "-m")
+    return states
+
+
+def assert_answers_alike(scn) -> dict[str, tuple[int, str, str]]:
+    """Every command answers in every state as it does unflagged, with no plan applied; returns those answers."""
+    base = {"LD_LIBRARY_PATH": CALLER_DIR}
+    plain = {name: _answer(scn, argv, base, "-m") for name, argv in COMMANDS.items()}
+    for state, (env, how) in _states(scn, base).items():
+        for name, argv in COMMANDS.items():
+            assert _answer(scn, argv, env, how) == plain[name], (state, name, plain[name])
+    return plain
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", SCENARIO_WORLDS)
+def test_every_command_answers_alike_in_every_scenario_world(scenario, world):
+    assert_answers_alike(scenario(**SCENARIO_WORLDS[world]))
+
+
+@pytest.mark.parametrize("world", ["cu13-pip-only", "no-torch-no-runtime"])
+def test_every_command_answers_alike_from_a_flagged_shell(scenario, world):
+    """The fast lane's share of the property: the report's world (pip-only CUDA 13, 0.0.9.post1) and one
+    where no build fits (there a flagged ``doctor`` stopped with exit 78 and printed no report)."""
+    assert_answers_alike(scenario(**SCENARIO_WORLDS[world]))
+
+
+def test_env_prints_the_whole_plan_for_this_shell_and_only_the_plan_for_ray(scenario):
+    """Pip-only CUDA 13 host, 0.0.10: the export lines keep this shell's own entries and evaluate to the
+    same values twice over; ``--json`` carries the hook and the directory of its libcudart, nothing of
+    this shell's and no ``${VAR}`` (Ray turns an unset one into an empty entry: the current directory)."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    base = {"LD_LIBRARY_PATH": CALLER_DIR}
+    code, out, err = _answer(scn, ["env"], {**base, "SLIME_OFFLOAD_TRAIN": "1"}, "script")
+    assert code == 0, err
+    first = _exports(out)
+    lib = str(scn.site / "nvidia" / "cu13" / "lib")
+    assert first == {"LD_PRELOAD": str(scn.site / CU13), "LD_LIBRARY_PATH": f"{lib}:{CALLER_DIR}"}, out
+    code, out, err = _answer(scn, ["env"], {**base, **first}, "-m")
+    assert code == 0 and _exports(out) == first, (out, err)
+    code, out, err = _answer(scn, ["env", "--json"], {**base, **first, "TMS_AUTOPRELOAD": "1"}, "script")
+    assert code == 0 and json.loads(out) == {"LD_PRELOAD": str(scn.site / CU13), "LD_LIBRARY_PATH": lib}, out
+
+
+def test_the_command_is_never_hooked(scenario):
+    """With the flag exported, neither the console script nor ``python -m tms_autopreload`` is re-exec'd
+    or maps a hook: the start-up hook leaves the command alone. A script of another name is hooked."""
+    scn = scenario(torch="cu13-pip", pip=(13,), host=("driver",))
+    for how in ("script", "-m"):
+        code, out, err = _answer(scn, ["which"], {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"}, how)
+        assert code == 0 and out.strip() == str(scn.site / CU13) and err == "", (how, out, err)
+    script = scn.venv.path / "bin" / "tms-autopreload-not"
+    script.write_text(f"#!{scn.venv.python}\nimport os; print(os.environ.get('TMS_AUTOPRELOAD_STATE', 'none'))\n")
+    script.chmod(0o755)
+    r = scn.host.run([str(script)], {"TMS_AUTOPRELOAD": "1"})
+    assert r.returncode == 0 and r.stdout.strip() != "none", (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("argv, orig, own", [
+    (["/v/bin/tms-autopreload", "env"], ["/v/bin/python", "/v/bin/tms-autopreload", "env"], True),
+    (["-m", "env"], ["/v/bin/python", "-m", "tms_autopreload", "env"], True),
+    (["-m"], ["/v/bin/python", "-Im", "tms_autopreload"], True),
+    (["-m", "doctor"], ["/v/bin/python", "-X", "dev", "-m", "tms_autopreload", "doctor"], True),
+    (["-m", "tms_autopreload"], ["/v/bin/python", "-m", "json.tool", "tms_autopreload"], False),
+    (["-m", "x"], ["/v/bin/python", "-m", "tms_autopreload.cli", "x"], False),
+    (["train.py", "-m", "tms_autopreload"], ["/v/bin/python", "train.py", "-m", "tms_autopreload"], False),
+    (["-c", "tms-autopreload"], ["/v/bin/python", "-c", "pass", "tms-autopreload"], False),
+    ([], [], False),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+def test_own_command_reads_argv_as_site_py_leaves_it(argv, orig, own):
+    from tms_autopreload import own_command
+
+    assert own_command(argv, orig) is own
