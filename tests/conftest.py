@@ -47,7 +47,7 @@ def neutral_cwd(tmp_path_factory):
 # What only the whole suite sets up: a test using one of these fixtures, or parametrized over an
 # interpreter other than the one running the tests, is marked slow and left out of `make check`.
 SLOW_FIXTURES = {"real_torch", "ray_cluster", "field", "client", "gpuless_cluster", "miles_cluster", "cluster",
-                 "source_files", "peer"}  # real torch, Ray, Slurm, source builds
+                 "source_files", "peer", "jobs_node"}  # real torch, Ray, Slurm, source builds
 
 
 @pytest.hookimpl(tryfirst=True)

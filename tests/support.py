@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from sandbox import (CACHE, RUNTIME_WHEELS, TORCH_VERSION, Venv, base_python, build_own_wheel,  # noqa: E402,F401
                      check_namespaces, clean_env, extract, find_python, ld_cache, locate_python, private_copy,
-                     python_for_every_account, ray_venv, run, runtime_wheel,
+                     python_for_every_account, ray_jobs_venv, ray_venv, run, runtime_wheel,
                      tms_wheel, torch_venv, unshare_mounts, uv, wheel)
 from standins import SetupError, cc, driver_stub, global_deps, hip_stub, write_torch_standin  # noqa: E402,F401
 # ---------------------------------------------------------------- hosts
@@ -267,16 +267,19 @@ class RayCluster:
         return clean_env(RAY_USAGE_STATS_ENABLED="0", **{MARKER_VAR: self.marker}, **extra)
 
     def start(self, host: Host, venv_path: Path, *args: str, head: bool = False, env: dict[str, str] | None = None,
-              name: str | None = None, timeout: int = 180) -> None:
+              name: str | None = None, timeout: int = 180, dashboard: int | None = None,
+              cwd: Path | None = None) -> None:
         """``ray start`` from ``venv_path`` on ``host``: the head (``head=True``), or a node joining it;
         ``env``: more variables for the node's daemons (and so for every worker they start); ``name``: the
-        node's directory under :attr:`temp` (default ``node<N>``)."""
+        node's directory under :attr:`temp` (default ``node<N>``); ``dashboard``: the head's dashboard port
+        (``ray job submit`` talks to it; needs ``ray[default]``), none by default; ``cwd``: where it starts."""
         name = name or f"node{len(self.nodes)}"
         self.nodes.append(name)
-        where = (["--head", f"--port={self.port}", "--include-dashboard=false"] if head
-                 else [f"--address={self.address}"])
+        board = (["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}"]
+                 if dashboard else ["--include-dashboard=false"])
+        where = ["--head", f"--port={self.port}", *board] if head else [f"--address={self.address}"]
         r = host.run([str(venv_path / "bin" / "ray"), "start", *where, f"--temp-dir={self.temp / name}", *RAY_NODE,
-                      *worker_ports(), *args], self.env(**(env or {})), timeout=timeout)
+                      *worker_ports(), *args], self.env(**(env or {})), timeout=timeout, cwd=cwd)
         if r.returncode != 0:
             raise AssertionError(f"ray start failed:\n{r.stdout}\n{r.stderr}")
 

@@ -16,8 +16,8 @@ import textwrap
 
 import pytest
 from conftest import Scenario, assert_applied, need
-from support import (MAPPED, REEXECD, Host, RayCluster, clean_env, private_copy, ray_venv, runtime_wheel, tms_wheel,
-                     write_torch_standin)
+from support import (MAPPED, REEXECD, ROOT, Host, RayCluster, clean_env, private_copy, ray_venv, runtime_wheel,
+                     tms_wheel, write_torch_standin)
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -278,3 +278,64 @@ def test_preflight_shows_progress_on_a_terminal(ray_cluster):
     r = a.host.run(["script", "-q", "-e", "-c", cmd, "/dev/null"], clean_env(RAY_USAGE_STATS_ENABLED="0"),
                    timeout=300)
     assert "nodes answered" in r.stdout and "nodes:" in r.stdout, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------- `ray job submit` with resolved values
+
+JOB = REEXECD + MAPPED + r"""
+import json, os, subprocess
+import ray
+
+def report():
+    maps = mapped()
+    child = subprocess.run(['bash', '-c', 'true'], capture_output=True, text=True)
+    return {'hooks': sorted({m for m in maps if 'torch_memory_saver' in m}),
+            'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart')}),
+            'child': child.returncode, 'child_err': child.stderr.strip(), 'reexecd': reexecd()}
+
+ray.init(log_to_driver=False)
+print('JOB ' + json.dumps({'entrypoint': report(), 'worker': ray.get(ray.remote(num_cpus=0)(report).remote(),
+                                                                      timeout=180)}), flush=True)
+"""
+
+
+@pytest.fixture
+def jobs_node(parts, tmp_path):
+    """One pip-only CUDA 13 node (torch_memory_saver 0.0.10, NVIDIA's cu13 runtime wheel, a CUDA 13 torch
+    stand-in; the host cache lists the driver stub only) running a head with its dashboard, started
+    without any flag, from ``tmp_path`` (the jobs' working directory)."""
+    from support import find_python, free_port, ray_jobs_venv
+
+    venv = need(private_copy, need(ray_jobs_venv, find_python("3.11")), tmp_path / "venv")
+    need(venv.install, parts.own_wheel, tms_wheel("0.0.10"), runtime_wheel(13))
+    write_torch_standin(venv.site, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
+    node = Scenario(venv, need(Host, tmp_path / "host", parts.host_dirs(("driver",))), parts)
+    cluster, port = RayCluster(), free_port()
+    path = f"{venv.path / 'bin'}:{os.environ['PATH']}"
+    try:
+        cluster.start(node.host, venv.path, head=True, dashboard=port, env={"PATH": path}, cwd=tmp_path)
+        yield node, cluster, f"http://127.0.0.1:{port}", path
+    finally:
+        cluster.stop()
+    assert not cluster.pids() and not cluster.temp.exists()
+
+
+def test_ray_job_submit_with_resolved_values_from_a_flagged_shell(jobs_node, tmp_path):
+    """docs/integrations.md's resolved ``ray job submit`` line, run as shown from a shell that exported the
+    flag (as people do for slime scripts), against a real Ray head whose raylet started without any flag:
+    the job's entrypoint and its worker are hooked with the cu13 build and one libcudart, and their bash
+    child starts. (The command printed only ``LD_PRELOAD`` there before: every child died with exit 127.)"""
+    from test_snippets import shown_line
+
+    node, cluster, address, path = jobs_node
+    (tmp_path / "train.py").write_text(JOB)
+    lines = shown_line(ROOT / "docs" / "integrations.md", "ray job submit --runtime-env-json \"")
+    assert len(lines) == 1, lines
+    r = node.host.run(["bash", "-c", lines[0]], cluster.env(TMS_AUTOPRELOAD="1", RAY_ADDRESS=address, PATH=path),
+                      cwd=tmp_path, timeout=600)
+    found = [json.loads(line[4:]) for line in r.stdout.splitlines() if line.startswith("JOB ")]
+    assert r.returncode == 0 and found, r.stdout[-4000:] + r.stderr[-3000:]
+    hook, cudart = (os.path.realpath(node.site / p) for p in (CU13, "nvidia/cu13/lib/libcudart.so.13"))
+    for who, seen in found[0].items():
+        assert seen["hooks"] == [hook] and seen["cudart"] == [cudart], (who, seen)
+        assert seen["child"] == 0 and not seen["reexecd"], (who, seen)

@@ -362,3 +362,8 @@ def torch_venv(python: str) -> Venv:
 def ray_venv(python: str, world: str) -> Venv:
     """Real Ray, one venv per simulated node ``world``."""
     return cached_venv(f"ray-{RAY_VERSION}-{world}", python, f"ray=={RAY_VERSION}")
+
+
+def ray_jobs_venv(python: str) -> Venv:
+    """Real Ray with its dashboard (``ray[default]``), which ``ray job submit`` talks to."""
+    return cached_venv(f"ray-default-{RAY_VERSION}", python, f"ray[default]=={RAY_VERSION}")
