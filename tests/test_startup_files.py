@@ -218,3 +218,24 @@ def test_installers_choose_a_start_wheel_only_as_cp318_abi3(parts, tmp_path, tar
     for tag in offered:
         shutil.copy(parts.own_wheel, index / f"{stem}-{tag}.whl")
     assert _chosen_by(installer, index, target, tmp_path) == f"{stem}-{chosen}.whl", (installer, target)
+
+
+@pytest.mark.parametrize("python", [DEFAULT_PYTHON, "sid/3.15"])
+def test_a_left_over_pth_runs_its_own_lines(scenario, tmp_path, python):
+    """Copies of ``tms_autopreload.pth`` in two more directories: one on ``PYTHONPATH`` (ahead of every site
+    directory on ``sys.path``, never processed by site.py) and a second site directory (``site.addsitedir``
+    from a ``.pth`` line, after the venv's). Each copy's handler is marked. The left-over copy that runs names
+    itself and runs its own lines, whatever copy comes first on ``sys.path``; the copy that is processed
+    later says nothing more (one message per process)."""
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python,
+                   tag="left-over-copies")
+    shutil.rmtree(scn.site / "tms_autopreload")
+    pth = scn.site / "tms_autopreload.pth"
+    text = pth.read_text()
+    marker = "is left over: the tms_autopreload package"
+    for where, name in ((tmp_path / "pythonpath", "ahead"), (tmp_path / "second-site", "after")):
+        where.mkdir()
+        (where / "tms_autopreload.pth").write_text(text.replace(marker, f"({name}) {marker}"))
+    (scn.site / "zz_second_site.pth").write_text(f"import site; site.addsitedir({str(tmp_path / 'second-site')!r})\n")
+    r = scn.run(["-c", "print('user code ran')"], {"TMS_AUTOPRELOAD": "1", "PYTHONPATH": str(tmp_path / "pythonpath")})
+    assert_left_over_said(r, pth, str(scn.venv.python), False)
