@@ -158,7 +158,7 @@ def test_the_left_over_pth_handler_reads_the_variables_as_the_package_does():
 
 
 def _causes_given() -> set[str]:
-    """Every cause the package's source gives as a string: each call of an :class:`errors.Error` subclass or of
+    """Every cause the package's source gives: each call of an :class:`errors.Error` subclass or of
     :class:`plan.Verdict` with a literal in its ``cause`` place (by keyword or by position, as the class's
     ``__init__`` orders its parameters), and each class body's ``cause = "..."``."""
     import ast
@@ -176,13 +176,21 @@ def _causes_given() -> set[str]:
                 params = [p for p in inspect.signature(obj.__init__).parameters.values()][1:]
                 positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
                 places[name] = positional.index("cause") if "cause" in positional else None
+    def cause(node: ast.AST) -> set[str]:
+        """The cause a node gives: a string literal (refused by test_house.py), or an errors.CAUSE_* name."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, ast.Name) and node.id.startswith("CAUSE_"):
+            return {getattr(errors, node.id, f"<{node.id}: not in errors.py>")}
+        return set()
+
     given: set[str] = set()
     for path in modules:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
-                given |= {n.value.value for n in node.body if isinstance(n, ast.Assign)
-                          and any(isinstance(t, ast.Name) and t.id == "cause" for t in n.targets)
-                          and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+                for n in node.body:
+                    if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "cause" for t in n.targets):
+                        given |= cause(n.value)
             if not isinstance(node, ast.Call):
                 continue
             name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
@@ -191,7 +199,7 @@ def _causes_given() -> set[str]:
             args = [k.value for k in node.keywords if k.arg == "cause"]
             if places[name] is not None and len(node.args) > places[name]:
                 args.append(node.args[places[name]])
-            given |= {a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+            given |= {c for a in args for c in cause(a)}
     return given
 
 

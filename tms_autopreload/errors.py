@@ -11,10 +11,6 @@ errors, and the causes of the resolver's verdicts on single candidates (``doctor
 error of ``no-driver`` when no other build fits).
 """
 
-TYPE_CHECKING = False  # typing costs ~5 ms to import on the start-up path
-if TYPE_CHECKING:
-    from .plan import Report
-
 __all__ = ["Error", "ResolveError", "shown", "CAUSES"]
 
 # Defaults, when a raise site names no more precise cause.
@@ -128,13 +124,14 @@ class Error(Exception):
 class ResolveError(Error, RuntimeError):
     """No preload plan exists for this process (a RuntimeError too, as it was before the base).
 
-    ``report`` holds the full survey (runtime, every candidate with its verdict) when one
-    was made, so callers such as ``tms-autopreload doctor`` can show it.
+    ``report`` holds the full survey (a :class:`tms_autopreload.plan.Report`: the runtime, every candidate
+    with its verdict) when one was made, so that a caller of :func:`tms_autopreload.resolve` can show it.
+    Typed ``object`` here: the error model sits below the decision, which imports it.
     """
 
     cause = CAUSE_NO_PLAN
 
-    def __init__(self, message: str, report: "Report | None" = None, *, fix: str | None = None,
+    def __init__(self, message: str, report: object = None, *, fix: str | None = None,
                  cause: str | None = None) -> None:
         super().__init__(message, fix, cause)
         self.report = report

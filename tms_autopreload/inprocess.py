@@ -33,7 +33,9 @@ import _ctypes
 from . import is_tms_entry, mapped_hooks, mapped_objects, read_maps
 from .builds import interposed
 from .elf import ElfError, read_symbols
-from .errors import Error, ResolveError
+from .errors import (CAUSE_DLOPEN_FAILED, CAUSE_HOOK_LOADED, CAUSE_IN_PROCESS, CAUSE_NOT_MAPPED, CAUSE_NO_PROC_MAPS,
+                     CAUSE_NO_RUNTIME_FILE, CAUSE_PRELOAD_DEFINES, CAUSE_RUNTIME_LOADED, CAUSE_SYMBOL_DEFINED,
+                     CAUSE_TORCH_IMPORTED, CAUSE_TORCH_LOADED, CAUSE_UNREADABLE_SYMBOLS, Error, ResolveError)
 from .sonames import runtime_of
 
 TYPE_CHECKING = False
@@ -55,7 +57,7 @@ class InProcessError(Error, RuntimeError):
     (None: that is the fix).
     """
 
-    cause = "in-process"
+    cause = CAUSE_IN_PROCESS
 
 
 # The fix of activate() where a fresh interpreter can bind the hook.
@@ -71,22 +73,22 @@ def _obstacle(plan: "Plan") -> "InProcessError | None":
     library = plan.runtime.library
     if library is None:
         return InProcessError("the plan names no runtime library file to load before the hook", _START_FLAGGED,
-                              "no-runtime-file")
+                              CAUSE_NO_RUNTIME_FILE)
     if "torch" in sys.modules:
-        return InProcessError("torch is already imported", cause="torch-imported")
+        return InProcessError("torch is already imported", cause=CAUSE_TORCH_IMPORTED)
     for path in mapped_objects():
         name = os.path.basename(path)
         if runtime_of(name):
-            return InProcessError(f"a runtime library is already loaded ({path})", cause="runtime-loaded")
+            return InProcessError(f"a runtime library is already loaded ({path})", cause=CAUSE_RUNTIME_LOADED)
         if name.startswith(TORCH_LIBRARY_PREFIXES):
-            return InProcessError(f"a torch library is already loaded ({path})", cause="torch-loaded")
+            return InProcessError(f"a torch library is already loaded ({path})", cause=CAUSE_TORCH_LOADED)
         if is_tms_entry(path):
-            return InProcessError(f"a torch_memory_saver build is already loaded ({path})", cause="hook-loaded")
+            return InProcessError(f"a torch_memory_saver build is already loaded ({path})", cause=CAUSE_HOOK_LOADED)
     try:
         symbols = interposed(plan.build, library)
     except (OSError, ElfError) as exc:
         return InProcessError(f"cannot read the symbols of {plan.build} and {library}: {exc}", _START_FLAGGED,
-                              "unreadable-symbols")
+                              CAUSE_UNREADABLE_SYMBOLS)
     main = _ctypes.dlopen(None, os.RTLD_NOW)  # type: ignore[arg-type]  # None: the main program, dlopen(3)'s NULL
     for symbol in symbols:
         try:
@@ -96,11 +98,11 @@ def _obstacle(plan: "Plan") -> "InProcessError | None":
         where = "the global scope, where it would come before the hook"
         preloaded = _preloaded_definition(symbol)
         if preloaded is None:
-            return InProcessError(f"{symbol} is already defined in {where}", cause="symbol-defined")
+            return InProcessError(f"{symbol} is already defined in {where}", cause=CAUSE_SYMBOL_DEFINED)
         entry, path = preloaded
         return InProcessError(f"{symbol} is already defined in {where}, by {path} from LD_PRELOAD",
                               f"every start with this LD_PRELOAD has it: remove {entry} from LD_PRELOAD, or "
-                              f"{_START_FLAGGED} and puts the hook before it", "preload-defines")
+                              f"{_START_FLAGGED} and puts the hook before it", CAUSE_PRELOAD_DEFINES)
     return None
 
 
@@ -151,17 +153,17 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
     try:
         runtime = _ctypes.dlopen(library, os.RTLD_LAZY | os.RTLD_LOCAL)
     except OSError as exc:
-        raise InProcessError(f"dlopen failed: {exc}", cause="dlopen-failed") from None
+        raise InProcessError(f"dlopen failed: {exc}", cause=CAUSE_DLOPEN_FAILED) from None
     try:
         _ctypes.dlopen(plan.build, os.RTLD_LAZY | os.RTLD_GLOBAL)
     except OSError as exc:
         _ctypes.dlclose(runtime)  # a failure leaves nothing of the plan loaded
-        raise InProcessError(f"dlopen failed: {exc}", cause="dlopen-failed") from None
+        raise InProcessError(f"dlopen failed: {exc}", cause=CAUSE_DLOPEN_FAILED) from None
     if plan.build not in mapped_hooks():
         if not read_maps():
             raise InProcessError("dlopen returned, but /proc/self/maps cannot be read, so that the hook is mapped "
-                                 "cannot be confirmed", "mount /proc", "no-proc-maps")
-        raise InProcessError(f"dlopen returned, but {plan.build} is not mapped", cause="not-mapped")
+                                 "cannot be confirmed", "mount /proc", CAUSE_NO_PROC_MAPS)
+        raise InProcessError(f"dlopen returned, but {plan.build} is not mapped", cause=CAUSE_NOT_MAPPED)
     environ.update(plan.environment())
 
 

@@ -14,7 +14,8 @@ import sys
 import tempfile
 
 from . import DISABLE_VAR, FLAG_VARS, GENERIC_FLAG, __version__, flags
-from .errors import Error
+from .errors import (CAUSE_BAD_KERNEL_NAME, CAUSE_EMPTY_PREFIX, CAUSE_HOOK_OFF, CAUSE_INVALID_REQUEST, CAUSE_NOT_OURS,
+                     CAUSE_NO_IPYKERNEL, CAUSE_NO_JUPYTER, CAUSE_NO_KERNEL, Error)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,27 +32,27 @@ INSTALL_HINT = "pip install jupyter_client ipykernel"
 class MissingJupyter(Error, RuntimeError):
     """jupyter_client or ipykernel is not installed for this interpreter; the fix says what to install."""
 
-    cause = "no-jupyter"
+    cause = CAUSE_NO_JUPYTER
 
 
 class InvalidRequest(Error, ValueError):
     """What was asked cannot be a kernel of this command (a name Jupyter refuses, an ``env`` that turns
     the hook off): a usage error."""
 
-    cause = "invalid-request"
+    cause = CAUSE_INVALID_REQUEST
 
 
 class KernelNotFound(Error, KeyError):
     """No kernel of that name where uninstall was asked to look (a KeyError too, as it was before)."""
 
-    cause = "no-kernel"
+    cause = CAUSE_NO_KERNEL
 
 
 class NotOurs(Error, ValueError):
     """The kernel there was not written by this package: installing would replace it, or uninstall
     would delete it, so both refuse (a ValueError too, as it was before)."""
 
-    cause = "not-ours"
+    cause = CAUSE_NOT_OURS
 
 
 def _manager() -> "Any":  # noqa: ANN401 - jupyter_client's KernelSpecManager, imported lazily, without stubs
@@ -66,7 +67,7 @@ def _location(user: bool, sys_prefix: bool, prefix: "str | None") -> "dict[str, 
     """KernelSpecManager's keywords for one of --user / --sys-prefix / --prefix (none: system-wide)."""
     if prefix == "":
         raise InvalidRequest("an empty prefix names no directory", "leave it out for the system-wide one",
-                             "empty-prefix")
+                             CAUSE_EMPTY_PREFIX)
     if sys_prefix:
         prefix = sys.prefix
     return {"user": user, "prefix": prefix}
@@ -93,7 +94,7 @@ def _checked_name(name: str) -> str:
         raise InvalidRequest(f"{name!r} is not a kernel name Jupyter accepts",
                              "choose a name of ASCII letters and numbers and these separators only: - . _ "
                              "(hyphen, period, underscore), at most 255 of them, other than . and ..",
-                             "bad-kernel-name")
+                             CAUSE_BAD_KERNEL_NAME)
     return name.lower()
 
 
@@ -141,13 +142,13 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
         import ipykernel  # noqa: F401 - the kernel runs `python -m ipykernel_launcher`
     except ImportError:
         raise MissingJupyter(f"ipykernel is not installed for {sys.executable}, which the kernel would run",
-                             INSTALL_HINT, "no-ipykernel") from None
+                             INSTALL_HINT, CAUSE_NO_IPYKERNEL) from None
     name = _checked_name(name)
     spec = kernel_json(display_name, env)
     if not flags(spec["env"], warn=False)[0]:
         off = [f"{k}={v}" for k, v in env.items() if k in (*FLAG_VARS, DISABLE_VAR)]
         raise InvalidRequest(f"--env {' '.join(off)} turns off the hook this kernel exists for",
-                             "leave it out (a kernel without the hook: python -m ipykernel install)", "hook-off")
+                             "leave it out (a kernel without the hook: python -m ipykernel install)", CAUSE_HOOK_OFF)
     destination = _directory(manager, name, user, sys_prefix, prefix)
     listed = manager.find_kernel_specs().get(name)
     for existing in (destination, listed):

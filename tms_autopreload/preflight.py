@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from . import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects, reexecuted
-from .errors import Error
+from .errors import CAUSE_CLUSTER_LOST, CAUSE_NO_CLUSTER, CAUSE_NO_RAY, CAUSE_USAGE, Error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,20 +41,20 @@ __all__ = ["run", "node_answer", "check_address", "check_runtime_env", "worker_r
 class NoRay(Error, RuntimeError):
     """Ray is not installed for this interpreter; the message says what to install."""
 
-    cause = "no-ray"
+    cause = CAUSE_NO_RAY
 
 
 class Unreachable(Error, RuntimeError):
     """No Ray cluster answers at the address: ``cause`` "no-cluster" when none ever did, "cluster-lost"
     when it stopped answering during the preflight (a head that died); the message says where and why."""
 
-    cause = "no-cluster"
+    cause = CAUSE_NO_CLUSTER
 
 
 class UsageError(Error, ValueError):
     """An option the preflight refuses before connecting (a ValueError too, as it was before the base)."""
 
-    cause = "usage"
+    cause = CAUSE_USAGE
 
 
 # What ray.init does with these: start a new, empty cluster on this machine (Ray's "local"; "" is
@@ -243,7 +243,7 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
         raise Unreachable(f"cannot reach the Ray cluster at {address}: {kinds['unreachable']['why']}{said}")
     if "connected" in kinds:  # ray.init returned: the cluster answered once
         raise Unreachable(f"cannot reach the Ray cluster at {address}: it stopped answering during the preflight "
-                          f"(the head node died, or its network went away){said}", cause="cluster-lost")
+                          f"(the head node died, or its network went away){said}", cause=CAUSE_CLUSTER_LOST)
     if exited and not said:
         last = [line.strip() for line in stderr.splitlines() if line.strip()][-1:] or [f"exit {child.returncode}"]
         raise Unreachable(f"cannot reach the Ray cluster at {address}: Ray's client ended: {last[0]}")

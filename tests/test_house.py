@@ -1,0 +1,120 @@
+"""The house rules that keep the code one piece: one cause vocabulary, and no import circle.
+
+Read from the source with ``ast``, so that what no test executes is held to them too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from support import ROOT
+
+PACKAGE = ROOT / "tms_autopreload"
+TOOLS = ROOT / "tools"
+
+
+def _causes() -> dict[str, str]:
+    from tms_autopreload import errors
+
+    return {getattr(errors, name): name for name in dir(errors) if name.startswith("CAUSE_")}
+
+
+# Cause words that are also words of another vocabulary: a document's "error" key, a build's "unusable"
+# kind. A literal of these is a cause only where it is given as one (``cause=``, ``cause = ``).
+SHARED_WORDS = {"error", "unusable"}
+
+
+def _given_as_cause(tree: ast.AST) -> set[int]:
+    """The ids of the string constants given as a cause: ``cause=...`` and ``cause = ...``."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "cause":
+            out.add(id(node.value))
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "cause" for t in node.targets):
+            out.add(id(node.value))
+    return out
+
+
+def test_every_cause_is_given_by_its_constant():
+    """A cause given as a string literal anywhere but errors.py is a second vocabulary: refused."""
+    causes = _causes()
+    found = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        if path.name == "errors.py":
+            continue
+        tree = ast.parse(path.read_text())
+        as_cause = _given_as_cause(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in causes:
+                if node.value not in SHARED_WORDS or id(node) in as_cause:
+                    found.append(f"{path.name}:{node.lineno}: {node.value!r} (use errors.{causes[node.value]})")
+    assert not found, "\n".join(found)
+
+
+def test_every_cause_constant_is_given():
+    """A cause constant that nothing gives is dead vocabulary (errors.py's own defaults count)."""
+    text = "\n".join(p.read_text() for p in PACKAGE.glob("*.py") if p.name != "errors.py")
+    errors_py = (PACKAGE / "errors.py").read_text()
+    unused = [name for name in _causes().values()
+              if name not in text and f"cause: str = {name}" not in errors_py and f"cause = {name}" not in errors_py]
+    assert not unused, unused
+
+
+def _imports(path: Path, modules: set[str], package: str | None) -> set[str]:
+    """The modules of ``modules`` that ``path`` imports, wherever (deferred and TYPE_CHECKING imports too).
+    ``package``: the package's name for relative imports, or None for top-level modules (tools/)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names if package is None}
+        elif isinstance(node, ast.ImportFrom):
+            if package is None and node.level == 0 and node.module:
+                out.add(node.module.split(".")[0])
+            elif package is not None and (node.level == 1 or node.module and node.module.startswith(package)):
+                module = (node.module or "").removeprefix(package).lstrip(".")
+                if module:
+                    out.add(module.split(".")[0])
+                else:  # from . import name: a module of the package, or a name of its __init__
+                    out |= {a.name for a in node.names if a.name in modules}
+    return out & modules
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of ``graph`` (module -> the modules it imports), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+@pytest.mark.parametrize("where", ["tms_autopreload"])
+def test_no_import_circle(where):
+    """The package's modules, and tools/, import one another in layers: no circle, counting deferred and
+    TYPE_CHECKING imports. The package's ``__init__`` is left out: it is the start-up entry every module
+    reads its shared rules from, and it loads the public API lazily (PEP 562) by name, not by import."""
+    root, package = (PACKAGE, "tms_autopreload") if where == "tms_autopreload" else (TOOLS, None)
+    modules = {p.stem for p in root.glob("*.py") if p.stem != "__init__"}
+    graph = {m: _imports(root / f"{m}.py", modules, package) - {m} for m in modules}
+    assert _circle(graph) is None, " -> ".join(_circle(graph) or [])
+
+
+def test_the_circle_finder_finds_one():
+    assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
