@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv-test
 
-.PHONY: test check lint aarch64 demo demo-clean bench fuzz clean
+.PHONY: test check lint aarch64 dist demo demo-clean bench fuzz clean
 
 # The test command (CI runs it through .ci/run): a venv with the test tools (uv among them, which
 # finds or installs interpreters); the lint; what the machine must have, checked before any test and
@@ -20,16 +20,30 @@ check: $(VENV)/.ready lint
 	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs -m "not slow"
 
 # ruff over everything (the rules in pyproject.toml: the package and tools/ annotated, tests/ without),
-# mypy over the package and tools/; both pinned in tests/requirements.txt. Part of `test` and `check`.
-# mypy runs even when ruff finds something, so that one run shows every finding; either fails it.
+# mypy over the package and tools/, and the GitHub workflows against GitHub's schema (check-jsonschema's
+# copy, offline) and by zizmor (offline audits: actions pinned by commit, permissions, injection); all
+# pinned in tests/requirements.txt. Part of `test` and `check`. Each runs even when one before it finds
+# something, so that one run shows every finding; any finding fails it.
+WORKFLOWS = .github/workflows
 lint: $(VENV)/.ready
-	$(VENV)/bin/ruff check .; ruff=$$?; $(VENV)/bin/mypy && exit $$ruff
+	@status=0; \
+	$(VENV)/bin/ruff check . || status=1; \
+	$(VENV)/bin/mypy || status=1; \
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOWS)/*.yml || status=1; \
+	$(VENV)/bin/zizmor --offline --quiet $(WORKFLOWS) || status=1; \
+	exit $$status
 
 # The aarch64 lane alone (part of `make test`): the scenarios run again in Debian trixie for arm64, its
 # programs run by qemu-user-static through a binfmt_misc private to the test's user namespace.
 aarch64: $(VENV)/.ready
 	$(VENV)/bin/python tools/prereqs.py aarch64
 	TMS_TEST_STRICT=1 nice -n 10 $(VENV)/bin/python -m pytest -q -rs -m aarch64
+
+# The sdist and the wheel built from it, in dist/ (tools/dist.py): the same bytes on every build of the same
+# source and SOURCE_DATE_EPOCH (the last commit's time unless set), checked with twine and
+# check-wheel-contents. TAG, the release workflow's tag, must be v<version>.
+dist: $(VENV)/.ready
+	$(VENV)/bin/python tools/dist.py $(if $(TAG),--tag "$(TAG)")
 
 $(VENV)/.ready: tests/requirements.txt
 	$(PYTHON) -m venv $(VENV)

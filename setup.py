@@ -9,14 +9,20 @@ No PEP 829 ``.start`` file: on CPython 3.15 its mere presence makes site.py impo
 (with ``importlib.util`` and ``weakref``) and then this package in every interpreter, flag or
 not, which made each start 1.7-1.8x slower; the ``.pth`` import line runs on every CPython
 up to 3.17 (docs/performance.md, "Python 3.15 and later").
+
+``sdist`` writes its tarball itself when ``SOURCE_DATE_EPOCH`` is set, so that the same source and
+epoch give the same bytes (``make dist``, tools/dist.py); the wheel built from that sdist then is too.
 """
 
+import gzip
 import os
+import tarfile
 import zipfile
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
+from setuptools.command.sdist import sdist
 
 STARTUP_FILES = ("tms_autopreload.pth",)
 
@@ -48,4 +54,33 @@ class EditableWheelWithStartup(editable_wheel):
         return wheel_path
 
 
-setup(cmdclass={"build_py": BuildPyWithStartup, "editable_wheel": EditableWheelWithStartup})
+def _normalized(member: tarfile.TarInfo, epoch: int) -> tarfile.TarInfo:
+    """``member`` as any checkout gives it: the epoch's time, root's ownership without names, and 0644
+    (0755 for directories and executables) whatever the umask or the file system's owner."""
+    member.mtime = epoch
+    member.uid = member.gid = 0
+    member.uname = member.gname = ""
+    member.mode = 0o755 if member.isdir() or member.mode & 0o100 else 0o644
+    return member
+
+
+class ReproducibleSdist(sdist):
+    """setuptools' tarball takes each file's time, mode and owner from the checkout, and gzip's header the
+    time of the build: with ``SOURCE_DATE_EPOCH`` set, every member and the header get that time instead,
+    members are normalized (:func:`_normalized`) and stored in name order (``tarfile.add`` sorts)."""
+
+    def make_archive(self, base_name: str, format: str, root_dir: str | None = None,
+                     base_dir: str | None = None, owner: str | None = None, group: str | None = None) -> str:
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")
+        if format != "gztar" or epoch is None or base_dir is None:
+            return super().make_archive(base_name, format, root_dir, base_dir, owner, group)
+        archive = f"{base_name}.tar.gz"
+        source = os.path.join(root_dir or os.curdir, base_dir)
+        with open(archive, "wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=int(epoch)) as packed, \
+                tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            tar.add(source, arcname=base_dir, filter=lambda m: _normalized(m, int(epoch)))
+        return archive
+
+
+setup(cmdclass={"build_py": BuildPyWithStartup, "editable_wheel": EditableWheelWithStartup,
+                "sdist": ReproducibleSdist})

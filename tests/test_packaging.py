@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import shlex
 import shutil
 import sys
 import tarfile
@@ -13,8 +15,11 @@ from pathlib import Path
 
 import pytest
 from packaging.metadata import Metadata
-from support import MAPPED, REEXECD, ROOT, Venv, execs, find_python, run, wheel
+from support import MAPPED, REEXECD, ROOT, SetupError, Venv, execs, fenced_blocks, find_python, run, wheel
 from support import uv as sandbox_uv
+
+import dist  # tools/, on the path support puts it
+from sandbox import clean_copy
 
 
 def _startup_files() -> set[str]:
@@ -211,3 +216,112 @@ def test_install_without_build_isolation_on_the_declared_setuptools_floor(tmp_pa
     (dist_info,) = venv.site.glob("tms_autopreload-*.dist-info")
     assert (dist_info / "licenses" / "LICENSE").read_bytes() == (ROOT / "LICENSE").read_bytes()
     assert "License-Expression: Apache-2.0" in (dist_info / "METADATA").read_text()
+
+
+# ---------------------------------------------------------------- make dist (tools/dist.py)
+
+EPOCH = "1700000000"
+
+
+@pytest.fixture(scope="session")
+def dist_build(tmp_path_factory):
+    """``make dist``'s build of this checkout at :data:`EPOCH`: ``(sdist, wheel)``."""
+    return dist.build(ROOT, tmp_path_factory.mktemp("dist") / "out", EPOCH)
+
+
+def _untidy_copy(dest: Path) -> Path:
+    """This checkout as another machine's checkout of it gives it: other file times, group-writable modes."""
+    src = clean_copy(ROOT, dest)
+    for path in src.rglob("*"):
+        if path.is_file():
+            path.chmod(0o664)
+        os.utime(path, (1e9, 1e9))
+    return src
+
+
+@pytest.mark.slow  # builds the sdist and the wheel twice
+def test_dist_is_the_same_bytes_for_the_same_source_and_epoch(dist_build, tmp_path):
+    """A second build from a copy with other file times and modes, under another umask, at the same
+    SOURCE_DATE_EPOCH: byte-identical; at another epoch the files differ (the epoch is what they carry)."""
+    src = _untidy_copy(tmp_path / "src")
+    old = os.umask(0o002)
+    try:
+        again = dist.build(src, tmp_path / "again", EPOCH)
+    finally:
+        os.umask(old)
+    assert [p.read_bytes() for p in again] == [p.read_bytes() for p in dist_build]
+    later = dist.build(src, tmp_path / "later", str(int(EPOCH) + 86400))
+    assert all(a.read_bytes() != b.read_bytes() for a, b in zip(later, dist_build, strict=True))
+    with tarfile.open(dist_build[0]) as t:
+        members = t.getmembers()
+    assert {(m.mtime, m.uid, m.gid, m.uname, m.gname) for m in members} == {(int(EPOCH), 0, 0, "", "")}
+    assert {m.mode for m in members if m.isfile()} == {0o644}
+    with zipfile.ZipFile(dist_build[1]) as z:
+        assert {i.date_time for i in z.infolist()} == {(2023, 11, 14, 22, 13, 20)}  # EPOCH in UTC
+        modes = {i.filename.rpartition("/")[2]: i.external_attr >> 16 for i in z.infolist()}
+    assert modes.pop("RECORD") == 0o100664  # what the wheel library gives it, on every build
+    assert set(modes.values()) == {0o100644}
+
+
+@pytest.mark.slow  # builds the sdist and the wheel
+def test_dist_is_checked_as_the_index_checks_it(dist_build, tmp_path):
+    """twine (metadata, README rendering) and check-wheel-contents pass on the build, and fail it on a
+    wheel that carries bytecode."""
+    sdist, wheel = dist_build
+    dist.check(sdist, wheel)
+    bad = tmp_path / wheel.name
+    pyc = "tms_autopreload/__pycache__/plan.cpython-311.pyc"
+    with zipfile.ZipFile(wheel) as good, zipfile.ZipFile(bad, "w") as z:
+        for info in good.infolist():
+            z.writestr(info, good.read(info) + (f"{pyc},,\n".encode() if info.filename.endswith("RECORD") else b""))
+        z.writestr(pyc, b"")
+    with pytest.raises(SetupError, match="W001"):
+        dist.check(sdist, bad)
+
+
+@pytest.mark.slow  # builds the sdist and the wheel
+def test_dist_refuses_a_tag_that_names_another_version(dist_build):
+    version = dist_build[1].name.split("-")[1]
+    dist.check_tag(f"v{version}", dist_build[1])
+    with pytest.raises(SetupError) as exc:
+        dist.check_tag("v9.9.9", dist_build[1])
+    assert str(exc.value) == (f"the tag v9.9.9 does not name the version built ({version}): tag the commit "
+                              f"v{version}, or change __version__ in tms_autopreload/__init__.py to the tag's")
+
+
+def test_dist_without_git_or_epoch_says_what_to_set(tmp_path, monkeypatch):
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    with pytest.raises(SetupError, match=r"set SOURCE_DATE_EPOCH \(seconds since 1970"):
+        dist.source_date_epoch(tmp_path)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+    assert dist.source_date_epoch(tmp_path) == EPOCH
+
+
+def _readme_install_lines() -> list[str]:
+    """README's lines for a team's nodes before the first upload: ``make dist``, then ``pip install`` of the
+    wheel (comments off)."""
+    (block,) = [b for b in fenced_blocks((ROOT / "README.md").read_text()) if b.startswith("make dist")]
+    return [line.partition("#")[0].strip() for line in block.splitlines()]
+
+
+@pytest.mark.slow  # builds the sdist and the wheel
+def test_the_readme_install_lines_give_a_wheel_that_hooks(scenario, tmp_path):
+    """README's two lines as a team runs them: ``make dist`` in a checkout (this one's copy, the test venv
+    as the Makefile's), then ``pip install ./<wheel>`` into a node's venv where the wheel lies. The wheel,
+    built from the sdist, hooks a flagged start on slime #2186's host."""
+    make, install = _readme_install_lines()
+    assert make == "make dist" and install.startswith("pip install ./"), (make, install)
+    src = clean_copy(ROOT, tmp_path / "checkout")
+    venv = Path(sys.executable).parent.parent
+    r = run([*shlex.split(make), "-C", str(src), f"VENV={venv}", "-o", f"{venv}/.ready"],
+            env={**os.environ, "SOURCE_DATE_EPOCH": EPOCH})
+    (wheel,) = (src / "dist").glob("*.whl")
+    assert f"dist/{wheel.name}" in r.stdout.splitlines() and install == f"pip install ./{wheel.name}", r.stdout
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), tag="readme-install")
+    run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "uninstall", "-y", "-q", "tms-autopreload"])
+    pip, *args = shlex.split(install)
+    assert pip == "pip"
+    run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), *args, "-q"], cwd=src / "dist")
+    (record,) = scn.site.glob("tms_autopreload-*.dist-info/RECORD")
+    assert "tms_autopreload.pth," in record.read_text()
+    assert_hooked(scn, scn.flagged(PROBE))

@@ -239,13 +239,19 @@ def build_own_wheel(dest: Path, source: Path = ROOT) -> Path:
     stale files from it.
     """
     dest.mkdir(parents=True, exist_ok=True)
-    src = dest / "src"
-    shutil.rmtree(src, ignore_errors=True)
-    shutil.copytree(source, src, ignore=shutil.ignore_patterns(".git", ".venv*", ".demo", "build", "dist",
-                                                             "*.egg-info", "__pycache__", ".mypy_cache",
-                                                             ".ruff_cache"))
+    src = clean_copy(source, dest / "src")
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)])
     return sorted(dest.glob("tms_autopreload-*.whl"))[-1]
+
+
+def clean_copy(source: Path, dest: Path) -> Path:
+    """``source`` copied to ``dest`` (replaced) without what a build must not see: git's data, venvs, the
+    demo's sandbox, earlier builds and caches."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns(".git", ".venv*", ".demo", "build", "dist",
+                                                              "*.egg-info", "__pycache__", ".mypy_cache",
+                                                              ".ruff_cache"))
+    return dest
 
 
 class Venv:
