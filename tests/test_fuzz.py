@@ -304,13 +304,40 @@ def test_search_path_prepend_keeps_what_every_other_entry_means(entries, seps, d
 
 
 # Lines of a .pth file: names of directories that exist beside it (some with spaces, one a comment's look-alike),
-# paths that do not, and the characters that split or end lines in one version or another. None starts
-# with "import " or "import\t": site.py would run it (what running one adds cannot be foreseen, and this
-# must not run generated code).
+# paths that do not, the characters that split or end lines in one version or another, and import lines on
+# purpose: ones that import the empty directories beside it (namespace packages: site.py runs them, and they
+# add nothing) and ones that do not compile (site.py's exec raises, and it ignores the rest of the file). Lines
+# joined without an end can make other import lines; a file is kept only when each of its import lines, as
+# either reading splits it, is one of those two kinds: one that compiles and raises (``import c``, no such
+# module) stops site.py too, which no model can foresee without running it, and generated code must not run.
 PTH_DIRS = ("a", "b", "a b", " c", "#d")
+PTH_IMPORTS = ("import a", "import\tb", "import a, b", "import a; import b", "import a as b", "import ", "import\t",
+               "import a b", "import #d", "import a.", "import a\x00", "import a\x0cb")
 pth_line = st.one_of(st.sampled_from([*PTH_DIRS, "a ", "./a", "a/../b", "missing", "#a", "import", "importa", "",
-                                      "/", "\ufeffa"]),
+                                      "/", "\ufeffa", *PTH_IMPORTS]),
                      st.text(alphabet="ab #\t\r\x0b\x0c\x1c\x85\u2028\ufeff/.", max_size=12))
+
+
+def _runs_or_fails_to_compile(text: str) -> bool:
+    """True when every import line of ``text``, split as 3.13's site.py splits it (``str.splitlines``) or as
+    3.10-3.12's does (universal newlines), imports only the directories beside the file, or does not compile."""
+    import ast
+    import re
+
+    for line in {*text.splitlines(), *re.split("\r\n|\r|\n", text)}:
+        if not line.startswith(("import ", "import\t")):
+            continue
+        try:
+            tree = ast.parse(line)
+        except (SyntaxError, ValueError):
+            continue
+        if not all(isinstance(s, ast.Import) and all(n.name in ("a", "b") for n in s.names) for s in tree.body):
+            return False
+    return True
+
+
+pth_text = st.lists(st.tuples(pth_line, st.sampled_from(["\n", "\r\n", "\r", ""])), max_size=8).map(
+    lambda lines: "".join(line + end for line, end in lines)).filter(_runs_or_fails_to_compile)
 
 
 @pytest.fixture(scope="module")
@@ -322,16 +349,16 @@ def pth_site(tmp_path_factory) -> Path:
 
 
 @FUZZ
-@given(st.lists(st.tuples(pth_line, st.sampled_from(["\n", "\r\n", "\r", ""])), max_size=8),
-       st.sampled_from(["utf-8", "utf-8-sig", "latin-1"]), st.sampled_from(["x.pth", ".x.pth"]))
-def test_pth_files_add_what_site_py_adds(pth_site, lines, encoding, name):
-    """Differential: a site directory with one generated ``.pth`` file adds the same entries, in the same
-    order, through this interpreter's own ``site.addsitedir`` and through ``sitepath.add_site_dir``."""
+@given(pth_text, st.sampled_from(["utf-8", "utf-8-sig", "latin-1"]), st.sampled_from(["x.pth", ".x.pth"]))
+def test_pth_files_add_what_site_py_adds(pth_site, text, encoding, name):
+    """Differential: a site directory with one generated ``.pth`` file (see ``pth_line``) adds the same
+    entries, in the same order, through this interpreter's own ``site.addsitedir`` and through
+    ``sitepath.add_site_dir``."""
     import site
 
     for old in pth_site.glob("*.pth"):
         old.unlink()
-    data = "".join(line + end for line, end in lines).encode(encoding, "replace")
+    data = text.encode(encoding, "replace")
     (pth_site / name).write_bytes(data)
     before = list(sys.path)
     known = {os.path.normcase(os.path.abspath(p)) for p in before}
@@ -343,9 +370,20 @@ def test_pth_files_add_what_site_py_adds(pth_site, lines, encoding, name):
             theirs = None  # site.py stops the start there; the package skips the file
         finally:
             sys.path[:] = before
+            for module in ("a", "b"):  # what its import lines imported
+                sys.modules.pop(module, None)
     ours: "list[str]" = []
     _bounded(sitepath.add_site_dir, str(pth_site), ours, set(known), hasattr(site, "stat"))
     assert theirs is None or ours == theirs, (data, ours, theirs)
+
+
+def test_pth_file_stops_at_an_import_line_that_does_not_compile():
+    """Found by the generator above: site.py's exec of ``import `` raises SyntaxError and it ignores the
+    rest of the file; the path lines after it are not added, and the model adds none either."""
+    assert sitepath.pth_paths(b"a\nimport \nb\n") == ["a"]
+    assert sitepath.pth_paths(b"a\nimport a b\nb\n") == ["a"]
+    assert sitepath.pth_paths(b"a\nimport\ta\nb\n") == ["a", "b"]
+    assert sitepath.pth_paths(b"a\nimport a\x00\nb\n") == ["a"]
 
 
 @FUZZ

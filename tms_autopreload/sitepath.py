@@ -110,8 +110,14 @@ def system_site(data: bytes) -> bool:
 
 
 def pth_paths(data: bytes) -> "list[str]":
-    """The path lines of a ``.pth`` file's bytes, as site.py reads them; import lines are left out
-    (nothing can tell what running them adds)."""
+    """The path lines of a ``.pth`` file's bytes, as site.py reads them, up to an import line that does
+    not compile. Import lines are left out (nothing can tell what running one adds), but site.py
+    (3.10-3.14, ``addpackage``) ``exec``s each, and on any exception ignores the rest of the file
+    ("Remainder of file ignored"): a line that does not compile raises there whatever it names, so the
+    path lines after it are never added. (One that compiles may still raise, an ImportError; that cannot
+    be told without running it, and is taken to run.) From 3.15 site.py defers import lines and goes on
+    past one that fails (PEP 829), but there :func:`search_path` takes ``sys.path`` as it is and reads
+    no ``.pth`` file."""
     # 3.13 reads a .pth file as UTF-8 first (then the locale's encoding); before, in the locale's encoding.
     # A literal, not a constant: type checkers narrow on literals only (locale.getencoding is 3.11+).
     if sys.version_info >= (3, 13):
@@ -125,8 +131,27 @@ def pth_paths(data: bytes) -> "list[str]":
         import io
 
         lines = list(io.TextIOWrapper(io.BytesIO(data), encoding="locale"))
-    return [line.rstrip() for line in lines
-            if not line.startswith("#") and line.strip() and not line.startswith(("import ", "import\t"))]
+    paths: "list[str]" = []
+    for line in lines:
+        if line.startswith("#") or not line.strip():
+            continue
+        if line.startswith(("import ", "import\t")):
+            if not _compiles(line):
+                break
+            continue
+        paths.append(line.rstrip())
+    return paths
+
+
+def _compiles(line: str) -> bool:
+    """Whether site.py's ``exec(line)`` gets past compiling it: a SyntaxError, or before 3.12 a
+    ValueError for a NUL byte, stops it first. Compiled as ``exec`` compiles it in site.py, which has
+    no ``__future__`` import."""
+    try:
+        compile(line, "<pth>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def add_site_dir(sitedir: str, path: "list[str]", known: "set[str]", skip_dotted: bool) -> None:
