@@ -25,7 +25,8 @@ def test_the_demos_account_of_each_slime_version_is_that_versions_code():
     assert {s.patch for s in demo.SLIMES} == {p.name for p in (ROOT / "patches" / "slime").glob("*.patch")}
     for slime in demo.SLIMES:
         code = removed_code(slime.patch)
-        assert tuple(re.findall(r'"(torch_memory_saver_hook_mode_preload[\w.]*\.so)"', code)) == slime.names, slime.patch
+        names = tuple(re.findall(r'"(torch_memory_saver_hook_mode_preload[\w.]*\.so)"', code))
+        assert names == slime.names, slime.patch
         asserts = re.search(r"assert os\.path\.exists\(dynlib_path\)", code) is not None
         assert asserts == (len(slime.names) == 1) == ("asserted to exist" in slime.rule()), slime.patch
     labels = {s.patch: s.label for s in demo.SLIMES}

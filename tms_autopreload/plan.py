@@ -482,7 +482,7 @@ def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: O
     """The plan of one binding (``passed``: why each earlier one would not hold); raises ResolveError when
     a value would be too long for any exec."""
     llp = option.ld_library_path
-    words = _binding_words(option, runtime) + (f" (not {'; not '.join(passed)})" if passed else "")
+    words = _binding_words(option, runtime, build) + (f" (not {'; not '.join(passed)})" if passed else "")
     plan = Plan(os.path.realpath(build.path), option.ld_preload,
                 llp if llp != env.get("LD_LIBRARY_PATH", "") else None, runtime, binding=words)
     for name, value in plan.changes().items():
@@ -496,9 +496,11 @@ def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: O
     return plan
 
 
-def _binding_words(option: Option, runtime: Runtime) -> str:
+def _binding_words(option: Option, runtime: Runtime, build: Build) -> str:
     if runtime.library is None:
         return ""
+    if runtime.soname not in build.needs:  # 0.0.8's build: it links only the driver
+        return f"{AS_FOUND}: nothing to bind, the build links no {runtime.soname} (it needs only the driver)"
     if option.binding == AS_FOUND:
         return f"{AS_FOUND}: the loader finds {runtime.library} for the hook and every child"
     if option.binding == SEARCH_PATH:
