@@ -18,9 +18,8 @@ from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbol
 from .sonames import DRIVER_SONAME, runtime_name, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
-__all__ = ["Build", "read_build", "find_builds", "interposed", "build_install_hint", "reinstall_hint",
-           "PRELOAD_PREFIXES",
-           "RELEASED_CUDA_MAJORS"]
+__all__ = ["Build", "read_build", "find_builds", "interposed", "build_install_hint", "missing_builds", "reinstall_hint",
+           "PRELOAD_PREFIXES", "RELEASED_CUDA_MAJORS"]
 
 PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")
 # The CUDA majors that torch_memory_saver releases ship a preload build for (0.0.9: 12; 0.0.9.post1 and
