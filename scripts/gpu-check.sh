@@ -7,7 +7,8 @@
 # `tms-autopreload doctor --deep` (where the loader binds torch's cudaMalloc/cudaFree) and, in a
 # process started only with SLIME_OFFLOAD_TRAIN=1: allocate 8 GiB inside a torch_memory_saver
 # region with CPU backup, pause(), check that the GPU's free memory rose by >= 90% of that,
-# resume(), and check that the tensor's contents survived. Prints one table; exit 0 = all passed,
+# resume(), and check that the tensor's contents survived. Prints first which torch it runs with (version
+# and CUDA), then one table; exit 0 = all passed,
 # 1 = a check failed, 2 = no GPU / no CUDA torch here (said clearly).
 #
 # `scripts/gpu-check.sh --venv DIR` builds only that venv, at DIR, and stops: the layout the check
@@ -38,6 +39,18 @@ if [ "${1:-}" = "--venv" ]; then
   make_venv "${2:?usage: scripts/gpu-check.sh --venv DIR}"
   exit 0
 fi
+
+# Which torch the check runs with (the interpreter's own: a GPU image's, which may have no network), first,
+# so that every run says it, a run on a machine without a GPU too.
+"$python" - <<'PY' || echo "gpu-check: $python cannot be run"
+import sys
+try:
+    import torch
+except Exception as exc:  # any failure to import is the answer
+    print(f"gpu-check: {sys.executable}: no torch ({type(exc).__name__}: {exc})")
+else:
+    print(f"gpu-check: {sys.executable}: torch {torch.__version__} (CUDA {torch.version.cuda}) from {torch.__file__}")
+PY
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-check: no NVIDIA GPU here (nvidia-smi missing or finds no device); nothing to check" >&2

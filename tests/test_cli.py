@@ -93,6 +93,15 @@ def _has_nvidia_gpu() -> bool:
 def test_gpu_check_runs_on_a_gpu_and_says_clearly_when_there_is_none():
     r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh")], capture_output=True, text=True,
                        env=clean_env(), timeout=600)
+    # First, which torch it runs with: python3's own, as python3 itself reports it.
+    said = r.stdout.splitlines()[0] if r.stdout else ""
+    own = subprocess.run(["python3", "-c", "import sys, torch; print(sys.executable, torch.__version__, "
+                          "torch.version.cuda)"], capture_output=True, text=True, env=clean_env(), timeout=300)
+    if own.returncode == 0:
+        exe, version, cuda = own.stdout.split()
+        assert said.startswith(f"gpu-check: {exe}: torch {version} (CUDA {cuda}) from "), r.stdout
+    else:
+        assert said.startswith("gpu-check: ") and ": no torch (" in said, r.stdout
     if _has_nvidia_gpu():  # the real check must run and pass: a missing wheel or torch here is a failure
         assert r.returncode == 0, r.stdout + r.stderr
         return

@@ -3,12 +3,46 @@ CUDA 12 node), each fixed by the flag, then the doctor, end to end."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
 
 import pytest
 from support import ROOT, clean_env
+
+import demo  # tools/, on sys.path through support
+
+
+def removed_code(patch: str) -> str:
+    text = (ROOT / "patches" / "slime" / patch).read_text()
+    return "\n".join(line[1:] for line in text[text.index("\n@@"):].splitlines() if line.startswith("-"))
+
+
+def test_the_demos_account_of_each_slime_version_is_that_versions_code():
+    """The names the demo says each slime version tries, in order, are the names in the code the patch for
+    that version removes; a version with one name asserts that it exists; every slime patch is accounted for."""
+    assert {s.patch for s in demo.SLIMES} == {p.name for p in (ROOT / "patches" / "slime").glob("*.patch")}
+    for slime in demo.SLIMES:
+        code = removed_code(slime.patch)
+        names = tuple(re.findall(r'"(torch_memory_saver_hook_mode_preload[\w.]*\.so)"', code))
+        assert names == slime.names, slime.patch
+        asserts = re.search(r"assert os\.path\.exists\(dynlib_path\)", code) is not None
+        assert asserts == (len(slime.names) == 1) == ("asserted to exist" in slime.rule()), slime.patch
+    labels = {s.patch: s.label for s in demo.SLIMES}
+    assert labels["v0.2.4.patch"].startswith("slime v0.2.4 ") and "cu12 first" not in labels["v0.2.4.patch"]
+    assert "cu12 first" in labels["8f732538a-cu12-first.patch"] and "cu13 first" in labels["main-624b824a8.patch"]
+
+
+def test_the_troubleshooting_page_says_what_each_slime_version_tries():
+    """docs/troubleshooting.md's account of slime's picks, against the same code: v0.2.4 names only the
+    unsuffixed build; the cu12-first list is slime's main before a74ae3a0a; main tries cu13 first."""
+    text = " ".join((ROOT / "docs" / "troubleshooting.md").read_text().split())
+    v024 = re.search(r"slime v0\.2\.4 [^.]*\.", text).group(0)
+    assert "only the unsuffixed" in v024 and "(cu12" not in v024 and "cu12 first" not in v024, v024
+    before = re.search(r"slime's main before a74ae3a0a[^.]*\.", text).group(0)
+    assert "(cu12, unsuffixed)" in before, before
+    assert "picks the first existing name of (cu13, cu12, unsuffixed)" in text
 
 
 @pytest.mark.slow  # the whole demo, with its own downloads and venvs
@@ -24,6 +58,8 @@ def test_demo_end_to_end(tmp_path):
     assert one < two < three < four < five
     report, slime_main = out[one:two], out[two:three]
     assert "picked torch_memory_saver_hook_mode_preload_cu12.abi3.so on this CUDA 13 node" in report
+    assert "picked torch_memory_saver_hook_mode_preload.abi3.so on this CUDA 13 node" in report  # v0.2.4
+    assert report.count("exit 127: ") == 2, report
     assert "exit 127: bash: error while loading shared libraries: libcudart.so.12: cannot open shared object " \
            "file" in report, report
     assert "picked torch_memory_saver_hook_mode_preload_cu13.abi3.so on this CUDA 12 node" in slime_main

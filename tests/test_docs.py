@@ -222,3 +222,16 @@ def test_every_cause_is_named_once_and_documented():
     section = text.split("\n### Causes\n", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \| \S", section, flags=re.M)
     assert len(rows) == len(set(rows)) and set(rows) == set(errors.CAUSES), set(rows) ^ set(errors.CAUSES)
+
+
+def test_the_state_variables_fields_are_what_state_key_writes(monkeypatch):
+    """reference.md names TMS_AUTOPRELOAD_STATE's fields; state_key() writes exactly those, in that order."""
+    from tms_autopreload import CUDA_MAJOR_VAR, PATH_VAR, STATE_VAR, state_key
+
+    row = next(line for line in (ROOT / "docs" / "reference.md").read_text().splitlines()
+               if line.startswith(f"| `{STATE_VAR}` |"))
+    fields = re.search(r"\(`([^`]*::[^`]*)`", row).group(1).split("::")
+    values = {"sys.prefix": sys.prefix, CUDA_MAJOR_VAR: "12", PATH_VAR: "/forced/build.so", "build": "/chosen.so"}
+    monkeypatch.setenv(CUDA_MAJOR_VAR, values[CUDA_MAJOR_VAR])
+    monkeypatch.setenv(PATH_VAR, values[PATH_VAR])
+    assert state_key(values["build"]).split("::") == [values[f] for f in fields], fields

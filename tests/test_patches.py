@@ -102,7 +102,8 @@ def test_integration_docs_show_the_patches_verbatim():
 def test_a_malformed_patch_is_caught(tmp_path):
     """The check itself can fail: the README's earlier diff had hunk counts of 27/10 for 27/8 lines."""
     bad = tmp_path / "bad.patch"
-    bad.write_text(_body(ROOT / "patches" / "slime" / "main-624b824a8.patch").replace("+71,8 @@", "+71,10 @@"))
+    body = _body(ROOT / "patches" / "slime" / "main-624b824a8.patch")
+    bad.write_text(re.sub(r"\+71,(\d+) @@", lambda m: f"+71,{int(m.group(1)) + 2} @@", body, count=1))
     target, hunks = parse(bad.read_text())
     (tmp_path / target).parent.mkdir(parents=True)
     (tmp_path / target).write_text(pre_image(hunks))
@@ -163,3 +164,86 @@ def test_patches_the_docs_name_exist():
     for doc in (ROOT / "README.md", ROOT / "docs" / "integrations.md"):
         for name in set(re.findall(r"patches/[\w.-]+/[\w.-]+\.patch", doc.read_text())):
             assert (ROOT / name).is_file(), f"{doc.name} names {name}, which is not shipped"
+
+
+# ---------------------------------------------------------------- the driver-side check each patch keeps
+
+def changed_code(patch: Path, side: str) -> tuple[str, str]:
+    """(code, the call that runs it) of the block a slime, miles or AReaL patch changes, as its pre-image
+    (``before``) or post-image (``after``) has it: slime's and miles' ``offload_train`` block (dedented),
+    AReaL's ``get_tms_env_vars()``."""
+    import textwrap
+
+    _, hunks = parse(patch.read_text())
+    (_, old, new), = hunks
+    lines = old if side == "before" else new
+    if patch.parent.name == "areal":
+        i = next(j for j, line in enumerate(lines) if line.startswith("def get_tms_env_vars"))
+        # The hunk ends at the dict; the line after it in AReaL's file (areal 1.0.4's offload.py) returns it.
+        return "\n".join([*lines[i:], "    return env_vars"]) + "\n", "env_vars = get_tms_env_vars()"
+    i = next(j for j, line in enumerate(lines) if line.lstrip().startswith("if ") and "offload_train" in line)
+    indent = len(lines[i]) - len(lines[i].lstrip())
+    end = next((j for j in range(i + 1, len(lines))
+                if lines[j].strip() and len(lines[j]) - len(lines[j].lstrip()) <= indent), len(lines))
+    return textwrap.dedent("\n".join(lines[i:end])) + "\n", ""
+
+
+DRIVER_SIDE = r"""
+import json, os, sys, types
+code, call, path = sys.argv[1], sys.argv[2], sys.argv[3:]
+sys.path[:0] = path
+args = types.SimpleNamespace(offload_train=True, train_backend='megatron', offload_train_target='cpu')
+scope = {'os': os, 'self': types.SimpleNamespace(args=args), 'args': args, 'env_vars': {}}
+try:
+    exec(code, scope)
+    exec(call, scope)
+    print(json.dumps({'env_vars': scope['env_vars']}))
+except Exception as exc:
+    print(json.dumps({'raised': type(exc).__name__, 'message': str(exc)}))
+"""
+
+DRIVER_CHECKS = sorted(p for p in PATCHES if p.parent.name in ("slime", "miles", "areal"))
+
+
+@pytest.fixture(scope="module")
+def tms_package(tmp_path_factory):
+    """A directory holding the real torch_memory_saver package (0.0.10's wheel), as a node has it."""
+    import zipfile
+
+    from support import tms_wheel
+
+    dest = tmp_path_factory.mktemp("tms-package")
+    with zipfile.ZipFile(tms_wheel("0.0.10")) as z:
+        z.extractall(dest, [n for n in z.namelist() if n.startswith("torch_memory_saver/")])
+    return dest
+
+
+def driver_side(patch: Path, side: str, *path: Path) -> dict:
+    """Run the changed block on a driver whose interpreter sees only the standard library and ``path``."""
+    import json
+    import sys
+
+    code, call = changed_code(patch, side)
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", DRIVER_SIDE, code, call, *map(str, path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("patch", DRIVER_CHECKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_driver_still_fails_fast_without_the_packages(patch, tms_package):
+    """Each patched block keeps the early failure that its ``import torch_memory_saver`` gave on the driver:
+    where tms_autopreload (or torch_memory_saver) is not importable it raises at once, naming the package,
+    this interpreter and how to install it (tms-autopreload from its wheel or checkout, never by name);
+    with both, it sets the flag."""
+    before = driver_side(patch, "before")  # the upstream code on a driver without torch_memory_saver
+    assert before.get("raised") == "ModuleNotFoundError" and "torch_memory_saver" in before["message"], before
+    ok = driver_side(patch, "after", tms_package, ROOT)
+    assert "raised" not in ok and {"SLIME_OFFLOAD_TRAIN", "TMS_AUTOPRELOAD"} & set(ok["env_vars"]), ok
+    for present, missing, fix in ((tms_package, "tms_autopreload", "Fix: pip install /path/to/tms_autopreload-"),
+                                  (ROOT, "torch_memory_saver", "Fix: pip install torch-memory-saver")):
+        got = driver_side(patch, "after", present)
+        assert got.get("raised") in ("ModuleNotFoundError", "RuntimeError"), (missing, got)
+        assert got["message"].startswith(f"offload needs {missing} on every node; it is not installed for "), got
+        assert fix in got["message"], got
+    assert "not on the package index" in driver_side(patch, "after", tms_package)["message"]

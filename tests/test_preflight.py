@@ -67,7 +67,7 @@ def by_prefix(doc: dict) -> dict:
     return {row["answer"]["prefix"]: row for row in doc["nodes"] if row["answer"]}
 
 
-def test_node_without_the_package_and_a_cpu_only_node(field, capsys):
+def test_node_without_the_package_and_a_cpu_only_node(field, parts, capsys):
     cluster, bare, stale, cpu = field
     r = preflight(stale, cluster.address)
     with capsys.disabled():
@@ -86,7 +86,7 @@ def test_node_without_the_package_and_a_cpu_only_node(field, capsys):
     missing = rows[str(bare.path)]
     assert not missing["ok"] and missing["gpus"] == 1 and missing["answer"]["missing"]
     assert missing["error"].startswith(f"tms_autopreload is not installed for {bare_python}: the flag does nothing "
-                                       f"there") and "pip install tms-autopreload" in missing["error"]
+                                       f"there") and f"`pip install {parts.own_wheel}`" in missing["error"]
     assert missing["answer"]["versions"] == {"tms_autopreload": None, "torch_memory_saver": None}
     assert rows[str(stale.venv.path)]["ok"]
     gpuless = rows[str(cpu.venv.path)]

@@ -16,8 +16,8 @@ import textwrap
 
 import pytest
 from conftest import Scenario, assert_applied, need
-from support import (MAPPED, REEXECD, ROOT, Host, RayCluster, clean_env, private_copy, ray_venv, runtime_wheel,
-                     tms_wheel, write_torch_standin)
+from support import (MAPPED, REEXECD, ROOT, Host, RayCluster, clean_env, find_python, private_copy, ray_venv,
+                     runtime_wheel, tms_wheel, write_torch_standin)
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -339,3 +339,46 @@ def test_ray_job_submit_with_resolved_values_from_a_flagged_shell(jobs_node, tmp
     for who, seen in found[0].items():
         assert seen["hooks"] == [hook] and seen["cudart"] == [cudart], (who, seen)
         assert seen["child"] == 0 and not seen["reexecd"], (who, seen)
+
+
+FLAG_PROBE = r"""
+import json, os, sys
+import ray
+address, temp = sys.argv[1:3]
+if address == 'local':
+    ray.init(_temp_dir=temp, include_dashboard=False, num_cpus=1, log_to_driver=False)
+else:
+    ray.init(address=address, log_to_driver=False)
+
+@ray.remote(num_cpus=0)
+class Actor:
+    def flag(self):
+        return os.environ.get('SLIME_OFFLOAD_TRAIN')
+
+print('flag-probe: ' + json.dumps(ray.get(Actor.remote().flag.remote(), timeout=120)), flush=True)
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow  # real Ray: a cluster of its own, and one the driver starts
+def test_a_flag_on_the_driver_reaches_the_actors_only_of_a_cluster_the_driver_starts(parts, tmp_path):
+    """README's slime section: `SLIME_OFFLOAD_TRAIN=1` in the driver's environment is not in the actors' on a
+    cluster started with `ray start` (Ray 2.58.0); only a cluster that the driver's own `ray.init()` starts
+    copies it. So for slime the patch, which puts the flag in each actor's runtime_env, is what matters."""
+    venv = need(ray_venv, find_python("3.11"), "bare")
+    host = need(Host, tmp_path / "host", parts.host_dirs(("driver",)))
+    script = tmp_path / "probe.py"
+    script.write_text(FLAG_PROBE)
+    cluster = RayCluster()
+    seen = {}
+    try:
+        cluster.start(host, venv.path, head=True)
+        for address in (cluster.address, "local"):
+            r = host.run([str(venv.python), str(script), address, str(cluster.temp / "local")],
+                         cluster.env(SLIME_OFFLOAD_TRAIN="1"), timeout=300)
+            line = next((x for x in r.stdout.splitlines() if x.startswith("flag-probe: ")), None)
+            assert line is not None, r.stdout[-2000:] + r.stderr[-2000:]
+            seen[address] = json.loads(line.split(": ", 1)[1])
+    finally:
+        cluster.stop()
+    assert seen == {cluster.address: None, "local": "1"}, seen

@@ -134,6 +134,27 @@ def test_cu12_only_release_on_cuda13_stops_naming_the_release_to_install(scenari
     assert_stopped(scn.flagged("print('user code ran')"), "torch-memory-saver>=0.0.9.post1")
 
 
+def test_doctor_names_no_runtime_binding_for_a_driver_only_build(scenario):
+    """0.0.8's build links only libcuda.so.1: doctor says torch's runtime copy (torch uses it), but neither
+    its `binding:` nor its `chosen:` line says the build binds a libcudart, which it does not need."""
+    scn = scenario(tms="0.0.8", torch="cu13-sys")
+    r = scn.run(["-m", "tms_autopreload", "doctor"])
+    assert r.returncode == 0, r.stderr
+    lines = {line.split(":", 1)[0]: line for line in r.stdout.splitlines() if ":" in line}
+    assert "libcudart" not in lines["chosen"], lines["chosen"]
+    assert lines["binding"] == ("binding:  as found: nothing to bind, the build links no libcudart.so.13 (it needs "
+                                "only the driver)"), lines["binding"]
+    assert scn.doctor()["plan"]["runtime_rule"] is None
+
+
+def test_doctor_without_torch_does_not_speak_of_torchs_copy(scenario):
+    scn = scenario(tms="0.0.10", torch=None, host=("driver", "cuda13"))
+    r = scn.run(["-m", "tms_autopreload", "doctor"])
+    assert r.returncode == 0, r.stderr
+    why = next(line for line in r.stdout.splitlines() if line.startswith("why:"))
+    assert why == "why:      no torch here: the copy the hook's build will bind, found by /etc/ld.so.cache", why
+
+
 @pytest.mark.parametrize("major", [12, 13])
 def test_the_driver_only_build_is_chosen_on_either_runtime(scenario, major, mode):
     scn = scenario(tms="0.0.8", torch=f"cu{major}-sys", host=("driver", f"cuda{major}"))

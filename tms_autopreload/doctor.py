@@ -78,7 +78,8 @@ def runtime_rule(report: Report, environ: "Mapping[str, str] | None" = None) -> 
 
     plan, rt = report.plan, report.runtime
     build = next((v.build for v in report.verdicts if v.status == CHOSEN), None)
-    if plan is None or rt is None or rt.library is None or build is None or build.info is None:
+    if plan is None or rt is None or rt.library is None or build is None or build.info is None \
+            or rt.soname not in build.needs:  # a driver-only build (0.0.8) links no runtime library
         return None
     env = {**(os.environ if environ is None else environ), **plan.changes()}
     try:
@@ -149,7 +150,9 @@ def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
     lib = f"{rt['library']} ({rt['library_rule']})" if rt["library"] else "not found"
     lines = [f"runtime:  {runtime_name(rt['kind'], rt['major'])} ({rt['source']})",
              f"library:  {runtime_soname(rt['kind'], rt['major'])} -> {lib}"]
-    if rt["library"] and rt["library_why"]:
+    if rt["library"] and rt["library_why"] and rt["torch_dir"] is None:
+        lines.append(f"why:      no torch here: the copy the hook's build will bind, {rt['library_why']}")
+    elif rt["library"] and rt["library_why"]:
         lines.append(f"why:      the copy torch will use: {rt['library_why']}")
     plan = doc["plan"]
     if plan is not None and plan.get("binding"):

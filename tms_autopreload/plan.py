@@ -24,7 +24,7 @@ from . import CUDA_MAJOR_VAR
 from . import PATH_VAR
 from . import STATE_VAR, state_key
 from . import compose_preload, locate, read_regular, same_file, split_preload
-from .builds import Build, build_install_hint, find_builds, read_build
+from .builds import Build, build_install_hint, find_builds, read_build, reinstall_hint
 from .elf import ElfError, read_dynamic
 from .ldpaths import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
 from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LOAD, CAUSE_ENV_TOO_LARGE,
@@ -482,7 +482,7 @@ def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: O
     """The plan of one binding (``passed``: why each earlier one would not hold); raises ResolveError when
     a value would be too long for any exec."""
     llp = option.ld_library_path
-    words = _binding_words(option, runtime) + (f" (not {'; not '.join(passed)})" if passed else "")
+    words = _binding_words(option, runtime, build) + (f" (not {'; not '.join(passed)})" if passed else "")
     plan = Plan(os.path.realpath(build.path), option.ld_preload,
                 llp if llp != env.get("LD_LIBRARY_PATH", "") else None, runtime, binding=words)
     for name, value in plan.changes().items():
@@ -496,9 +496,11 @@ def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: O
     return plan
 
 
-def _binding_words(option: Option, runtime: Runtime) -> str:
+def _binding_words(option: Option, runtime: Runtime, build: Build) -> str:
     if runtime.library is None:
         return ""
+    if runtime.soname not in build.needs:  # 0.0.8's build: it links only the driver
+        return f"{AS_FOUND}: nothing to bind, the build links no {runtime.soname} (it needs only the driver)"
     if option.binding == AS_FOUND:
         return f"{AS_FOUND}: the loader finds {runtime.library} for the hook and every child"
     if option.binding == SEARCH_PATH:
@@ -654,7 +656,8 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, pro
     if not builds:
         raise ResolveError(f"torch_memory_saver at {package_dir} ships no preload build (looked for "
                            f"torch_memory_saver_hook_mode_preload*.so and torch_memory_saver_cpp*.so there and "
-                           f"in {os.path.dirname(package_dir)})", fix="reinstall torch-memory-saver",
+                           f"in {os.path.dirname(package_dir)})",
+                           fix=reinstall_hint(package_dir) or "reinstall torch-memory-saver",
                            cause=CAUSE_NO_BUILDS)
     return builds, None
 
@@ -733,7 +736,7 @@ def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str |
 
 
 def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int], forced: str | None,
-            ld_library_path: str) -> ResolveError:
+            ld_library_path: str, package_dir: str | None = None) -> ResolveError:
     """The error when no build fits: the cause first (what the user set, who else can write every build
     that fits, or the driver every build that fits the runtime misses), then every candidate with its
     reason; the fix from what the candidates' verdicts suggest."""
@@ -772,7 +775,7 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
                             fix=f"point {PATH_VAR} at a build for {runtime.name}, or unset it to choose among the "
                                 f"installed builds")
     if not eligible:
-        fixes.append(build_install_hint(runtime.kind, runtime.major))
+        fixes.append(build_install_hint(runtime.kind, runtime.major, package_dir))
     return ResolveError("\n".join([f"no torch_memory_saver preload build fits {runtime.describe()}:", *listing]),
                         fix="; or ".join(dict.fromkeys(fixes)) if fixes else reasons_above, cause=CAUSE_NO_BUILD_FITS)
 
@@ -838,7 +841,8 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
                       None, tuple(warnings))
     if runtime is None:
         return fail(runtime_error, None, ordered)  # type: ignore[arg-type]  # set exactly when detect raised
-    return fail(_no_fit(runtime, ordered, eligible, forced, env.get("LD_LIBRARY_PATH", "")), runtime, ordered)
+    return fail(_no_fit(runtime, ordered, eligible, forced, env.get("LD_LIBRARY_PATH", ""), package_dir), runtime,
+                ordered)
 
 
 def resolve(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None) -> Plan:

@@ -31,12 +31,15 @@ def _str(value: object) -> "str | None":
 
 
 def not_installed(python: str, prefix: "str | None") -> str:
-    """The error of a node whose workers cannot import tms_autopreload, with the fix."""
+    """The error of a node whose workers cannot import tms_autopreload, with the fix (made where the
+    table is made: the machine that drives the preflight, whose install record is all that is known)."""
+    from .origin import install_advice
+
     where = f" (sys.prefix {prefix})" if prefix else ""
+    into = f"the environment Ray starts that node's workers from{where}"
     return str(Error(f"tms_autopreload is not installed for {python}: the flag does nothing there, and the job "
                      f"will die in torch_memory_saver's own check (`TorchMemorySaver observes invalid LD_PRELOAD`)",
-                     fix=f"pip install tms-autopreload into the environment Ray starts that node's workers "
-                         f"from{where}, or restart the node (`ray start`) from an environment that has it"))
+                     fix=f"{install_advice(into)}; or restart the node (`ray start`) from an environment that has it"))
 
 
 def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer: "dict[str, Any] | None",

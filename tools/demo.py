@@ -10,8 +10,10 @@ real runtime wheel and this checkout installed:
 
 Where no NVIDIA driver is visible, the tests' driver stub stands in (and says so). Then it shows:
 
-1. slime v0.2.4's pick (cu12 first) on the CUDA 13 node: its bash child dies, ``libcudart.so.12``;
-2. slime main's pick (cu13 first, commit a74ae3a0a) on the CUDA 12 node: ``libcudart.so.13``;
+1. on the CUDA 13 node, slime's pick before commit a74ae3a0a (cu12, then unsuffixed: the code the original
+   report quotes) and slime v0.2.4's (the unsuffixed name only, asserted to exist; in these releases a copy
+   of the cu12 build): each bash child dies, ``libcudart.so.12``;
+2. slime main's pick (cu13 first, from commit a74ae3a0a) on the CUDA 12 node: ``libcudart.so.13``;
 3. both nodes started with ``SLIME_OFFLOAD_TRAIN=1`` and this package: each picks its own build;
 4. ``tms-autopreload doctor`` for the CUDA 13 node;
 5. where the sandbox lives and how to remove it.
@@ -48,9 +50,29 @@ NODES = {
     12: ("torch-memory-saver==0.0.10", "nvidia-cuda-runtime-cu12==12.9.79", "12.8", "nvidia/cuda_runtime/lib"),
 }
 HOOK = "torch_memory_saver_hook_mode_preload{}.abi3.so"
-# slime/ray/actor_group.py: LD_PRELOAD is the first of these names that exists.
-SLIME_V024 = (HOOK.format("_cu12"), HOOK.format(""))
-SLIME_MAIN = (HOOK.format("_cu13"), HOOK.format("_cu12"), HOOK.format(""))  # a74ae3a0a (slime #2262)
+
+
+class Slime:
+    """How one shape of slime's ``slime/ray/actor_group.py`` picks ``LD_PRELOAD``: the names it tries, in
+    order (the first that exists wins; with one name, slime asserts that it exists). ``patch`` is the file
+    in ``patches/slime/`` whose removed lines are that code (tests/test_demo.py checks each against it)."""
+
+    def __init__(self, label: str, patch: str, names: tuple[str, ...]) -> None:
+        self.label, self.patch, self.names = label, patch, names
+
+    def rule(self) -> str:
+        return ("LD_PRELOAD = the one name it has, asserted to exist:" if len(self.names) == 1 else
+                "LD_PRELOAD = the first existing name of:")
+
+
+SLIMES = (
+    Slime("slime main before a74ae3a0a (8f732538a, the code the original report quotes: cu12 first)",
+          "8f732538a-cu12-first.patch", (HOOK.format("_cu12"), HOOK.format(""))),
+    Slime("slime v0.2.4 (the release: only the unsuffixed name, a copy of the cu12 build in 0.0.9.post1 and 0.0.10)",
+          "v0.2.4.patch", (HOOK.format(""),)),
+    Slime("slime main from a74ae3a0a (slime #2262: cu13 first)", "main-624b824a8.patch",
+          (HOOK.format("_cu13"), HOOK.format("_cu12"), HOOK.format(""))),
+)
 LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
 
 PROBE = r"""
@@ -158,7 +180,8 @@ def demo_env(sandbox: Path, py: Path) -> dict[str, str]:
 
 
 def slime_pick(py: Path, names: tuple[str, ...], env: dict[str, str], major: int) -> None:
-    """What slime's first-existing-name pick gives this node's train worker: its bash child, run by the loader."""
+    """What slime's pick (the first of ``names`` that exists) gives this node's train worker: its bash child,
+    run by the loader."""
     site = venv_site(py)
     for name in names:
         say(f"      {name}")
@@ -217,10 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as exc:
         fail(str(exc))
 
-    say("\n== 1. the original report: slime v0.2.4 on a CUDA 13 node; LD_PRELOAD = the first existing name of")
-    slime_pick(py[13], SLIME_V024, env, 13)
-    say("\n== 2. slime main (a74ae3a0a, cu13 first) on a CUDA 12 node; LD_PRELOAD = the first existing name of")
-    slime_pick(py[12], SLIME_MAIN, env, 12)
+    before, release, main_ = SLIMES
+    say("\n== 1. the original report, on a CUDA 13 node")
+    for slime in (before, release):
+        say(f"   {slime.label}; {slime.rule()}")
+        slime_pick(py[13], slime.names, env, 13)
+    say(f"\n== 2. {main_.label}, on a CUDA 12 node; {main_.rule()}")
+    slime_pick(py[12], main_.names, env, 12)
 
     say("\n== 3. the same starts with SLIME_OFFLOAD_TRAIN=1 and tms_autopreload installed")
     ok = all([fixed(py[13], env, 13), fixed(py[12], env, 12)])

@@ -1,0 +1,227 @@
+"""Every ``pip install`` command the package prints, run as pip would run it, in the world where it is printed.
+
+Each case builds the world (a real venv with real torch_memory_saver and NVIDIA wheels, a torch stand-in,
+the host's loader cache), provokes the message with the package's own command, takes the ``pip install``
+line out of it and runs it with pip's ``--dry-run --report`` against that same venv (``--no-deps``: what
+the line itself asks for, no torch). The report says what WOULD be installed: plain ``--dry-run`` exits 0
+on "Requirement already satisfied", which is how the old fix for a removed build failed.
+
+tms-autopreload is not on the package index: a node without it is told the source pip recorded for the
+driver's copy (PEP 610's ``direct_url.json``), and that line installs that source into a bare venv.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import report_host
+from support import ROOT, Venv, clean_env, find_python, run
+
+# A `pip install` line as messages write it: tokens up to the first that opens a parenthesis, ends a
+# clause or a code span.
+INSTALL = re.compile(r"pip install(?: (?:'[^']*'|[^\s'();`,]+))+")
+
+
+def commands(text: str) -> list[str]:
+    return [m.group(0).rstrip(".") for m in INSTALL.finditer(text)]
+
+
+def would_install(python: Path, command: str, tmp: Path) -> dict[str, dict]:
+    """{name: pip's report entry} of what ``command`` would install into the venv of ``python``."""
+    argv = shlex.split(command)
+    assert argv[:2] == ["pip", "install"], command
+    report = tmp / f"report-{uuid.uuid4().hex}.json"
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run", "--no-deps",
+                        "-q", "--report", str(report), *argv[2:]], capture_output=True, text=True, env=clean_env(),
+                       timeout=600)
+    assert r.returncode == 0, (command, r.stderr[-2000:])
+    out = {e["metadata"]["name"].lower().replace("_", "-"): e for e in json.loads(report.read_text())["install"]}
+    report.unlink()
+    return out
+
+
+def version(entry: dict) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.+]", entry["metadata"]["version"]))
+
+
+def the_command(text: str, *words: str) -> str:
+    """The one ``pip install`` line in ``text`` that holds every one of ``words``."""
+    found = [c for c in commands(text) if all(w in c for w in words)]
+    assert len(found) == 1, (found, text)
+    return found[0]
+
+
+# ---------------------------------------------------------------- torch_memory_saver
+
+def test_a_removed_build_of_the_installed_release_is_reinstalled_as_that_release(scenario, tmp_path):
+    """0.0.10 installed, its cu13 build deleted, on a CUDA 13 torch: the fix forces that release again (a
+    ``>=`` requirement would be "already satisfied", installing nothing), and then the start is hooked."""
+    scn = scenario(tms="0.0.10", torch="cu13-sys", tag="cu13-removed")
+    (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink()
+    doc = scn.doctor()
+    assert not doc["ok"]
+    command = the_command(doc["fix"], "torch-memory-saver")
+    assert command == "pip install --force-reinstall torch-memory-saver==0.0.10", doc["fix"]
+    assert "torch_memory_saver_hook_mode_preload_cu13.abi3.so is missing" in doc["fix"]
+    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
+
+
+def test_a_release_without_any_build_left_is_reinstalled_as_that_release(scenario, tmp_path):
+    scn = report_host(scenario, tag="no-builds-reinstall")
+    for so in scn.site.glob("torch_memory_saver_*.so"):
+        so.unlink()
+    doc = scn.doctor()
+    assert "ships no preload build" in doc["error"], doc["error"]
+    command = the_command(doc["fix"], "torch-memory-saver")
+    assert command == "pip install --force-reinstall torch-memory-saver==0.0.9.post1", doc["fix"]
+    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 9, 0)
+
+
+def test_a_cu12_only_release_on_cuda13_is_upgraded(scenario, tmp_path):
+    scn = scenario(tms="0.0.9", torch="cu13-sys", host=("driver", "cuda13"))
+    doc = scn.doctor()
+    command = the_command(doc["fix"], "torch-memory-saver")
+    assert command == "pip install 'torch-memory-saver>=0.0.9.post1'"
+    got = would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]
+    assert version(got) > (0, 0, 9), got["metadata"]
+
+
+def test_no_release_for_the_major_installs_the_driver_only_release(scenario, tmp_path):
+    scn = scenario(tms="0.0.10", torch="cu13-sys")
+    doc = scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "11"})
+    command = the_command(doc["fix"], "torch-memory-saver")
+    assert command == "pip install 'torch-memory-saver==0.0.8'"
+    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 8)
+
+
+def test_no_torch_memory_saver_installs_it(scenario, tmp_path):
+    scn = scenario(tms=None, torch="cu13-sys")
+    doc = scn.doctor()
+    command = the_command(doc["fix"], "torch-memory-saver")
+    assert "torch-memory-saver" in would_install(scn.venv.python, command, tmp_path)
+
+
+def test_a_single_path_release_beside_another_preload_is_upgraded(scenario, tmp_path):
+    """0.0.9.post1 with another LD_PRELOAD entry: the warning's fix installs a release that splits on ':'."""
+    scn = report_host(scenario)
+    doc = scn.doctor({"LD_PRELOAD": str(scn.parts.stub / "libcuda.so.1")})
+    warning = next(w for w in doc["warnings"] if "reads LD_PRELOAD as a single path" in w)
+    command = the_command(warning, "torch-memory-saver")
+    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) >= (0, 0, 10)
+
+
+# ---------------------------------------------------------------- NVIDIA's runtime wheels, Ray, Jupyter
+
+@pytest.mark.parametrize("major, project", [(13, "nvidia-cuda-runtime"), (12, "nvidia-cuda-runtime-cu12")])
+def test_a_missing_runtime_installs_nvidias_wheel_of_that_major(scenario, tmp_path, major, project):
+    scn = scenario(tms="0.0.10", torch=f"cu{major}-sys", host=("driver",))
+    doc = scn.doctor()
+    command = the_command(doc["fix"], "nvidia-cuda-runtime")
+    got = would_install(scn.venv.python, command, tmp_path)[project]
+    assert version(got)[0] == major, got["metadata"]
+
+
+def test_no_torch_and_no_runtime_installs_the_cuda13_wheel(scenario, tmp_path):
+    scn = scenario(tms="0.0.10", torch=None, host=("driver",))
+    doc = scn.doctor()
+    command = the_command(doc["fix"], "nvidia-cuda-runtime")
+    assert version(would_install(scn.venv.python, command, tmp_path)["nvidia-cuda-runtime"])[0] == 13
+
+
+@pytest.mark.parametrize("argv, projects", [(["doctor", "--ray"], {"ray"}),
+                                            (["kernel", "install", "--prefix", "{tmp}"],
+                                             {"jupyter-client", "ipykernel"})])
+def test_a_missing_tool_installs_it(scenario, tmp_path, argv, projects):
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    r = scn.run(["-m", "tms_autopreload", *(a.format(tmp=tmp_path) for a in argv)])
+    assert r.returncode == 2, r.stderr
+    command = the_command(r.stderr, "pip install")
+    assert set(would_install(scn.venv.python, command, tmp_path)) == projects
+
+
+# ---------------------------------------------------------------- tms-autopreload itself
+
+def test_the_bare_name_is_printed_nowhere():
+    """No message, doc or patch tells anyone to install tms-autopreload by its name from the index."""
+    bare = re.compile(r"pip install (?:-U |--upgrade )?['\"]?tms[-_]autopreload\b(?![-_/.\w])")
+    for path in [*ROOT.glob("tms_autopreload/*.py"), ROOT / "README.md", *ROOT.glob("docs/*.md"),
+                 *ROOT.glob("patches/*/*.patch"), *ROOT.glob("tools/*.py"), *ROOT.glob("scripts/*")]:
+        assert not bare.search(path.read_text()), path
+
+
+NOT_INSTALLED = ("import sys; from tms_autopreload.rows import not_installed; "
+                 "print(not_installed('/node/venv/bin/python', '/node/venv'))")
+
+
+def installed_from(tmp: Path, *pip_args: str) -> tuple[Venv, str]:
+    """A venv with tms_autopreload installed by ``pip install <pip_args>``, and what ``doctor --ray`` says
+    there of a node without it."""
+    venv = Venv(tmp / f"from-{uuid.uuid4().hex[:8]}", find_python(f"{sys.version_info[0]}.{sys.version_info[1]}"))
+    run([sys.executable, "-m", "pip", "--python", str(venv.python), "install", "-q", "--no-deps", *pip_args],
+        env=clean_env())
+    said = run([str(venv.python), "-c", NOT_INSTALLED], env=clean_env()).stdout
+    return venv, said
+
+
+def assert_installs_from(said: str, source_url: str, tmp: Path) -> None:
+    """The line ``said`` names installs tms-autopreload from ``source_url`` into a bare venv (the node)."""
+    assert "tms_autopreload is not installed for /node/venv/bin/python" in said
+    assert "a source that may not exist on that node" in said, said
+    command = the_command(said, "pip install")
+    node = Venv(tmp / f"node-{uuid.uuid4().hex[:8]}", find_python(f"{sys.version_info[0]}.{sys.version_info[1]}"))
+    got = would_install(node.python, command, tmp)["tms-autopreload"]
+    assert got["download_info"]["url"].rstrip("/") == source_url.rstrip("/"), (command, got["download_info"])
+
+
+def test_a_node_without_the_package_is_told_the_wheel_the_driver_installed(parts, tmp_path):
+    _, said = installed_from(tmp_path, "--no-index", str(parts.own_wheel))
+    assert f"`pip install {parts.own_wheel}`" in said, said
+    assert_installs_from(said, parts.own_wheel.as_uri(), tmp_path)
+
+
+def test_without_a_record_the_advice_names_no_package_index_command(parts, tmp_path):
+    """A missing record proves nothing (an index, another installer): the advice says to install it as it
+    was installed here, and its example commands are templates, not a name on the index."""
+    venv, _ = installed_from(tmp_path, "--no-index", str(parts.own_wheel))
+    for record in venv.site.glob("tms_autopreload-*.dist-info/direct_url.json"):
+        record.unlink()
+    said = run([str(venv.python), "-c", NOT_INSTALLED], env=clean_env()).stdout
+    assert ("install it into the environment Ray starts that node's workers from (sys.prefix /node/venv) the way "
+            "you installed it on this machine: from its wheel or checkout") in said, said
+    assert "tms-autopreload is not on the package index" in said
+
+
+def _source(tmp: Path) -> Path:
+    """A copy of this checkout (what a user clones), without build outputs."""
+    src = tmp / "checkout"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", ".demo", "build", "dist", "*.egg-info",
+                                                             "__pycache__", ".mypy_cache", ".ruff_cache"))
+    return src
+
+
+@pytest.mark.slow  # builds the package from source, with setuptools from the package index
+@pytest.mark.parametrize("editable", [False, True], ids=["dir", "editable"])
+def test_a_node_without_the_package_is_told_the_checkout_the_driver_installed(tmp_path, editable):
+    src = _source(tmp_path)
+    _, said = installed_from(tmp_path, *(["-e"] if editable else []), str(src))
+    assert f"`pip install {'-e ' if editable else ''}{src}`" in said, said
+    assert_installs_from(said, src.as_uri(), tmp_path)
+
+
+@pytest.mark.slow  # builds the package from a git clone, with setuptools from the package index
+def test_a_node_without_the_package_is_told_the_commit_the_driver_installed(tmp_path):
+    src = _source(tmp_path)
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        run(["git", *args], cwd=src)
+    commit = run(["git", "rev-parse", "HEAD"], cwd=src).stdout.strip()
+    _, said = installed_from(tmp_path, f"git+{src.as_uri()}")
+    assert f"`pip install git+{src.as_uri()}@{commit}`" in said, said
+    assert_installs_from(said, src.as_uri(), tmp_path)
