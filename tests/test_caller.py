@@ -34,6 +34,7 @@ COMMANDS = {
     "doctor --json": ["doctor", "--json"],
     "run": ["run", "--", "sh", "-c", SHOW],
     "doctor --deep": ["doctor", "--deep", "--import", "ctypes", "--json"],  # the torch stand-ins refuse import
+    "kernel install": ["kernel", "install", "--prefix", "/nonexistent/prefix"],  # no jupyter_client: exit 2
 }
 VARYING = ("seconds", "log_bytes")  # doctor --deep's measurements of its own run
 # A hooked Python process that runs the command as its child (a worker, a kernel, a notebook cell).
@@ -115,7 +116,9 @@ def test_env_prints_the_whole_plan_for_this_shell_and_only_the_plan_for_ray(scen
     assert code == 0, err
     first = _exports(out)
     lib = str(scn.site / "nvidia" / "cu13" / "lib")
-    assert first == {"LD_PRELOAD": str(scn.site / CU13), "LD_LIBRARY_PATH": f"{lib}:{CALLER_DIR}"}, out
+    assert first["TMS_AUTOPRELOAD_ADDED"] == f";{lib}" and first["TMS_AUTOPRELOAD_STATE"], out  # the record
+    assert {k: v for k, v in first.items() if k.startswith("LD_")} == {
+        "LD_PRELOAD": str(scn.site / CU13), "LD_LIBRARY_PATH": f"{lib}:{CALLER_DIR}"}, out
     code, out, err = _answer(scn, ["env"], {**base, **first}, "-m")
     assert code == 0 and _exports(out) == first, (out, err)
     code, out, err = _answer(scn, ["env", "--json"], {**base, **first, "TMS_AUTOPRELOAD": "1"}, "script")
@@ -136,18 +139,87 @@ def test_the_command_is_never_hooked(scenario):
     assert r.returncode == 0 and r.stdout.strip() != "none", (r.stdout, r.stderr)
 
 
-@pytest.mark.parametrize("argv, orig, own", [
-    (["/v/bin/tms-autopreload", "env"], ["/v/bin/python", "/v/bin/tms-autopreload", "env"], True),
-    (["-m", "env"], ["/v/bin/python", "-m", "tms_autopreload", "env"], True),
-    (["-m"], ["/v/bin/python", "-Im", "tms_autopreload"], True),
-    (["-m", "doctor"], ["/v/bin/python", "-X", "dev", "-m", "tms_autopreload", "doctor"], True),
-    (["-m", "tms_autopreload"], ["/v/bin/python", "-m", "json.tool", "tms_autopreload"], False),
-    (["-m", "x"], ["/v/bin/python", "-m", "tms_autopreload.cli", "x"], False),
-    (["train.py", "-m", "tms_autopreload"], ["/v/bin/python", "train.py", "-m", "tms_autopreload"], False),
-    (["-c", "tms-autopreload"], ["/v/bin/python", "-c", "pass", "tms-autopreload"], False),
-    ([], [], False),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
-def test_own_command_reads_argv_as_site_py_leaves_it(argv, orig, own):
+def _script(path, body: str = "from tms_autopreload.cli import main\nmain()\n"):
+    path.write_text(f"#!/usr/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n{body}")
+    return str(path)
+
+
+@pytest.mark.parametrize("orig, own", [
+    (["/v/bin/python", "-m", "tms_autopreload", "env"], True),
+    (["/v/bin/python", "-m", "tms_autopreload.__main__", "env"], True),
+    (["/v/bin/python", "-mtms_autopreload", "env"], True),
+    (["/v/bin/python", "-Imtms_autopreload", "env"], True),
+    (["/v/bin/python", "-X", "dev", "-m", "tms_autopreload", "env"], True),
+    (["/v/bin/python", "-m", "json.tool", "env"], False),
+    (["/v/bin/python", "-m", "tms_autopreload.cli", "env"], False),
+    (["/v/bin/python", "-m", "tms_autopreload_x", "env"], False),
+    (["/v/bin/python", "-mxtms_autopreload", "env"], False),
+], ids=lambda v: " ".join(v[1:]) if isinstance(v, list) else str(v))
+def test_own_command_reads_dash_m_as_site_py_leaves_it(orig, own):
+    """While the ``.pth`` line runs, ``sys.argv`` is ``['-m', *args]``: the module's name is the entry of
+    ``sys.orig_argv`` just before the arguments, alone or joined to its option."""
     from tms_autopreload import own_command
 
-    assert own_command(argv, orig) is own
+    assert own_command(["-m", "env"], orig) is own
+
+
+def test_own_command_knows_its_console_script_by_name_and_content(tmp_path):
+    """The console script pip or uv writes (named tms-autopreload, importing the command); a user's own
+    program of that name, or the script under another name, is not the command (it is hooked)."""
+    from tms_autopreload import own_command
+
+    ours = _script(tmp_path / "tms-autopreload")
+    (tmp_path / "user").mkdir()
+    theirs = _script(tmp_path / "user" / "tms-autopreload", "print('train')\n")
+    renamed = _script(tmp_path / "tap")
+    assert own_command([ours, "env"], []) is True
+    assert own_command([theirs, "env"], []) is False
+    assert own_command([renamed, "env"], []) is False
+    assert own_command([str(tmp_path / "gone" / "tms-autopreload")], []) is False
+    assert own_command(["-c", "tms-autopreload"], ["/v/bin/python", "-c", "pass", "tms-autopreload"]) is False
+    assert own_command([], []) is False
+
+
+def test_flagged_joined_dash_m_doctor_reports_where_no_build_fits(scenario):
+    """``python -mtms_autopreload doctor`` (the option and its value joined, as CPython accepts) from a
+    flagged shell on a node where no build fits: the report and exit 1, not the hook's exit 78."""
+    scn = scenario(**SCENARIO_WORLDS["no-torch-no-runtime"])
+    for spelling in ("-mtms_autopreload", "-Imtms_autopreload"):
+        r = scn.run([spelling, "doctor"], {"TMS_AUTOPRELOAD": "1"})
+        assert r.returncode == 1 and "NO PLAN" in r.stdout, (spelling, r.returncode, r.stderr)
+
+
+@pytest.mark.parametrize("own", ["first", "last", "only", "with ;", "after libstdbuf"])
+def test_a_callers_own_runtime_directory_stays_theirs(scenario, own):
+    """The caller put the runtime's directory on LD_LIBRARY_PATH themselves (as troubleshooting advice
+    often says): the plan binds it as found and adds nothing there, so after ``eval`` every command
+    answers as before, and a second eval changes nothing: the record says what the plan added, the
+    values are never guessed from."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    lib = str(scn.site / "nvidia" / "cu13" / "lib")
+    base = {"first": {"LD_LIBRARY_PATH": f"{lib}:{CALLER_DIR}"}, "last": {"LD_LIBRARY_PATH": f"{CALLER_DIR}:{lib}"},
+            "only": {"LD_LIBRARY_PATH": lib}, "with ;": {"LD_LIBRARY_PATH": f"{CALLER_DIR};{lib}"},
+            "after libstdbuf": {"LD_LIBRARY_PATH": f"{CALLER_DIR}:{lib}",
+                                "LD_PRELOAD": "/usr/libexec/coreutils/libstdbuf.so"}}[own]
+    code, first, err = _answer(scn, ["env"], base, "-m")
+    assert code == 0, err
+    applied = {**base, **_exports(first)}
+    for how in ("-m", "script"):
+        code, second, err = _answer(scn, ["env"], applied, how)
+        assert (code, second) == (0, first), (how, first, second, err)
+    assert {**applied, **_exports(second)} == applied
+    docs = [json.loads(_answer(scn, ["doctor", "--json"], env, "-m")[1])["plan"] for env in (base, applied)]
+    assert docs[0] == docs[1], docs
+
+
+def test_a_plan_applied_by_another_environment_is_taken_out(scenario):
+    """A hooked process of venv A runs venv B's command (a notebook of one environment calling another's
+    tools): A's hook and A's runtime directory, both recorded, are not B's caller's; B answers as from a
+    clean shell."""
+    a = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",), tag="venv-a")
+    b = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",), tag="venv-b")
+    code, out, err = _answer(a, ["env"], {}, "-m")
+    assert code == 0, err
+    from_a = _exports(out)
+    for command in (["env"], ["env", "--json"], ["doctor", "--json"]):
+        assert _answer(b, command, from_a, "-m") == _answer(b, command, {}, "-m"), command

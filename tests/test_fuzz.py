@@ -303,6 +303,20 @@ def test_search_path_prepend_keeps_what_every_other_entry_means(entries, seps, d
     assert ldpaths.prepend_search_path(current, directory) == ":".join(expected)
 
 
+_ADDED_ENTRY = st.text(alphabet=st.sampled_from(list("ab/._-")), min_size=1, max_size=12)
+
+
+@FUZZ
+@given(st.text(max_size=300), st.lists(_ADDED_ENTRY, max_size=4), st.lists(_ADDED_ENTRY, max_size=4))
+def test_the_added_record_reads_back_and_any_value_reads(junk, preload, library_path):
+    """TMS_AUTOPRELOAD_ADDED (written by a plan, read by every command from an environment anyone may have
+    set): what a plan writes reads back as its two lists; any other value reads without raising, as
+    entries without separators in them."""
+    assert ldpaths.read_added(ldpaths.added_record(tuple(preload), tuple(library_path))) == (preload, library_path)
+    got = ldpaths.read_added(junk)
+    assert all(e and ":" not in e for part in got for e in part) and ";" not in "".join(got[0]), (junk, got)
+
+
 # Lines of a .pth file: names of directories that exist beside it (some with spaces, one a comment's look-alike),
 # paths that do not, the characters that split or end lines in one version or another, and import lines on
 # purpose: ones that import the empty directories beside it (namespace packages: site.py runs them, and they

@@ -58,9 +58,9 @@ def field(parts, tmp_path_factory):
         cluster.stop()
 
 
-def preflight(world: Scenario, address: str, *args: str, timeout: int = 300):
+def preflight(world: Scenario, address: str, *args: str, timeout: int = 300, env: dict | None = None):
     return world.host.run([str(world.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address", address,
-                           *args], clean_env(RAY_USAGE_STATS_ENABLED="0"), timeout=timeout)
+                           *args], clean_env(RAY_USAGE_STATS_ENABLED="0", **(env or {})), timeout=timeout)
 
 
 def by_prefix(doc: dict) -> dict:
@@ -200,6 +200,25 @@ def test_doctor_ray_that_counted_no_node_exits_1(gpuless_cluster):
     assert not doc["ok"] and doc["nodes"][0]["gpus"] == 0 and "no node was counted" in doc["summary"], doc
     r = preflight(head, cluster.address, "--all-nodes")
     assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith("1 nodes: 0 ok, 1 failing"), r.stdout
+
+
+def test_doctor_ray_from_a_flagged_shell_answers_as_from_any_other(gpuless_cluster):
+    """The command and its Ray driver are never hooked: from a shell that exported the flag, on a head whose
+    loader sees no driver (a flagged Python there stops with exit 78), ``doctor --ray`` prints the same rows
+    and summary as without the flag."""
+    import re
+
+    cluster, head = gpuless_cluster
+    docs = []
+    for env in ({}, {"TMS_AUTOPRELOAD": "1"}, {"SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_MODE": "dlopen"}):
+        r = preflight(head, cluster.address, "--json", env=env)
+        assert r.returncode == 1 and r.stdout, (env, r.returncode, r.stderr[-2000:])
+        doc = json.loads(r.stdout)
+        doc["summary"] = re.sub(r" \(\d+\.\d s\)$", "", doc["summary"])
+        for row in doc["nodes"]:
+            row["answer"].pop("pid")  # each run asks a new worker
+        docs.append(doc)
+    assert docs[1] == docs[0] and docs[2] == docs[0], docs
 
 
 @pytest.fixture(scope="module")

@@ -52,11 +52,13 @@ ON_ERROR_POLICIES = ("exit", "warn")
 # Written by the hook: what this environment was resolved for, and the PID that re-exec'd.
 STATE_VAR = "TMS_AUTOPRELOAD_STATE"
 EXEC_VAR = "TMS_AUTOPRELOAD_EXEC_PID"
+# Written wherever a plan is applied: the entries it added (tms_autopreload.ldpaths.added_record).
+ADDED_VAR = "TMS_AUTOPRELOAD_ADDED"
 # Every variable of the package's own, each a row of docs/reference.md's table. The fuzz targets and that
 # table are checked against this tuple, and the tuple against the package's source, so that a new
 # variable cannot go unfuzzed or undocumented.
 OWN_VARS = (*FLAG_VARS, DISABLE_VAR, VERBOSE_VAR, CUDA_MAJOR_VAR, PATH_VAR, MODE_VAR, ON_ERROR_VAR, STATE_VAR,
-            EXEC_VAR)
+            EXEC_VAR, ADDED_VAR)
 # What slime's actor_group.py sets next to LD_PRELOAD today.
 SLIME_DEFAULTS = {"TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_CPU_BACKUP": "1"}
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -316,12 +318,15 @@ def _inherited(mapped: "list[str]") -> "tuple[str, str] | None":
 
 
 COMMAND = "tms-autopreload"  # the console script (pyproject.toml); also ``python -m tms_autopreload``
+_MODULES = (__name__, __name__ + ".__main__")
+_SCRIPT_IMPORT = b"from tms_autopreload.cli import"  # what pip's and uv's console script of it runs
 
 
 def own_command(argv: "list[str] | None" = None, orig_argv: "list[str] | None" = None) -> bool:
     """Whether this interpreter runs the ``tms-autopreload`` command, as site.py leaves ``sys.argv`` while
-    the ``.pth`` line runs: the console script's path first, or ``-m`` with the module name cut out of
-    ``sys.argv`` and still in ``sys.orig_argv`` just before the arguments they share.
+    the ``.pth`` line runs: the console script first (a file of that name that imports the command), or
+    ``-m`` with the module name cut out of ``sys.argv`` and still in ``sys.orig_argv`` just before the
+    arguments they share (``-m NAME``, or joined: ``-mNAME``, ``-ImNAME``).
 
     The command is never hooked: it needs no hook of its own, and it answers for its caller's
     environment, which a flag exported in the caller's shell would otherwise change before its code runs
@@ -332,8 +337,17 @@ def own_command(argv: "list[str] | None" = None, orig_argv: "list[str] | None" =
         return False
     if argv[0] == "-m":
         orig = getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv
-        return len(orig) > len(argv) and orig[-len(argv)] == __name__
-    return os.path.basename(argv[0]) == COMMAND
+        if len(orig) <= len(argv):
+            return False
+        slot = orig[-len(argv)]
+        return slot in _MODULES or (slot[:1] == "-" and slot[1:2] != "-" and
+                                    any(slot.endswith("m" + name) for name in _MODULES))
+    if os.path.basename(argv[0]) != COMMAND:
+        return False
+    try:
+        return _SCRIPT_IMPORT in read_regular(argv[0], 4096)
+    except OSError:
+        return False
 
 
 def process_startup() -> None:

@@ -166,7 +166,8 @@ def _cmd_which(args: argparse.Namespace) -> int:
 
 def _cmd_env(args: argparse.Namespace) -> int:
     """The plan's variables, each with the whole value the plan gives it (evaluating them twice changes
-    nothing). ``export`` lines are for this shell, so they keep its other entries; ``--json`` is for a Ray
+    nothing). ``export`` lines are for this shell, so they keep its other entries, and set what a process
+    applying the plan sets (:meth:`.plan.Plan.environment`: its record too); ``--json`` is for a Ray
     ``runtime_env``, whose workers start from their raylet's environment, not this shell's: the plan of an
     environment without this shell's ``LD_PRELOAD`` and ``LD_LIBRARY_PATH`` (:func:`.applied.own_plan`),
     with no ``${VAR}`` (Ray turns an unset one into an empty entry, which the loader reads as the
@@ -179,11 +180,10 @@ def _cmd_env(args: argparse.Namespace) -> int:
     plan = _plan_or_fail(report)
     if plan is None:
         return EXIT_NO_PLAN
-    changes = plan.changes()
     if args.json:
-        print(json.dumps(changes))
+        print(json.dumps(plan.changes()))
     else:
-        for k, v in changes.items():
+        for k, v in plan.environment().items():
             print(f"export {k}={shlex.quote(v)}")
     return EXIT_OK
 
@@ -198,7 +198,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plan = _plan_or_fail(survey(env))
     if plan is None:
         return EXIT_NO_PLAN
-    env.update(plan.changes())
+    env.update(plan.environment())
     sys.stdout.flush()
     try:
         os.execvpe(command[0], command, env)

@@ -5,8 +5,8 @@ characters an entry of it or of ``LD_PRELOAD`` cannot hold.
 live in the start-up module, which needs them in every child of a hooked process.
 """
 
-__all__ = ["split_search_path", "prepend_search_path", "search_path_unsafe", "SEARCH_PATH_SEPARATORS",
-           "LD_UNSAFE_CHARS"]
+__all__ = ["split_search_path", "prepend_search_path", "search_path_unsafe", "added_record", "read_added",
+           "SEARCH_PATH_SEPARATORS", "LD_UNSAFE_CHARS"]
 
 # ld.so splits LD_LIBRARY_PATH on these, with no escaping (elf/dl-load.c: _dl_init_paths, fillin_rpath).
 SEARCH_PATH_SEPARATORS = ":;"
@@ -35,3 +35,17 @@ def prepend_search_path(current: str, directory: str) -> str:
     """``directory`` first on LD_LIBRARY_PATH (``current`` split as ld.so splits it), without duplicating it."""
     rest = [e for e in split_search_path(current) if e != directory]
     return ":".join([directory, *rest])
+
+
+def added_record(preload: "tuple[str, ...]", library_path: "tuple[str, ...]") -> str:
+    """``TMS_AUTOPRELOAD_ADDED``'s value: the entries a plan added to ``LD_PRELOAD`` (besides its hook) and
+    to ``LD_LIBRARY_PATH``, each list ':'-joined, the two joined by ';'. Neither kind of entry can hold
+    either separator (the plan refuses a path that would: :data:`LD_UNSAFE_CHARS`, :func:`search_path_unsafe`)."""
+    return ":".join(preload) + ";" + ":".join(library_path)
+
+
+def read_added(value: str) -> "tuple[list[str], list[str]]":
+    """The two lists of :func:`added_record`'s ``value``; a value from anywhere else gives what it spells,
+    and never raises (empty entries are no entries)."""
+    preload, _, library_path = value.partition(";")
+    return [e for e in preload.split(":") if e], [e for e in library_path.split(":") if e]

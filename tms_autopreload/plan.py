@@ -22,11 +22,12 @@ import sys
 
 from . import CUDA_MAJOR_VAR
 from . import PATH_VAR
-from . import STATE_VAR, state_key
+from . import ADDED_VAR, STATE_VAR, is_tms_entry, state_key
 from . import compose_preload, locate, read_regular, same_file, split_preload
 from .builds import Build, build_install_hint, find_builds, read_build, reinstall_hint
 from .elf import ElfError, read_dynamic
-from .ldpaths import LD_UNSAFE_CHARS, prepend_search_path, search_path_unsafe, split_search_path
+from .ldpaths import (LD_UNSAFE_CHARS, added_record, prepend_search_path, read_added, search_path_unsafe,
+                      split_search_path)
 from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LOAD, CAUSE_ENV_TOO_LARGE,
                      CAUSE_FORCED_DOES_NOT_FIT, CAUSE_INTERPRETER_FAILS, CAUSE_LESS_PREFERRED, CAUSE_NO_BINDING,
                      CAUSE_NO_BUILD_FITS, CAUSE_NO_BUILDS, CAUSE_NO_DRIVER, CAUSE_NO_EXECUTABLE, CAUSE_NO_PACKAGE,
@@ -103,16 +104,20 @@ class Verdict:
 class Plan:
     """The environment that makes this process start with the right hook."""
 
-    __slots__ = ("build", "ld_preload", "ld_library_path", "runtime", "warnings", "binding")
+    __slots__ = ("build", "ld_preload", "ld_library_path", "runtime", "warnings", "binding", "added")
 
     def __init__(self, build: str, ld_preload: str, ld_library_path: str | None, runtime: Runtime,
-                 warnings: tuple[str, ...] = (), binding: str = "") -> None:
+                 warnings: tuple[str, ...] = (), binding: str = "",
+                 added: "tuple[tuple[str, ...], tuple[str, ...]]" = ((), ())) -> None:
         self.build = build  # real path of the chosen file
         self.ld_preload = ld_preload  # the complete new LD_PRELOAD value
         self.ld_library_path = ld_library_path  # the complete new LD_LIBRARY_PATH, None to leave it
         self.runtime = runtime
         self.warnings = warnings
         self.binding = binding  # how the hook's runtime need binds the runtime library, in words
+        # What the plan adds, besides the hook: (LD_PRELOAD entries, LD_LIBRARY_PATH entries), an earlier
+        # plan's included where they stay; a command run where it is applied takes them out again.
+        self.added = added
 
     def changes(self) -> dict[str, str]:
         """Variables to set, and their values."""
@@ -122,9 +127,10 @@ class Plan:
         return env
 
     def environment(self) -> dict[str, str]:
-        """What a process applying the plan sets: :meth:`changes`, and the state that lets its flagged
-        children skip resolving (what it was resolved for: this prefix, the overrides, the build)."""
-        return {**self.changes(), STATE_VAR: state_key(self.build)}
+        """What a process applying the plan sets: :meth:`changes`, the state that lets its flagged children
+        skip resolving (what it was resolved for: this prefix, the overrides, the build), and the record of
+        what it added (:mod:`tms_autopreload.applied` reads it back)."""
+        return {**self.changes(), STATE_VAR: state_key(self.build), ADDED_VAR: added_record(*self.added)}
 
     def __repr__(self) -> str:
         llp = "" if self.ld_library_path is None else f", ld_library_path={self.ld_library_path!r}"
@@ -484,7 +490,8 @@ def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: O
     llp = option.ld_library_path
     words = _binding_words(option, runtime, build) + (f" (not {'; not '.join(passed)})" if passed else "")
     plan = Plan(os.path.realpath(build.path), option.ld_preload,
-                llp if llp != env.get("LD_LIBRARY_PATH", "") else None, runtime, binding=words)
+                llp if llp != env.get("LD_LIBRARY_PATH", "") else None, runtime, binding=words,
+                added=_added(env, option))
     for name, value in plan.changes().items():
         if value != env.get(name) and _env_string_size(name, value) > MAX_ARG_STRLEN:
             raise ResolveError(
@@ -494,6 +501,17 @@ def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: O
                 fix=f"shorten {name} (drop entries this process does not need) and start again",
                 cause=CAUSE_ENV_TOO_LARGE)
     return plan
+
+
+def _added(env: "Mapping[str, str]", option: Option) -> "tuple[tuple[str, ...], tuple[str, ...]]":
+    """What ``option`` adds to ``env``'s LD_PRELOAD (the hook aside: every torch_memory_saver entry is the
+    plan's) and LD_LIBRARY_PATH, counting an entry an earlier plan added (``env``'s record) as added."""
+    earlier_preload, earlier_path = read_added(env.get(ADDED_VAR, ""))
+    had_preload, had_path = split_preload(env.get("LD_PRELOAD", "")), split_search_path(env.get("LD_LIBRARY_PATH", ""))
+    preload = tuple(e for e in split_preload(option.ld_preload)
+                    if not is_tms_entry(e) and (e not in had_preload or e in earlier_preload))
+    path = tuple(d for d in split_search_path(option.ld_library_path) if d not in had_path or d in earlier_path)
+    return preload, path
 
 
 def _binding_words(option: Option, runtime: Runtime, build: Build) -> str:
@@ -729,7 +747,8 @@ def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str |
     kept = split_preload(plan.ld_preload)[1:]
     if not kept or forced or not _tms_reads_one_path(package_dir):
         return plan
-    return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, binding=plan.binding, warnings=(
+    return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, binding=plan.binding,
+                added=plan.added, warnings=(
         f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
         f"reads LD_PRELOAD as a single path (0.0.9.post1 and older), so its Python side will refuse "
         f"this process; drop those entries or pip install 'torch-memory-saver>=0.0.10'",))
