@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from conftest import report_host
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from support import ROOT, Venv, clean_env, find_python, run
 
 # A `pip install` line as messages write it: tokens up to the first that opens a parenthesis, ends a
@@ -127,6 +129,18 @@ def test_a_missing_runtime_installs_nvidias_wheel_of_that_major(scenario, tmp_pa
     command = the_command(doc["fix"], "nvidia-cuda-runtime")
     got = would_install(scn.venv.python, command, tmp_path)[project]
     assert version(got)[0] == major, got["metadata"]
+
+
+@pytest.mark.parametrize("major", [11, 12, 13])
+def test_every_runtime_hint_installs_that_majors_runtime(tmp_path, major):
+    """The runtime hint for each major NVIDIA publishes a wheel of (for 11 it is printed only for a source
+    build that links libcudart.so.11), into a venv without any."""
+    from tms_autopreload.runtime import install_hint
+
+    venv = Venv(tmp_path / "venv", find_python(f"{sys.version_info[0]}.{sys.version_info[1]}"))
+    got = would_install(venv.python, the_command(install_hint("cuda", major), "pip install"), tmp_path)
+    (entry,) = got.values()
+    assert entry["metadata"]["name"].startswith("nvidia-cuda-runtime") and version(entry)[0] == major, got
 
 
 def test_no_torch_and_no_runtime_installs_the_cuda13_wheel(scenario, tmp_path):
