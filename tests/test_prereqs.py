@@ -60,6 +60,9 @@ def test_everything_missing_is_listed_at_once(tmp_path):
     assert "  - a C compiler: no C compiler (gcc or cc) on PATH" in r.stderr
     # the namespace probe needs unshare too, and says so instead of raising
     assert "  - private mount namespaces: cannot run unshare:" in r.stderr
+    # and so does the aarch64 lane's, at once (it waited 60 s for a namespace that never came)
+    assert ("  - a private binfmt_misc for arm64 programs: cannot start a namespace for arm64 programs: no unshare "
+            "on PATH (util-linux)\n") in r.stderr, r.stderr
 
 
 def test_a_full_disk_is_named_with_what_is_needed(tmp_path):

@@ -172,6 +172,8 @@ def test_torch_on_a_later_site_directory_is_found(parts, tmp_path, layout, pytho
     assert doc["runtime"]["torch_dir"] and "nvidia/cu13/lib" in doc["runtime"]["library"], doc["runtime"]
 
 
+@pytest.mark.slow  # each layout's flagged starts stay in the fast lane (the test above), and a system CUDA
+# beside torch's own runtime in test_doctor_is_the_hook_in_every_scenario_world
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_one_runtime_beside_a_system_cuda(parts, tmp_path, layout):
     """Host with a system CUDA 13: the hook binds torch's own libcudart (the one torch loads by its
@@ -254,7 +256,16 @@ SCENARIO_WORLDS = {
 }
 
 
-@pytest.mark.parametrize("world", SCENARIO_WORLDS)
+# The worlds `make check` runs: one of each kind of answer (a system runtime, two of them, torch's own beside a
+# system one, CUDA 12 from pip, no torch, no plan, ROCm, a RUNPATH build); `make test` runs them all. The
+# resolver's tests start most of the others' hosts in the fast lane too.
+FAST_WORLDS = ("0.0.9.post1-cu13-sys", "cu13-sys-two-systems", "0.0.10-cu13-pip-beside-system", "cu12-pip-only",
+               "no-torch-pip13", "no-torch-no-runtime", "rocm-source-layout", "runpath-source-build-cu13-pip")
+assert set(FAST_WORLDS) <= set(SCENARIO_WORLDS)
+
+
+@pytest.mark.parametrize("world", [w if w in FAST_WORLDS else pytest.param(w, marks=pytest.mark.slow)
+                                   for w in SCENARIO_WORLDS])
 def test_doctor_is_the_hook_in_every_scenario_world(scenario, world):
     assert_doctor_is_hook(scenario(**SCENARIO_WORLDS[world]))
 
@@ -274,7 +285,8 @@ def _real_torch_base(root: Path) -> Venv:
     return base
 
 
-@pytest.mark.parametrize("torch", ["stand-in", pytest.param("real", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the script's layout (system-site) is started in the fast lane by the tests above
+@pytest.mark.parametrize("torch", ["stand-in", "real"])
 def test_gpu_check_layout_up_to_the_gpu(parts, tmp_path, torch):
     """The venv ``scripts/gpu-check.sh`` makes (``--venv``: the same steps, stopped before the GPU):
     ``--system-site-packages`` over a python3 that carries a CUDA 13 torch. On a pip-only host its

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -75,6 +76,8 @@ def check(arch: str) -> None:
     """Raise SetupError unless :func:`namespace` works here (root, a kernel with private binfmt_misc)."""
     if os.geteuid() != 0:
         raise SetupError(f"the {arch} lane maps every user ID into its namespace, which needs root")
+    if shutil.which("unshare") is None:  # else the helper namespace() forks waits for a namespace that never comes
+        raise SetupError(f"cannot start a namespace for {arch} programs: no unshare on PATH (util-linux)")
     try:
         r = subprocess.run([*namespace(arch), "cat", f"/proc/sys/fs/binfmt_misc/qemu-{MACHINES[arch]}"],
                            capture_output=True, text=True, timeout=60)
