@@ -300,7 +300,9 @@ def _runtime_users(users: "dict[str, set[str]]", ev: Evidence) -> None:
         ev.bound_by[mapped] = sorted({who for target, whos in users.items() if same_file(target, mapped)
                                       for who in whos if not same_file(who, mapped)})
     taking = [r for r in ev.runtimes if ev.bound_by[r]]
-    if len(taking) == 1:
+    # Only beside the copy the plan binds for torch: a copy of torch's own runtime left idle while another
+    # takes the calls is not harmless (torch then runs on a runtime its install did not bring).
+    if len(taking) == 1 and same_file(taking[0], ev.runtime_library):
         ev.idle = [second_runtime(r, taking[0]) for r in ev.runtimes if not ev.bound_by[r]]
 
 

@@ -75,7 +75,7 @@ def warning_of_second(second: "dict[str, Any]") -> str:
         then = f"nothing installed requires {second['wheel']}: {second['fix']} removes it"
     elif second["required_by"]:
         needs = second["required_by"]
-        then = f"it stays while {'; '.join(needs)} require{'s' if len(needs) == 1 else ''} it"
+        then = f"it stays while {', '.join(needs)} require{'s' if len(needs) == 1 else ''} it"
     else:
         then = "remove it if nothing needs it"
     shared = f" (the hook and torch share {second['shared']})" if second.get("shared") else ""

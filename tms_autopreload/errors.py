@@ -60,7 +60,7 @@ CAUSE_LESS_PREFERRED = "less-preferred"  # it loads, but a preferred build was c
 # Said with a plan (doctor's warnings, doctor --deep): what the process maps besides the one runtime the hook
 # and torch share, or that they do not share one.
 CAUSE_IDLE_RUNTIME = "idle-runtime"  # torch loads a second runtime copy by path (RTLD_LOCAL) that nothing binds to
-CAUSE_SECOND_RUNTIME_BOUND = "second-runtime-bound"  # doctor --deep: two runtime copies take bindings
+CAUSE_SECOND_RUNTIME_BOUND = "second-runtime-bound"  # doctor --deep: not only torch's runtime copy takes bindings
 CAUSE_SPLIT_RUNTIME = "split-runtime"  # an override makes the hook use another runtime than torch links
 
 # Given by tms_autopreload.inprocess: why the plan cannot be, or was not, loaded in this running process.

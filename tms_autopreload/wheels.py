@@ -33,18 +33,18 @@ def owner(path: str) -> "str | None":
 
 
 def required_by(name: str) -> "list[str]":
-    """``dist (requirement)`` for each distribution installed for this interpreter whose ``Requires-Dist``
-    names ``name``, markers and extras included (a requirement under an extra that was not installed is
-    counted too: the cautious answer)."""
+    """The name of each distribution installed for this interpreter whose ``Requires-Dist`` names ``name``,
+    whatever its markers and extras (a requirement under an extra that was not installed counts too: the
+    cautious answer)."""
     from importlib import metadata
 
-    want, out = _normal(name), []
+    want, out = _normal(name), set()
     for dist in metadata.distributions():
         for req in dist.requires or ():
             m = _NAME.match(req)
             if m and _normal(m.group(1)) == want:
-                out.append(f"{dist.metadata['Name']} ({req.strip()})")
-    return sorted(set(out))
+                out.add(str(dist.metadata["Name"]))
+    return sorted(out)
 
 
 def uninstall_advice(path: str) -> "tuple[str | None, list[str], str | None]":
