@@ -203,8 +203,8 @@ def _torch_uses(loader: Loader, kind: str, major: int,
         return found, (why + "; " if why else "") + f"no copy is loaded by path: {stopped}", None
     if runtime_of(os.path.basename(by_path)) != (kind, major):
         why = (why + "; " if why else "") + (
-            f"{_PRELOAD} also loads {by_path} by path (RTLD_LOCAL: its nvidia/{torchinit.RUNTIME_FOLDER}/lib "
-            f"comes before nvidia/cu{major}/lib), a second runtime that nothing binds to")
+            f"{_PRELOAD} also loads {by_path} by path (RTLD_LOCAL; it looks in nvidia/{torchinit.RUNTIME_FOLDER}/lib "
+            f"before nvidia/cu{major}/lib), a second runtime that nothing binds to")
         return found, why, by_path
     return Found(by_path, BY_PATH), (
         f"{_PRELOAD} loads this copy by path once imported (RTLD_LOCAL), whatever else torch binds: the one copy "
