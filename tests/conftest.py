@@ -272,30 +272,41 @@ def _custom_layout(venv: Venv, tms: str, layout: str, parts: Parts) -> None:
                    f"-L{parts.hip}", "-l:libamdhip64.so.6", arch=parts.arch)
 
 
+# The real torch releases the real-torch scenarios run with (tools/sandbox.py): the first is every test's default.
+TORCHES = list(support.TORCH_VERSIONS)
+# Each one's torch.version.cuda (pip's builds of both link CUDA 13: libcudart.so.13 from nvidia/cu13/lib).
+TORCH_CUDA = {"2.14.1": "13.0", "2.15.0": "13.2"}
+
+
 @pytest.fixture(scope="session")
 def real_torch(parts, tmp_path_factory):
-    """Factory: real torch (CUDA 13.0 build) + a real torch_memory_saver wheel + our wheel, on a host.
+    """Factory: ``real_torch(host, tms, torch=..., pip=())``: real torch (a CUDA 13 build; ``torch`` one of
+    :data:`TORCHES`) + a real torch_memory_saver wheel + our wheel (+ NVIDIA's runtime wheels of the majors in
+    ``pip``, installed beside torch's own), on a host.
 
-    One cached venv holds torch (5.5 GB); this run installs into a hard-linked private copy of it
-    (:func:`support.private_copy`), where ``tms`` switches the torch_memory_saver installed (a pip
-    reinstall of a small wheel) when a test asks for another version than the last one.
+    One cached venv per torch release holds it (5.5 GB); this run installs into a hard-linked private copy of
+    it (:func:`support.private_copy`) per (torch, pip), where ``tms`` switches the torch_memory_saver installed
+    (a pip reinstall of a small wheel) when a test asks for another version than the last one.
     """
     made: dict[tuple, Scenario] = {}
-    venvs: list[Venv] = []  # the private copy, made on first use
-    installed: dict[str, str] = {}
+    venvs: dict[tuple, Venv] = {}  # the private copies, made on first use
+    installed: dict[tuple, str] = {}
 
-    def make(host: tuple[str, ...] = ("driver",), tms: str = "0.0.9.post1") -> Scenario:
-        if not venvs:
-            shared = need(support.torch_venv, support.find_python(DEFAULT_PYTHON))
-            venvs.append(need(support.private_copy, shared, tmp_path_factory.mktemp("torch-venv") / "venv"))
-            need(venvs[0].install, parts.own_wheel)
-        venv = venvs[0]
-        if installed.get("tms") != tms:
+    def make(host: tuple[str, ...] = ("driver",), tms: str = "0.0.9.post1", torch: str = TORCHES[0],
+             pip: tuple[int, ...] = ()) -> Scenario:
+        key = (torch, pip)
+        if key not in venvs:
+            shared = need(support.torch_venv, support.find_python(DEFAULT_PYTHON), torch)
+            venv = need(support.private_copy, shared, tmp_path_factory.mktemp("torch-venv") / "venv")
+            need(venv.install, parts.own_wheel, *(need(support.runtime_wheel, m) for m in pip))
+            venvs[key] = venv
+        venv = venvs[key]
+        if installed.get(key) != tms:
             need(venv.install, support.tms_wheel(tms))
-            installed["tms"] = tms
-        if host not in made:
+            installed[key] = tms
+        if (key, host) not in made:
             root = tmp_path_factory.mktemp("torch-host")
-            made[host] = Scenario(venv, need(Host, root, parts.host_dirs(host)), parts)
-        return made[host]
+            made[(key, host)] = Scenario(venv, need(Host, root, parts.host_dirs(host)), parts)
+        return made[(key, host)]
 
     return make

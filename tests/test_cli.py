@@ -58,7 +58,7 @@ def test_which_prints_the_chosen_build_and_doctor_reports_it_with_its_documented
     assert set(doc) == {"ok", "hostname", "python", "versions", "executable", "torch_memory_saver_dir", "runtime",
                         "candidates", "plan", "warnings", "error", "cause", "fix", "driver"}
     assert set(doc["runtime"]) == {"kind", "major", "source", "library", "library_rule", "library_why", "torch_dir",
-                                  "torch_version"}
+                                  "torch_version", "second", "split"}
     assert set(doc["candidates"][0]) == {"path", "target", "kind", "major", "needs", "interposes", "loads", "status",
                                          "reason", "cause"}
 

@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import assert_applied, mode_env
+from conftest import TORCH_CUDA, TORCHES, assert_applied, mode_env
 from support import KERNEL_CLIENT, MAPPED, REEXECD, cc, clean_env, execs
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -128,7 +128,7 @@ def launch(scn, launcher, which, spelling="plain", env=None, python=None):
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 
 
-def assert_children_hooked(scn, out, stderr):
+def assert_children_hooked(scn, out, stderr, torch=TORCHES[0]):
     hook = os.path.realpath(scn.site / CU13)
     cudart = os.path.realpath(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
     assert [c["kind"] for c in out["children"]] == ["spawn", "forkserver", "pool"]
@@ -137,7 +137,7 @@ def assert_children_hooked(scn, out, stderr):
         assert c["verdict"] == "accepted", c
         assert c["hooks"] == [hook], c
         assert c["cudart"] == [cudart], c
-        assert c["cuda"] == "13.0"
+        assert c["cuda"] == TORCH_CUDA[torch]
         assert c["pid"] == c["started_pid"], c  # the process the launcher started is the one that answered
     assert execs(*(c["reexecd"] for c in out["children"])) == 0, out["children"]  # no child re-exec'd
     for c in out["children"]:
@@ -153,13 +153,15 @@ def extra_preload(parts):
 
 
 SPELLINGS = ["plain", "symlinked", "non-normalised", "unrelated-entry"]
-# Every spelling with the released wheels; the launcher that also rewrites LD_LIBRARY_PATH with two.
-LAUNCHER_CASES = [(tms, spelling) for tms in TMS_VERSIONS for spelling in SPELLINGS] + [
-    (RUNPATH_BUILD, "plain"), (RUNPATH_BUILD, "unrelated-entry")]
+# Every spelling with the released wheels; the launcher that also rewrites LD_LIBRARY_PATH with two; today's
+# torch with the newest release, in the spelling every launcher has.
+LAUNCHER_CASES = [(tms, spelling, TORCHES[0]) for tms in TMS_VERSIONS for spelling in SPELLINGS] + [
+    (RUNPATH_BUILD, "plain", TORCHES[0]), (RUNPATH_BUILD, "unrelated-entry", TORCHES[0]),
+    (TMS_VERSIONS[-1], "plain", TORCHES[-1])]
 
 
-@pytest.mark.parametrize("tms, spelling", LAUNCHER_CASES)
-def test_sglang_pattern_flagged_launcher(real_torch, launcher, extra_preload, tmp_path, tms, spelling, mode):
+@pytest.mark.parametrize("tms, spelling, torch", LAUNCHER_CASES)
+def test_sglang_pattern_flagged_launcher(real_torch, launcher, extra_preload, tmp_path, tms, spelling, torch, mode):
     """A flagged launcher's configure_subprocess() children: hooked once, accepted by torch_memory_saver.
 
     Child LD_PRELOAD before the hook rewrites it (0.0.10; 0.0.9.post1 always replaces it with one path):
@@ -168,7 +170,7 @@ def test_sglang_pattern_flagged_launcher(real_torch, launcher, extra_preload, tm
     also puts the launcher's libcudart directory first on LD_LIBRARY_PATH: the children are accepted as
     they are, not resolved again.
     """
-    scn = real_torch(("driver",), tms=tms)
+    scn = real_torch(("driver",), tms=tms, torch=torch)
     env = {"TMS_AUTOPRELOAD": "1", **mode_env(mode)}
     python = None
     if spelling == "symlinked":
@@ -179,7 +181,7 @@ def test_sglang_pattern_flagged_launcher(real_torch, launcher, extra_preload, tm
         env["LD_PRELOAD"] = str(extra_preload)
     out, err = launch(scn, launcher, "tms", spelling, env, python)
     assert_applied(mode, out["reexecd"], out["hooks"], scn.site / CU13)  # the launcher ...
-    assert_children_hooked(scn, out, err)  # ... and its children, none re-exec'd
+    assert_children_hooked(scn, out, err, torch)  # ... and its children, none re-exec'd
     if spelling == "unrelated-entry" and tms != "0.0.9.post1":
         assert all(c["preload"].endswith(f":{extra_preload}") for c in out["children"])
     if tms == RUNPATH_BUILD:
@@ -400,8 +402,9 @@ dist.destroy_process_group()
 '''
 
 
-def test_torchrun_agent_and_every_rank_hooked_also_after_a_restart(real_torch, tmp_path):
-    scn = real_torch(("driver",))
+@pytest.mark.parametrize("torch", TORCHES)
+def test_torchrun_agent_and_every_rank_hooked_also_after_a_restart(real_torch, tmp_path, torch):
+    scn = real_torch(("driver",), torch=torch)
     script, reports = tmp_path / "rank.py", tmp_path / "reports"
     script.write_text(RANK)
     reports.mkdir()

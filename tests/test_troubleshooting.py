@@ -12,7 +12,8 @@ ERRORS = ("libcudart.so.12: cannot open shared object file", "libcudart.so.13: c
           "TorchMemorySaver observes invalid LD_PRELOAD", "torch.cuda.is_available()",
           "Driver/library version mismatch",
           "two runtime copies", "who cannot write this environment's code", "Exit 78 from the start-up hook",
-          "tms_autopreload.pth is left over", "no node was counted")
+          "tms_autopreload.pth is left over", "no node was counted", "a second CUDA runtime in every process",
+          "makes the hook use libcudart.so.12 while torch")
 
 
 def test_every_error_text_has_a_section_backed_by_existing_tests():

@@ -26,6 +26,7 @@ import time
 
 from .builds import interposed
 from .elf import ElfError, read_dynamic, read_symbols
+from .errors import CAUSE_IDLE_RUNTIME, CAUSE_SECOND_RUNTIME_BOUND
 from . import EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, is_tms_entry, parse_flag, \
     same_file, split_preload
 from .sonames import runtime_of
@@ -114,7 +115,7 @@ class Evidence:
     """What the deep check saw; ``ok`` only when every reference binds to the hook and one runtime is mapped."""
 
     __slots__ = ("module", "hook", "runtime_library", "interposed", "libraries", "runtimes", "hook_mapped",
-                 "hook_runtime", "import_error", "log_bytes", "seconds", "error")
+                 "hook_runtime", "import_error", "log_bytes", "seconds", "error", "bound_by", "idle", "bound_fix")
 
     def __init__(self, module: str, hook: "str | None", runtime_library: "str | None",
                  symbols: "tuple[str, ...]" = ()) -> None:
@@ -130,23 +131,53 @@ class Evidence:
         self.log_bytes = 0
         self.seconds = 0.0
         self.error: "str | None" = None
+        # Per runtime library mapped: the other objects the log shows bound to it (its own references aside).
+        self.bound_by: "dict[str, list[str]]" = {}
+        # The runtime copies mapped besides one that takes bindings, which nothing binds to (torch's by-path,
+        # RTLD_LOCAL load of another wheel's copy): :func:`tms_autopreload.doctor.second_runtime` of each.
+        self.idle: "list[dict]" = []
+        self.bound_fix: "str | None" = None  # the fix where two runtime copies take bindings, from the caller
+
+    @property
+    def split(self) -> bool:
+        """More than one runtime copy takes bindings (or none is mapped): not one runtime for hook and module."""
+        return len(self.runtimes) - len(self.idle) != 1
 
     @property
     def ok(self) -> bool:
         return (self.error is None and self.import_error is None and bool(self.libraries)
-                and len(self.runtimes) == 1 and all(lib.status == "intercepted" for lib in self.libraries))
+                and not self.split and all(lib.status == "intercepted" for lib in self.libraries))
+
+    @property
+    def cause(self) -> "str | None":
+        """Why more than one runtime is mapped (:data:`tms_autopreload.errors.CAUSES`), or None."""
+        if self.error or self.import_error or not self.runtimes:
+            return None
+        if self.split:
+            return CAUSE_SECOND_RUNTIME_BOUND
+        return CAUSE_IDLE_RUNTIME if self.idle else None
+
+    @property
+    def fix(self) -> "str | None":
+        if self.cause == CAUSE_SECOND_RUNTIME_BOUND:
+            return self.bound_fix or "run `tms-autopreload doctor`: it names what each copy is and why it is chosen"
+        fixes = [second["fix"] for second in self.idle if second["fix"]]
+        return "; ".join(fixes) if fixes else None
 
     def verdict(self) -> str:
         if self.error:
             return f"NOT PROVEN: {self.error}"
         if self.import_error:
             return f"NOT PROVEN: `import {self.module}` failed in the child: {self.import_error}"
-        if len(self.runtimes) != 1:
+        if self.split:
             forwards = (f"the hook's own calls were bound to {', '.join(self.hook_runtime)}, "
                         if self.hook_runtime else "")
+            counts = {r: len(self.bound_by.get(r, [])) for r in self.runtimes}
+            bound = [f"{r} (bound by {n} object{'' if n == 1 else 's'})" for r, n in counts.items()]
             return (f"NOT PROVEN: {len(self.runtimes)} runtime libraries are mapped after `import {self.module}` "
-                    f"({', '.join(self.runtimes) or 'none'}): {forwards}so allocations the hook forwards and "
-                    f"the rest of the module's CUDA calls can land in different runtimes; expected exactly one")
+                    f"({', '.join(bound) or 'none'}): {forwards}so allocations the hook forwards and "
+                    f"the rest of the module's CUDA calls can land in different runtimes; expected exactly one "
+                    f"that takes bindings")
         if not self.libraries:
             return (f"NOT PROVEN: no library loaded by `import {self.module}` references "
                     f"{', '.join(self.interposed)}")
@@ -154,6 +185,10 @@ class Evidence:
         if bad:
             return f"BYPASSED: {len(bad)} of {len(self.libraries)} libraries do not reach the hook"
         count = sum(len(lib.bound) for lib in self.libraries)
+        if self.idle:
+            return (f"INTERCEPTED: every reference ({len(self.libraries)} libraries, {count} bindings) binds to the "
+                    f"hook; one runtime library takes bindings, and {len(self.idle)} more mapped that nothing binds "
+                    f"to ({', '.join(second['path'] for second in self.idle)})")
         return (f"INTERCEPTED: every reference ({len(self.libraries)} libraries, {count} bindings) binds to the "
                 f"hook; one runtime library mapped")
 
@@ -161,11 +196,12 @@ class Evidence:
         return {
             "ok": self.ok, "module": self.module, "hook": self.hook, "hook_mapped": self.hook_mapped,
             "runtime_library": self.runtime_library, "interposed": list(self.interposed),
-            "runtime_libraries_mapped": self.runtimes, "hook_bound_to": self.hook_runtime,
+            "runtime_libraries_mapped": self.runtimes, "runtime_bound_by": self.bound_by,
+            "idle_runtimes": self.idle, "hook_bound_to": self.hook_runtime,
             "libraries": [{"path": lib.path, "name": lib.name, "status": lib.status, "reason": lib.reason,
                            "bindings": lib.bound} for lib in self.libraries],
             "import_error": self.import_error, "log_bytes": self.log_bytes, "seconds": round(self.seconds, 3),
-            "verdict": self.verdict(),
+            "verdict": self.verdict(), "cause": self.cause, "fix": self.fix,
             "error": self.error,
         }
 
@@ -186,15 +222,26 @@ class Evidence:
                   ", ".join(sorted(os.path.basename(t or "nothing") for t in set(lib.bound.values()))))
             line = f"{lib.label()}: {', '.join(lib.bound)} -> {to}"
             lines.append(line if lib.status == "intercepted" else f"{line} ({lib.status.upper()}: {lib.reason})")
+        from .doctor import warning_of_second
+
+        lines += [f"warning: {warning_of_second(second)}" for second in self.idle]
         lines.append(f"\nverdict:  {self.verdict()}")
+        if self.cause:
+            lines.append(f"cause:    {self.cause}" + (f"; fix: {self.fix}" if self.fix else ""))
         return "\n".join(lines)
 
 
-def _read_log(directory: str, hook: str, symbols: "frozenset[str]", ev: Evidence) -> "dict[str, Library]":
+# Written in a binding line to a runtime library (its path, and the version of a reference to it).
+_RUNTIME_MARKS = (b"libcudart.so", b"libamdhip64.so")
+
+
+def _read_log(directory: str, hook: str, symbols: "frozenset[str]", ev: Evidence,
+              users: "dict[str, set[str]]") -> "dict[str, Library]":
     """Stream every ``LD_DEBUG_OUTPUT`` file (one per PID), line by line (``hook``: ``ev.hook``, known here).
 
-    Keeps the bindings of interposed symbols, and the runtime libraries the hook's own references
-    were bound to (where its calls forward).
+    Keeps the bindings of interposed symbols, the runtime libraries the hook's own references were bound
+    to (where its calls forward), and in ``users`` which objects are bound to each runtime library (its own
+    references to itself aside): a copy nothing binds to takes no call.
     """
     libraries: "dict[str, Library]" = {}
     is_hook: "dict[str, bool]" = {}
@@ -205,11 +252,16 @@ def _read_log(directory: str, hook: str, symbols: "frozenset[str]", ev: Evidence
         ev.log_bytes += os.path.getsize(path)
         with open(path, "rb") as f:
             for raw in f:
-                if b"binding file" not in raw or not (hook_name in raw or any(n in raw for n in needles)):
+                if b"binding file" not in raw:
+                    continue
+                runtime_line = any(m in raw for m in _RUNTIME_MARKS)
+                if not (runtime_line or hook_name in raw or any(n in raw for n in needles)):
                     continue
                 b = parse_binding(raw.decode("utf-8", "surrogateescape"))
                 if b is None:
                     continue
+                if runtime_line and b.referrer != b.target and runtime_of(os.path.basename(b.target)):
+                    users.setdefault(b.target, set()).add(b.referrer)
                 if b.referrer not in is_hook:
                     is_hook[b.referrer] = same_file(b.referrer, hook)
                 if is_hook[b.referrer]:
@@ -237,6 +289,21 @@ def _unbound(mapped: "Iterable[str]", soname: str, symbols: "frozenset[str]",
             lib = libraries.setdefault(path, Library(path))
             for sym in sorted(wanted):
                 lib.bound.setdefault(sym, None)
+
+
+def _runtime_users(users: "dict[str, set[str]]", ev: Evidence) -> None:
+    """``ev.bound_by`` for each mapped runtime library, and ``ev.idle``: where one copy takes bindings, each other
+    copy that none does, with whence it comes and the fix (:func:`tms_autopreload.doctor.second_runtime`)."""
+    from .doctor import second_runtime
+
+    for mapped in ev.runtimes:
+        ev.bound_by[mapped] = sorted({who for target, whos in users.items() if same_file(target, mapped)
+                                      for who in whos if not same_file(who, mapped)})
+    taking = [r for r in ev.runtimes if ev.bound_by[r]]
+    # Only beside the copy the plan binds for torch: a copy of torch's own runtime left idle while another
+    # takes the calls is not harmless (torch then runs on a runtime its install did not bring).
+    if len(taking) == 1 and same_file(taking[0], ev.runtime_library):
+        ev.idle = [second_runtime(r, taking[0]) for r in ev.runtimes if not ev.bound_by[r]]
 
 
 def _classify(lib: Library, ev: Evidence) -> None:
@@ -288,12 +355,14 @@ def under_test(plan: "Plan", mode: str = "exec", as_is: bool = False,
 
 
 def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, module: str = "torch",
-          executable: "str | None" = None, in_process: bool = False, timeout: float = 600) -> Evidence:
+          executable: "str | None" = None, in_process: bool = False, timeout: float = 600,
+          bound_fix: "str | None" = None) -> Evidence:
     """Start ``executable`` under ``environ`` plus :data:`DEEP_VARS`, import ``module``, and read the log.
 
     ``in_process``: ``environ`` asks the child's start-up hook for dlopen mode (with
     ``TMS_AUTOPRELOAD_VERBOSE``); a child whose hook re-exec'd it (:func:`tms_autopreload.reexecuted`)
-    gives evidence about exec mode, so the check fails with the hook's own words. The log goes to a private
+    gives evidence about exec mode, so the check fails with the hook's own words. ``bound_fix``: the fix to
+    give where two runtime copies take bindings (the caller knows what it set up). The log goes to a private
     temporary directory, is read line by line and deleted. The calling process's environment is
     not touched. The child leads a process group of its own; whatever ends this call early (a
     timeout, Ctrl-C, an exception a signal handler raises) ends that group and deletes the log.
@@ -305,6 +374,7 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
         ev.error = f"cannot read the symbol tables of {hook} and {runtime_library}: {exc}"
         return ev
     ev = Evidence(module, hook, runtime_library, symbols)
+    ev.bound_fix = bound_fix
     if not symbols:
         ev.error = f"{os.path.basename(hook)} defines nothing that {os.path.basename(runtime_library)} defines"
         return ev
@@ -338,7 +408,9 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
         ev.import_error = answer["import_error"]
         if ev.import_error:
             return ev
-        libraries = _read_log(directory, hook, frozenset(symbols), ev)
+        users: "dict[str, set[str]]" = {}
+        libraries = _read_log(directory, hook, frozenset(symbols), ev, users)
+        _runtime_users(users, ev)
         _unbound(mapped, soname, frozenset(symbols), libraries, ev)
         for lib in libraries.values():
             # allocation before release, then by name: "cudaMalloc, cudaFree"

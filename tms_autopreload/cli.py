@@ -151,9 +151,22 @@ def _deep(args: argparse.Namespace) -> int:
         return EXIT_NO_PLAN
     env, hook, under = under_test(report.plan, args.mode, args.as_is, None if args.as_is else env)
     ev = check(env, hook, report.runtime.library, module=args.import_, executable=report.executable,
-               in_process=args.mode == "dlopen" and not args.as_is)
+               in_process=args.mode == "dlopen" and not args.as_is, bound_fix=_bound_fix(report, args.as_is))
     print(json.dumps(ev.to_dict(), indent=2) if args.json else ev.text(under))
     return EXIT_OK if ev.ok else EXIT_NO_PLAN
+
+
+def _bound_fix(report: Report, as_is: bool) -> "str | None":
+    """``doctor --deep``'s fix where two runtime copies take bindings: the override that split the hook from
+    torch, or (``--as-is``) the environment that is not the plan's."""
+    from .plan import split_fix
+    from .runtime import split_from_torch
+
+    if report.runtime is not None and split_from_torch(report.runtime):
+        return split_fix(os.environ)
+    if as_is:
+        return "start with the plan instead of this environment: set the flag, or eval \"$(tms-autopreload env)\""
+    return None
 
 
 def _cmd_which(args: argparse.Namespace) -> int:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-__all__ = ["document", "text", "table", "is_ok", "driver_facts", "runtime_rule", "versions", "VERSIONED"]
+__all__ = ["document", "text", "table", "is_ok", "driver_facts", "runtime_rule", "versions", "second_runtime",
+           "warning_of_second", "VERSIONED"]
 
 # The distributions whose versions a document carries (the per-node table compares them across nodes).
 VERSIONED = ("tms_autopreload", "torch_memory_saver")
@@ -30,11 +31,57 @@ def table(rows: "Sequence[tuple[str, ...]]") -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows)
 
 
-def is_ok(plan: object, driver: object) -> bool:
+def is_ok(plan: object, driver: object, runtime: object = None) -> bool:
     """The one rule of ``ok``, for this process's document and for a node's row (:mod:`tms_autopreload.rows`):
-    there is a plan, and the NVIDIA driver can run torch's CUDA (its verdict is not ``failing``; without
-    driver facts, nothing says it cannot). Read defensively: a row passes a document another node wrote."""
-    return bool(plan) and not (isinstance(driver, dict) and driver.get("verdict") == "failing")
+    there is a plan, the NVIDIA driver can run torch's CUDA (its verdict is not ``failing``; without driver
+    facts, nothing says it cannot), and the hook uses the runtime torch links (no override split them:
+    ``runtime.split``; asked for or not, the hook then does not manage torch's memory as meant). Read
+    defensively: a row passes a document another node wrote."""
+    return (bool(plan) and not (isinstance(driver, dict) and driver.get("verdict") == "failing")
+            and not (isinstance(runtime, dict) and runtime.get("split")))
+
+
+def _split(report: Report, environ: "Mapping[str, str]") -> "dict[str, Any] | None":
+    """``runtime.split``: the runtime torch links where an override makes the chosen hook use another."""
+    from .errors import CAUSE_SPLIT_RUNTIME
+    from .plan import split_fix, split_overrides, split_warning
+    from .runtime import split_from_torch
+
+    build = next((v.build for v in report.verdicts if v.status == CHOSEN), None)
+    rt = report.runtime
+    if rt is None or build is None or split_warning(rt, build, environ) is None:
+        return None
+    return {"torch_library": split_from_torch(rt), "overrides": split_overrides(environ),
+            "cause": CAUSE_SPLIT_RUNTIME, "fix": split_fix(environ)}
+
+
+def second_runtime(path: str, shared: "str | None") -> "dict[str, Any]":
+    """``runtime.second``: a second runtime file torch loads by path besides ``shared`` (the copy the hook and
+    torch share), the distribution that brings it and the fix; said as a warning by :func:`warning_of_second`.
+    ``doctor --deep`` gives the same for a copy it sees mapped that nothing binds to."""
+    from .errors import CAUSE_IDLE_RUNTIME
+    from .wheels import uninstall_advice
+
+    wheel, required_by, fix = uninstall_advice(path)
+    return {"path": path, "shared": shared, "wheel": wheel, "required_by": required_by, "cause": CAUSE_IDLE_RUNTIME,
+            "fix": fix}
+
+
+def warning_of_second(second: "dict[str, Any]") -> str:
+    """What a second runtime copy means, whence it comes, and the fix where there is one (:func:`second_runtime`)."""
+    whence = (f"it comes with {second['wheel']}" if second["wheel"] else
+              "no installed distribution records it")
+    if second["fix"]:
+        then = f"nothing installed requires {second['wheel']}: {second['fix']} removes it"
+    elif second["required_by"]:
+        needs = second["required_by"]
+        then = f"it stays while {', '.join(needs)} require{'s' if len(needs) == 1 else ''} it"
+    else:
+        then = "remove it if nothing needs it"
+    shared = f" (the hook and torch share {second['shared']})" if second.get("shared") else ""
+    return (f"torch loads {second['path']} by path once imported (torch/__init__.py's _preload_cuda_deps, "
+            f"RTLD_LOCAL): a second CUDA runtime in every process that imports torch, which nothing binds to"
+            f"{shared}, so the hook is not affected; {whence}, and {then}")
 
 
 def _interposes(report: Report) -> "dict[str, list[str] | None]":
@@ -112,18 +159,23 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
     rt, plan, failure = report.runtime, report.plan, report.failure
     interposes = _interposes(report)
     driver = driver_facts(report, environ)
+    env = os.environ if environ is None else environ
+    split = _split(report, env)
+    second = None if rt is None or rt.second is None else second_runtime(rt.second, rt.library)
+    runtime = None if rt is None else {
+        "kind": rt.kind, "major": rt.major, "source": rt.source, "library": rt.library,
+        "library_rule": rt.library_rule, "library_why": rt.library_why,
+        "torch_dir": rt.torch.dir if rt.torch else None, "torch_version": rt.torch.version if rt.torch else None,
+        "second": second, "split": split,
+    }
     return {
         "hostname": os.uname().nodename,
         "python": sys.version.split()[0],
         "versions": versions(),
-        "ok": is_ok(plan, driver),
+        "ok": is_ok(plan, driver, runtime),
         "executable": report.executable,
         "torch_memory_saver_dir": report.package_dir,
-        "runtime": None if rt is None else {
-            "kind": rt.kind, "major": rt.major, "source": rt.source, "library": rt.library,
-            "library_rule": rt.library_rule, "library_why": rt.library_why,
-            "torch_dir": rt.torch.dir if rt.torch else None, "torch_version": rt.torch.version if rt.torch else None,
-        },
+        "runtime": runtime,
         "candidates": [{
             "path": v.build.path, "target": v.build.target(), "kind": v.build.kind, "major": v.build.major,
             "needs": list(v.build.needs), "loads": v.loader_ok, "status": v.status, "reason": v.reason,
@@ -133,7 +185,8 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
             "build": plan.build, "env": plan.changes(), "binding": plan.binding,
             "runtime_rule": runtime_rule(report, environ),
         },
-        "warnings": list(report.warnings + (plan.warnings if plan else ())),
+        "warnings": list(report.warnings + (plan.warnings if plan else ())) + ([warning_of_second(second)]
+                                                                              if second else []),
         "error": report.error,
         "cause": None if failure is None else failure.cause,
         "fix": None if failure is None else failure.fix,
@@ -150,10 +203,10 @@ def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
     lib = f"{rt['library']} ({rt['library_rule']})" if rt["library"] else "not found"
     lines = [f"runtime:  {runtime_name(rt['kind'], rt['major'])} ({rt['source']})",
              f"library:  {runtime_soname(rt['kind'], rt['major'])} -> {lib}"]
-    if rt["library"] and rt["library_why"] and rt["torch_dir"] is None:
-        lines.append(f"why:      no torch here: the copy the hook's build will bind, {rt['library_why']}")
-    elif rt["library"] and rt["library_why"]:
-        lines.append(f"why:      the copy torch will use: {rt['library_why']}")
+    if rt["library"] and rt["library_why"]:
+        whose = ("no torch here: the copy the hook's build will bind" if rt["torch_dir"] is None else
+                 "the copy the hook will use, not torch's" if rt.get("split") else "the copy torch will use")
+        lines.append(f"why:      {whose}: {rt['library_why']}")
     plan = doc["plan"]
     if plan is not None and plan.get("binding"):
         lines.append(f"binding:  {plan['binding']}")

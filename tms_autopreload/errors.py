@@ -53,6 +53,12 @@ CAUSE_NO_RUNTIME = "no-runtime"  # not tried: no runtime could be decided
 CAUSE_PREFERRED_CHOSEN = "preferred-chosen"  # not tried: a preferred build was chosen first
 CAUSE_LESS_PREFERRED = "less-preferred"  # it loads, but a preferred build was chosen
 
+# Said with a plan (doctor's warnings, doctor --deep): what the process maps besides the one runtime the hook
+# and torch share, or that they do not share one.
+CAUSE_IDLE_RUNTIME = "idle-runtime"  # torch loads a second runtime copy by path (RTLD_LOCAL) that nothing binds to
+CAUSE_SECOND_RUNTIME_BOUND = "second-runtime-bound"  # doctor --deep: not only torch's runtime copy takes bindings
+CAUSE_SPLIT_RUNTIME = "split-runtime"  # an override makes the hook use another runtime than torch links
+
 # Given by tms_autopreload.inprocess: why the plan cannot be, or was not, loaded in this running process.
 CAUSE_IN_PROCESS = "in-process"  # InProcessError's default
 CAUSE_TORCH_IMPORTED = "torch-imported"  # torch is already imported
@@ -93,7 +99,8 @@ CAUSES = (
     CAUSE_SYMBOL_DEFINED, CAUSE_DLOPEN_FAILED, CAUSE_NO_PROC_MAPS, CAUSE_NOT_MAPPED, CAUSE_NO_JUPYTER,
     CAUSE_INVALID_REQUEST, CAUSE_NO_KERNEL, CAUSE_NOT_OURS, CAUSE_NO_RAY, CAUSE_NO_CLUSTER, CAUSE_CLUSTER_LOST,
     CAUSE_USAGE, CAUSE_NO_RUNTIME_FILE, CAUSE_UNREADABLE_SYMBOLS, CAUSE_PRELOAD_DEFINES, CAUSE_NO_IPYKERNEL,
-    CAUSE_BAD_KERNEL_NAME, CAUSE_EMPTY_PREFIX, CAUSE_HOOK_OFF,
+    CAUSE_BAD_KERNEL_NAME, CAUSE_EMPTY_PREFIX, CAUSE_HOOK_OFF, CAUSE_IDLE_RUNTIME, CAUSE_SECOND_RUNTIME_BOUND,
+    CAUSE_SPLIT_RUNTIME,
 )
 
 

@@ -32,10 +32,10 @@ from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LO
                      CAUSE_FORCED_DOES_NOT_FIT, CAUSE_INTERPRETER_FAILS, CAUSE_LESS_PREFERRED, CAUSE_NO_BINDING,
                      CAUSE_NO_BUILD_FITS, CAUSE_NO_BUILDS, CAUSE_NO_DRIVER, CAUSE_NO_EXECUTABLE, CAUSE_NO_PACKAGE,
                      CAUSE_NO_RUNTIME, CAUSE_NOT_PRELOADED, CAUSE_PREFERRED_CHOSEN, CAUSE_TWO_RUNTIMES,
-                     CAUSE_UNREADABLE_INTERPRETER, CAUSE_UNSAFE_PATH, CAUSE_UNTRUSTED_BUILDS, CAUSE_UNUSABLE,
-                     CAUSE_WRONG_RUNTIME, ResolveError, shown)
+                     CAUSE_UNREADABLE_INTERPRETER, CAUSE_UNSAFE_PATH, CAUSE_UNTRUSTED_BUILDS,
+                     CAUSE_UNUSABLE, CAUSE_WRONG_RUNTIME, ResolveError, shown)
 from .ldso import Loader, Object, loaded_as
-from .runtime import Runtime, detect, install_hint
+from .runtime import Runtime, detect, install_hint, split_from_torch
 from .sonames import DRIVER_SONAME, GLIBC_SONAMES
 from .trace import Trace, run_trace, run_traces, start_traces
 from .trust import CAUSES as TRUST_CAUSES
@@ -762,11 +762,13 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
     refused = [v for v in ordered if v.cause in TRUST_CAUSES]  # they fit; others can write them
     fixes = [f for i in eligible if (f := ordered[i].fix)] + list(dict.fromkeys(v.fix for v in refused if v.fix))
     listing = [f"  - {v.build.name}: {v.reason}" for v in ordered]
-    torch = runtime.torch
-    if runtime.source.startswith(f"{CUDA_MAJOR_VAR}=") and torch is not None and torch.cuda \
-            and torch.cuda.split(".")[0] != str(runtime.major):
-        # The override names another major than torch's build: that, not a missing build, is the cause.
-        fixes = [f"unset {CUDA_MAJOR_VAR} (torch at {torch.dir} is built for CUDA {torch.cuda})", *fixes]
+    split, torch = split_from_torch(runtime), runtime.torch
+    if split is not None and torch is not None:
+        # The override names another runtime than torch links: that, not a missing build or runtime, is the
+        # cause; installing the runtime it names would only split the hook from torch (split_warning).
+        built = f"is built for CUDA {torch.cuda}" if torch.cuda else f"links {split}"
+        fixes = [f"unset {CUDA_MAJOR_VAR} (torch at {torch.dir} {built})",
+                 *(f for f in fixes if f != install_hint(runtime.kind, runtime.major))]
     reasons_above = f"see the reasons above, or set {PATH_VAR} to a build that loads"
     if refused and not eligible:
         only = refused[0].build.refusal if len(refused) == 1 else None
@@ -797,6 +799,31 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
         fixes.append(build_install_hint(runtime.kind, runtime.major, package_dir))
     return ResolveError("\n".join([f"no torch_memory_saver preload build fits {runtime.describe()}:", *listing]),
                         fix="; or ".join(dict.fromkeys(fixes)) if fixes else reasons_above, cause=CAUSE_NO_BUILD_FITS)
+
+
+def split_overrides(env: "Mapping[str, str]") -> "list[str]":
+    """The override variables set in ``env`` (``NAME=value``), which can make the hook use another runtime
+    than torch (:func:`tms_autopreload.runtime.split_from_torch`)."""
+    return [f"{name}={shown(env[name])}" for name in (CUDA_MAJOR_VAR, PATH_VAR) if env.get(name, "").strip()]
+
+
+def split_fix(env: "Mapping[str, str]") -> str:
+    """The fix where an override splits the hook from torch: unset the overrides ``env`` sets."""
+    names = [o.partition("=")[0] for o in split_overrides(env)] or [CUDA_MAJOR_VAR]
+    return f"unset {' and '.join(names)} to use torch's runtime"
+
+
+def split_warning(runtime: Runtime, build: Build, env: "Mapping[str, str]") -> "str | None":
+    """The plan's warning when an override makes the hook (``build``) use another runtime than torch links,
+    else None (a driver-only build uses no runtime). Never a fix: what it asks for is what splits them."""
+    split = split_from_torch(runtime)
+    if split is None or runtime.torch is None or build.kind == "driver":
+        return None
+    overrides = split_overrides(env) or [runtime.source]
+    return (f"{' and '.join(overrides)} makes the hook use {runtime.soname} while torch at {runtime.torch.dir} "
+            f"links {split}: two CUDA runtimes are mapped, and the calls the hook forwards land in another "
+            f"runtime than torch's own CUDA calls, so torch_memory_saver does not manage torch's memory as "
+            f"meant; {split_fix(env)}")
 
 
 def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None = None,
@@ -856,8 +883,9 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         _trace_the_rest(verdicts, env, plan, exe)
     ordered = tuple(verdicts[i] for i in range(len(builds)))
     if plan is not None:
+        said = split_warning(plan.runtime, next(v.build for v in ordered if v.status == CHOSEN), env)
         return Report(exe, package_dir, runtime, ordered, _with_single_path_warning(plan, package_dir, forced),
-                      None, tuple(warnings))
+                      None, tuple(warnings) + ((said,) if said else ()))
     if runtime is None:
         return fail(runtime_error, None, ordered)  # type: ignore[arg-type]  # set exactly when detect raised
     return fail(_no_fit(runtime, ordered, eligible, forced, env.get("LD_LIBRARY_PATH", ""), package_dir), runtime,

@@ -63,7 +63,7 @@ def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer
     doc, started = _dict(answer.get("survey")), answer.get("started")
     driver = _dict(doc.get("driver"))
     hooked = started is None or (started["hooked"] and len(started["libcudart"]) <= 1)
-    row["ok"] = is_ok(doc.get("plan"), driver) and hooked and not error
+    row["ok"] = is_ok(doc.get("plan"), driver, doc.get("runtime")) and hooked and not error
     if row["ok"] or row["error"]:
         return row
     if doc.get("error"):

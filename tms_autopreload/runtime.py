@@ -10,18 +10,18 @@ NVIDIA's pip runtime wheels decide, and only when exactly one major is visible.
 
 import os
 
-from . import CUDA_MAJOR_VAR, locate, read_regular, same_file
+from . import CUDA_MAJOR_VAR, locate, read_regular, same_file, torchinit
 from .elf import ElfError, read_dynamic
 from .errors import (CAUSE_BAD_VERSION, CAUSE_CPU_ONLY_TORCH, CAUSE_NO_RUNTIME_VISIBLE, CAUSE_SEVERAL_RUNTIMES,
                      CAUSE_TORCH_INCONSISTENT, CAUSE_TORCH_UNREADABLE, ResolveError, shown)
 from .ldso import Found, Loader, Object
-from .sonames import number, runtime_name, runtime_of, runtime_soname
+from .sonames import GLIBC_SONAMES, number, runtime_name, runtime_of, runtime_soname
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["Runtime", "TorchBuild", "detect", "read_torch", "install_hint", "DEFAULT_CUDA_MAJORS"]
+__all__ = ["Runtime", "TorchBuild", "detect", "read_torch", "install_hint", "split_from_torch", "DEFAULT_CUDA_MAJORS"]
 
 DEFAULT_CUDA_MAJORS = (12, 13)
 
@@ -61,10 +61,10 @@ class TorchBuild:
 class Runtime:
     """The runtime this process will use and the evidence for it."""
 
-    __slots__ = ("kind", "major", "source", "library", "library_rule", "library_why", "torch")
+    __slots__ = ("kind", "major", "source", "library", "library_rule", "library_why", "torch", "second")
 
     def __init__(self, kind: str, major: int, source: str, found: Found | None,
-                 torch: TorchBuild | None, why: str | None = None) -> None:
+                 torch: TorchBuild | None, why: str | None = None, second: str | None = None) -> None:
         self.kind = kind  # "cuda" or "hip"
         self.major = major
         self.source = source  # where the decision came from, in words
@@ -74,6 +74,8 @@ class Runtime:
         # Why this copy, in words: which object finds it by which rule, or torch's own load by path.
         self.library_why = why or (f"found by {found.rule}" if found else None)
         self.torch = torch
+        # A second runtime file torch maps by path besides this one, which nothing binds to (torchinit).
+        self.second = second
 
     @property
     def soname(self) -> str:
@@ -153,29 +155,72 @@ def _visible(loader: Loader, kind: str, major: int, needed_by: Object | None) ->
 
 
 BY_PATH = "torch by path"  # Found.rule of the copy torch's own __init__ loads by path
+_PRELOAD = "torch/__init__.py's _preload_cuda_deps"
 
 
-def _torch_uses(loader: Loader, kind: str, major: int, torch: TorchBuild) -> "tuple[Found | None, str | None]":
-    """(the runtime copy torch will use, why): the one its libraries bind, or the NVIDIA wheel's copy
-    torch loads by path itself once imported.
+def _cannot_load(loader: Loader, torch: TorchBuild) -> "Callable[[str, set[str]], str | None]":
+    """Why a library torch's list loads by path would fail to load (:func:`torchinit.stops_before_runtime`):
+    not readable for this machine, or a direct need the loader model finds nowhere (names loaded before it,
+    glibc's and torch's runtime count as found)."""
+    def cannot(path: str, loaded: "set[str]") -> "str | None":
+        try:
+            info = read_dynamic(path)
+        except (OSError, ElfError) as exc:
+            return f"unreadable: {exc}"
+        want = loader.executable.info
+        if (info.elf_class, info.machine) != (want.elf_class, want.machine):
+            return "built for another machine"
+        obj = Object(path, info)
+        for need in info.needed:
+            if need not in GLIBC_SONAMES and need not in loaded and need not in torch.links \
+                    and loader.find(need, obj) is None:
+                return f"its {need} would not be found"
+        return None
+    return cannot
 
-    torch's ``_load_global_deps`` (2.11 and 2.14.1 alike) loads ``libtorch_global_deps.so``, then, when
-    any ``libcudart`` is mapped, ``_preload_cuda_deps`` loads the first ``nvidia/cuda_runtime/lib`` or
-    ``nvidia/cu<major>/lib`` copy on ``sys.path`` by path; and when that library cannot be loaded, the
-    same by-path load comes first. So where NVIDIA's wheel is on ``sys.path`` its copy is mapped
-    whatever the hook bound, and it is the one copy a plan may bind.
+
+def _torch_uses(loader: Loader, kind: str, major: int,
+                torch: TorchBuild) -> "tuple[Found | None, str | None, str | None]":
+    """(the runtime copy torch will use, why in words, a second runtime file torch maps by path or None).
+
+    The copy is the one its libraries bind: ``libtorch_global_deps.so`` finds it by the loader's rules, and
+    everything torch loads after binds that soname to it. Then ``_preload_cuda_deps`` loads a runtime file by
+    path (:mod:`tms_autopreload.torchinit`): where that file has torch's soname and is another file, torch
+    maps it whatever it bound, so it is the one copy a plan may bind (the plan makes
+    ``libtorch_global_deps.so`` find it too); where it has another soname (CUDA 12's wheel beside a CUDA 13
+    torch), it is a second runtime that nothing binds to.
     """
-    found = loader.find(runtime_soname(kind, major), torch.global_deps)
+    soname = runtime_soname(kind, major)
+    found = loader.find(soname, torch.global_deps)
     why = None if found is None else f"libtorch_global_deps.so finds it by {found.rule}"
-    by_path = locate.pip_runtime_libcudart(major) if kind == "cuda" else None
-    if by_path is not None and (found is None or not same_file(found.path, by_path)):
-        return Found(by_path, BY_PATH), (
-            "torch loads NVIDIA's wheel copy by path once imported (torch/__init__.py, _load_global_deps -> "
-            "_preload_cuda_deps)" + (f"; libtorch_global_deps.so alone would find {found.path} by {found.rule}"
-                                     if found else ""))
-    if by_path is not None and why:
-        why += ", the copy torch also loads by path once imported (_load_global_deps)"
-    return found, why
+    by_path = torchinit.runtime_by_path(torch.cuda, torch.version) if kind == "cuda" else None
+    if by_path is None or (found is not None and same_file(found.path, by_path)):
+        if by_path is not None and why:
+            why += f"; {_PRELOAD} then loads this same file by path (RTLD_LOCAL): one copy"
+        return found, why, None
+    stopped = torchinit.stops_before_runtime(torch.cuda or "", torch.version, _cannot_load(loader, torch))
+    if stopped is not None:
+        return found, (why + "; " if why else "") + f"no copy is loaded by path: {stopped}", None
+    if runtime_of(os.path.basename(by_path)) != (kind, major):
+        why = (why + "; " if why else "") + (
+            f"{_PRELOAD} also loads {by_path} by path (RTLD_LOCAL; it looks in nvidia/{torchinit.RUNTIME_FOLDER}/lib "
+            f"before nvidia/cu{major}/lib), a second runtime that nothing binds to")
+        return found, why, by_path
+    return Found(by_path, BY_PATH), (
+        f"{_PRELOAD} loads this copy by path once imported (RTLD_LOCAL), whatever else torch binds: the one copy "
+        f"that torch and the hook can share without a second one mapped" +
+        (f"; libtorch_global_deps.so alone would find {found.path} by {found.rule}" if found else "")), None
+
+
+def split_from_torch(runtime: "Runtime") -> "str | None":
+    """The runtime library torch links where the process's runtime (an override's) is another one, else None:
+    then the hook and torch use different runtimes. The one place this is decided."""
+    torch = runtime.torch
+    if torch is None:
+        return None
+    links = torch.links or tuple(runtime_soname(k, m) for k, v in (("hip", torch.hip), ("cuda", torch.cuda))
+                                 if v and (m := number(v.split(".")[0])) is not None)[:1]
+    return None if not links or runtime.soname in links else links[0]
 
 
 def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]" = ()) -> Runtime:
@@ -197,7 +242,12 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
     if override is not None:
         needed_by = torch.global_deps if torch and runtime_soname("cuda", override) in torch.links else None
         found = _visible(loader, "cuda", override, needed_by)
-        return Runtime("cuda", override, f"{CUDA_MAJOR_VAR}={override_text}", found, torch)
+        runtime = Runtime("cuda", override, f"{CUDA_MAJOR_VAR}={override_text}", found, torch)
+        torch_links = split_from_torch(runtime)
+        if found is not None and torch is not None and torch_links is not None:
+            runtime.library_why = (f"found by {found.rule}; torch at {torch.dir} links {torch_links}, another "
+                                   f"runtime ({CUDA_MAJOR_VAR}={override_text})")
+        return runtime
 
     if torch is not None:
         where = f"torch {torch.version} at {torch.dir}" if torch.version else f"torch (version unknown) at {torch.dir}"
@@ -226,8 +276,8 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
             checked = "libtorch_global_deps.so links no runtime library"
         field = "hip" if kind == "hip" else "cuda"
         source = f"{where}: torch.version.{field}={getattr(torch, field)!r}, {checked}"
-        found, why = _torch_uses(loader, kind, major, torch)
-        return Runtime(kind, major, source, found, torch, why)
+        found, why, second = _torch_uses(loader, kind, major, torch)
+        return Runtime(kind, major, source, found, torch, why, second)
 
     probed = sorted(set(majors) | set(DEFAULT_CUDA_MAJORS))
     seen = {m: f for m in probed if (f := _visible(loader, "cuda", m, None)) is not None}

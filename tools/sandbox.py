@@ -23,7 +23,10 @@ from standins import SetupError
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("TMS_TEST_CACHE", Path.home() / ".cache" / "tms-autopreload-tests"))
-TORCH_VERSION = "2.14.1"
+# Real torch: the release users of torch_memory_saver 0.0.9/0.0.10 have (2.14.1, CUDA 13.0) and today's (2.15.0,
+# CUDA 13.2). The first is the default of every real-torch test; the second joins where it proves something.
+TORCH_VERSIONS = ("2.14.1", "2.15.0")
+TORCH_VERSION = TORCH_VERSIONS[0]
 RAY_VERSION = "2.58.0"
 # NVIDIA's runtime wheels, pinned so that every run tests the same files.
 RUNTIME_WHEELS = {12: "nvidia-cuda-runtime-cu12==12.9.79", 13: "nvidia-cuda-runtime==13.5.37"}
@@ -40,6 +43,15 @@ def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[Any]:  # noqa:
         return subprocess.run(cmd, **kw)
     except subprocess.CalledProcessError as exc:
         raise SetupError(f"{' '.join(map(str, cmd))} failed ({exc.returncode}):\n{exc.stdout}\n{exc.stderr}") from None
+
+
+def pip_env() -> dict[str, str]:
+    """The environment of the suite's own pip commands: this one, read with no pip configuration file.
+
+    A machine's pip configuration may cap versions (a global ``constraint =`` file); the suite installs
+    exactly what it pins. ``PIP_CONSTRAINT=`` and ``--isolated`` do not lift a constraint that a
+    configuration file names; ``PIP_CONFIG_FILE=/dev/null`` makes pip read none."""
+    return {**os.environ, "PIP_CONFIG_FILE": os.devnull}
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -111,7 +123,7 @@ def wheel(spec: str, arch: str | None = None) -> Path:
         found = sorted(dest.glob(pattern))
         if not found:
             run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *platform,
-                 "-d", str(dest), spec])
+                 "-d", str(dest), spec], env=pip_env())
             found = sorted(dest.glob(pattern))
     if not found:
         raise SetupError(f"pip download {spec} gave no file matching {pattern}")
@@ -240,7 +252,7 @@ def build_own_wheel(dest: Path, source: Path = ROOT) -> Path:
     """
     dest.mkdir(parents=True, exist_ok=True)
     src = clean_copy(source, dest / "src")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)])
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)], env=pip_env())
     return sorted(dest.glob("tms_autopreload-*.whl"))[-1]
 
 
@@ -278,7 +290,7 @@ class Venv:
                 "--disable-pip-version-check"]
         if not deps:
             args += ["--no-deps", "--no-index", "--force-reinstall"]
-        run(args + [str(w) for w in wheels])
+        run(args + [str(w) for w in wheels], env=pip_env())
 
 
 
@@ -359,10 +371,10 @@ def private_copy(venv: Venv, dest: Path) -> Venv:
     return Venv(dest)
 
 
-def torch_venv(python: str) -> Venv:
-    """Real torch (the CUDA 13.0 build pip gives on these machines; 5.5 GB) with its torchrun, and
-    :data:`TORCH_EXTRAS`."""
-    return cached_venv(f"torch-{TORCH_VERSION}", python, f"torch=={TORCH_VERSION}", TORCH_EXTRAS)
+def torch_venv(python: str, version: str = TORCH_VERSION) -> Venv:
+    """Real torch ``version`` (a CUDA 13 build: 2.14.1 links CUDA 13.0, 2.15.0 CUDA 13.2; 5.5 GB) with its
+    torchrun, and :data:`TORCH_EXTRAS`."""
+    return cached_venv(f"torch-{version}", python, f"torch=={version}", TORCH_EXTRAS)
 
 
 def ray_venv(python: str, world: str) -> Venv:
