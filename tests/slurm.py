@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from sandbox import cache_lock
+from basics import cache_lock
 from support import Host, SetupError, clean_env, run
 
 # Debian's packages: the controller, the node daemon, and srun/salloc/sinfo.

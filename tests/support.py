@@ -38,11 +38,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from sandbox import (CACHE, RUNTIME_WHEELS, TORCH_VERSION, TORCH_VERSIONS, Venv, base_python,  # noqa: E402,F401
-                     build_own_wheel, check_namespaces, clean_env, extract, find_python, ld_cache, locate_python,
-                     private_copy, python_for_every_account, ray_jobs_venv, ray_venv, run, runtime_wheel, tms_wheel,
-                     torch_venv, unshare_mounts, uv, wheel)
-from standins import SetupError, cc, driver_stub, global_deps, hip_stub, write_torch_standin  # noqa: E402,F401
+from basics import CACHE, clean_env, run  # noqa: E402,F401
+from downloads import RUNTIME_WHEELS, extract, runtime_wheel, wheel  # noqa: E402,F401
+from sandbox import (TORCH_VERSION, TORCH_VERSIONS, Venv, base_python, build_own_wheel,  # noqa: E402,F401
+                     check_namespaces, find_python, ld_cache, locate_python, private_copy, python_for_every_account,
+                     ray_jobs_venv, ray_venv, tms_wheel, torch_venv, unshare_mounts, uv)
+from basics import SetupError  # noqa: E402
+from standins import cc, driver_stub, global_deps, hip_stub, write_torch_standin  # noqa: E402,F401
 # ---------------------------------------------------------------- hosts
 
 class Host:

@@ -104,7 +104,7 @@ def _circle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("where", ["tms_autopreload"])
+@pytest.mark.parametrize("where", ["tms_autopreload", "tools"])
 def test_no_import_circle(where):
     """The package's modules, and tools/, import one another in layers: no circle, counting deferred and
     TYPE_CHECKING imports. The package's ``__init__`` is left out: it is the start-up entry every module

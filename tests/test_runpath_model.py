@@ -123,7 +123,8 @@ def test_the_unsuffixed_names_are_never_picked_for_cuda(real_torch):
 def _conda_like(root, parts):
     """A conda-style prefix: ``bin/python-like`` with DT_RPATH ``$ORIGIN/../lib`` (conda-build and
     rattler-build write DT_RPATH) and the CUDA 13 runtime in ``lib/``, as conda's ``cuda-cudart`` puts it."""
-    from standins import SetupError, compiler
+    from basics import SetupError
+    from standins import compiler
 
     exe = root / "bin" / "python-like"
     exe.parent.mkdir(parents=True)

@@ -11,8 +11,7 @@ import os
 import shutil
 import subprocess
 
-from sandbox import cache_lock, clean_env
-from standins import SetupError
+from basics import SetupError, cache_lock, clean_env
 
 
 def ensure(packages: dict[str, str], purpose: str) -> None:

@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sandbox import (CACHE, Venv, build_own_wheel, clean_env, find_python, private_copy, runtime_wheel,  # noqa: E402
-                     tms_wheel, torch_venv)
+from basics import CACHE, clean_env  # noqa: E402
+from downloads import runtime_wheel  # noqa: E402
+from sandbox import Venv, build_own_wheel, find_python, private_copy, tms_wheel, torch_venv  # noqa: E402
 from standins import driver_stub, global_deps, write_torch_standin  # noqa: E402
 
 RESOLVE = ("import time; t = time.perf_counter(); from tms_autopreload.plan import resolve; p = resolve(); "

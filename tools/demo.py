@@ -40,7 +40,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from standins import SetupError, driver_stub, global_deps, write_torch_standin  # noqa: E402
+from basics import SetupError  # noqa: E402
+from standins import driver_stub, global_deps, write_torch_standin  # noqa: E402
 
 TORCH = "torch==2.14.1"
 # Per node: torch_memory_saver, NVIDIA's runtime wheel, the torch stand-in's CUDA, and where the runtime

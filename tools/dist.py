@@ -27,8 +27,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sandbox import ROOT, clean_copy, run  # noqa: E402
-from standins import SetupError  # noqa: E402
+from basics import ROOT, SetupError, run  # noqa: E402
+from sandbox import clean_copy  # noqa: E402
 
 # The checkers, installed next to this interpreter by tests/requirements.txt.
 BIN = Path(sys.executable).parent

@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 import apt
-from standins import SetupError
+from basics import SetupError
 
 # Debian architecture name -> the machine name qemu and binfmt.d use.
 MACHINES = {"arm64": "aarch64"}

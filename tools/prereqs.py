@@ -29,8 +29,9 @@ sys.path.insert(0, str(HERE))
 import apt  # noqa: E402
 import emulation  # noqa: E402
 from rootfs import bootstrapper  # noqa: E402
-from sandbox import CACHE, check_namespaces, locate_python, python_for_every_account  # noqa: E402
-from standins import SetupError, compiler  # noqa: E402
+from basics import CACHE, SetupError  # noqa: E402
+from sandbox import check_namespaces, locate_python, python_for_every_account  # noqa: E402
+from standins import compiler  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "tests"))
 import slurm  # noqa: E402

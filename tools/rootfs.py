@@ -24,8 +24,9 @@ from typing import Any
 
 import apt
 import emulation
-from sandbox import CACHE, PLATFORMS, Venv, cache_lock, clean_env, ld_cache, run, unshare_mounts
-from standins import SetupError
+from basics import CACHE, SetupError, cache_lock, clean_env, run
+from downloads import PLATFORMS
+from sandbox import Venv, ld_cache, unshare_mounts
 
 # The Debian suites the tests use, and the CPython packages each brings (with its venv module).
 # ``<suite>-<arch>`` is that suite for another Debian architecture, run under emulation.

@@ -1,64 +1,33 @@
-"""Venvs, cached wheel downloads and interpreters: shared by the tests, the demo and the benchmark.
+"""Venvs, interpreters, hosts' loader caches and the wheels a scenario installs: shared by the tests, the
+demo and the benchmark.
 
-Wheels are downloaded once into ``$TMS_TEST_CACHE`` (default ``~/.cache/tms-autopreload-tests``) and
-reused; the venv with real torch (5.5 GB) is made once there too.
+The venv with real torch (5.5 GB) is made once in the cache (:data:`basics.CACHE`), as the wheels are
+(:mod:`downloads`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import glob
 import os
 import shutil
 import subprocess
 import sys
-import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from standins import SetupError
+from basics import CACHE, ROOT, SetupError, cache_lock, clean_env, pip_env, run
+from downloads import wheel
+from tms_source import source_wheel
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("TMS_TEST_CACHE", Path.home() / ".cache" / "tms-autopreload-tests"))
 # Real torch: the release users of torch_memory_saver 0.0.9/0.0.10 have (2.14.1, CUDA 13.0) and today's (2.15.0,
 # CUDA 13.2). The first is the default of every real-torch test; the second joins where it proves something.
 TORCH_VERSIONS = ("2.14.1", "2.15.0")
 TORCH_VERSION = TORCH_VERSIONS[0]
 RAY_VERSION = "2.58.0"
-# NVIDIA's runtime wheels, pinned so that every run tests the same files.
-RUNTIME_WHEELS = {12: "nvidia-cuda-runtime-cu12==12.9.79", 13: "nvidia-cuda-runtime==13.5.37"}
 # Installed next to real torch: numpy (torch_memory_saver 0.0.10 imports it without declaring it),
 # and the Jupyter client and kernel the notebook tests start.
 TORCH_EXTRAS = ("numpy==2.4.6", "ipykernel==7.4.0", "jupyter_client==8.10.0")
-
-
-def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[Any]:  # noqa: ANN401 - subprocess.run's keywords
-    kw.setdefault("check", True)
-    kw.setdefault("capture_output", True)
-    kw.setdefault("text", True)
-    try:
-        return subprocess.run(cmd, **kw)
-    except subprocess.CalledProcessError as exc:
-        raise SetupError(f"{' '.join(map(str, cmd))} failed ({exc.returncode}):\n{exc.stdout}\n{exc.stderr}") from None
-
-
-def pip_env() -> dict[str, str]:
-    """The environment of the suite's own pip commands: this one, read with no pip configuration file.
-
-    A machine's pip configuration may cap versions (a global ``constraint =`` file); the suite installs
-    exactly what it pins. ``PIP_CONSTRAINT=`` and ``--isolated`` do not lift a constraint that a
-    configuration file names; ``PIP_CONFIG_FILE=/dev/null`` makes pip read none."""
-    return {**os.environ, "PIP_CONFIG_FILE": os.devnull}
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """A minimal environment: nothing of the test runner's LD_*, PYTHON*, TMS_* or SLIME_* leaks in."""
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TERM", "TMPDIR") if k in os.environ}
-    env.update(extra)
-    return env
 
 
 # ---------------------------------------------------------------- private mount namespaces
@@ -94,72 +63,16 @@ def check_namespaces() -> None:
         raise SetupError(f"private mount namespaces do not work here: {r.stderr.strip()}")
 
 
-# ---------------------------------------------------------------- downloads (cached)
-
-@contextlib.contextmanager
-def cache_lock(name: str) -> Iterator[None]:
-    """Hold an exclusive lock on one cache entry, so that two runs sharing the cache (a second
-    checkout's tests, the demo beside the suite) never build or download the same entry at once."""
-    lock = CACHE / "locks" / f"{name}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        yield
-
-
-# Debian architectures other than this machine's, and the wheel platform tag pip downloads for each.
-PLATFORMS = {"arm64": "manylinux2014_aarch64"}
-
-
-def wheel(spec: str, arch: str | None = None) -> Path:
-    """The wheel for ``name==version`` from the package index, downloaded once into the cache: for
-    this machine, or for the Debian architecture ``arch`` (kept apart, in ``wheels/<arch>``)."""
-    name, _, version = spec.partition("==")
-    dest = CACHE / "wheels" / (arch or "")
-    dest.mkdir(parents=True, exist_ok=True)
-    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
-    platform = ["--platform", PLATFORMS[arch]] if arch else []
-    with cache_lock(f"wheel-{name}-{version}" + (f"-{arch}" if arch else "")):
-        found = sorted(dest.glob(pattern))
-        if not found:
-            run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *platform,
-                 "-d", str(dest), spec], env=pip_env())
-            found = sorted(dest.glob(pattern))
-    if not found:
-        raise SetupError(f"pip download {spec} gave no file matching {pattern}")
-    return found[-1]
-
+# ---------------------------------------------------------------- the torch_memory_saver a scenario installs
 
 def tms_wheel(version: str, arch: str | None = None) -> Path:
     """A released torch_memory_saver wheel (for ``arch``, as :func:`wheel`), or a build of its source
     (a name of tms_source.SOURCE_BUILDS, this machine's only)."""
     if "-source" in version:
-        from tms_source import source_wheel
-
         if arch:
             raise SetupError(f"source builds of torch_memory_saver are made for this machine only, not {arch}")
         return source_wheel(version)
     return wheel(f"torch-memory-saver=={version}", arch)
-
-
-def runtime_wheel(major: int, arch: str | None = None) -> Path:
-    return wheel(RUNTIME_WHEELS[major], arch)
-
-
-def extract(whl: Path, member_glob: str, dest: Path) -> list[Path]:
-    """Copy the members of a wheel matching ``member_glob`` into ``dest`` (flat)."""
-    import fnmatch
-
-    dest.mkdir(parents=True, exist_ok=True)
-    out = []
-    with zipfile.ZipFile(whl) as z:
-        for name in z.namelist():
-            if fnmatch.fnmatch(name, member_glob):
-                target = dest / os.path.basename(name)
-                target.write_bytes(z.read(name))
-                target.chmod(0o755)
-                out.append(target)
-    return out
 
 
 # ---------------------------------------------------------------- interpreters and venvs

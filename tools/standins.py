@@ -14,6 +14,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import apt
+from basics import SetupError
+
 __all__ = ["SetupError", "DRIVER_SYMBOLS", "cc", "compiler", "driver_stub", "hip_stub", "global_deps",
            "write_torch_standin"]
 
@@ -25,10 +28,6 @@ DRIVER_SYMBOLS = ("cuInit", "cuDriverGetVersion", "cuCtxGetDevice", "cuDeviceGet
                   "cuMemUnmap")
 
 
-class SetupError(RuntimeError):
-    """This machine lacks something a scenario needs; the message says what."""
-
-
 # Debian architecture -> the GNU triplet of its cross compiler (Debian's gcc-<triplet> package).
 CROSS = {"arm64": "aarch64-linux-gnu"}
 
@@ -38,8 +37,6 @@ def compiler(arch: str | None = None) -> str | None:
     from this machine's apt when missing (root only; raises SetupError when it cannot be)."""
     if arch is None:
         return shutil.which("gcc") or shutil.which("cc")
-    import apt  # its module imports this one
-
     triplet = CROSS[arch]
     apt.ensure({f"gcc-{triplet}": f"{triplet}-gcc", f"libc6-dev-{arch}-cross": f"/usr/{triplet}/include/stdio.h"},
                f"building the {arch} stand-ins")

@@ -24,8 +24,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from sandbox import CACHE, ROOT, RUNTIME_WHEELS, cache_lock, extract, run, wheel
-from standins import SetupError, driver_stub
+from basics import CACHE, ROOT, SetupError, cache_lock, run
+from downloads import RUNTIME_WHEELS, extract, wheel
+from standins import driver_stub
 
 SDIST_VERSION = "0.0.10"
 UPSTREAM_COMMIT = "4a43c97771f139db0215c1378e8a0b50e679d23d"  # upstream main whose sources the sdist carries
