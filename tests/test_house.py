@@ -118,3 +118,36 @@ def test_no_import_circle(where):
 def test_the_circle_finder_finds_one():
     assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def _module_map() -> list[tuple[str, int]]:
+    """docs/development.md's map of the package: (module, its layer's index), in the order listed."""
+    import re
+
+    text = (ROOT / "docs" / "development.md").read_text()
+    section = text[text.index("`tms_autopreload/`, one module a line"):text.index("`patches/`:")]
+    layer, out = 0, []
+    for line in section.splitlines():
+        if line.endswith(":") and not line.startswith("-"):
+            layer += 1
+        elif match := re.match(r"- `(\w+)\.py`: \S", line):
+            out.append((match.group(1), layer))
+    return out
+
+
+def test_the_module_map_lists_every_module_once():
+    """A newcomer's map (docs/development.md): every module of the package on a line of its own, once."""
+    listed = [name for name, _ in _module_map()]
+    modules = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert sorted(set(listed)) == modules, set(listed) ^ set(modules)
+    assert len(listed) == len(set(listed)), [n for n in listed if listed.count(n) > 1]
+
+
+def test_the_module_map_is_in_layers():
+    """Each module imports only from its own layer of the map or the layers listed before it (the start-up
+    entry, ``__init__``, aside: every module reads the shared rules from it)."""
+    where = dict(_module_map())
+    modules = set(where) - {"__init__"}
+    wrong = [f"{m} imports {dep}" for m in sorted(modules)
+             for dep in sorted(_imports(PACKAGE / f"{m}.py", modules, "tms_autopreload")) if where[dep] > where[m]]
+    assert not wrong, wrong
