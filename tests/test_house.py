@@ -151,3 +151,21 @@ def test_the_module_map_is_in_layers():
     wrong = [f"{m} imports {dep}" for m in sorted(modules)
              for dep in sorted(_imports(PACKAGE / f"{m}.py", modules, "tms_autopreload")) if where[dep] > where[m]]
     assert not wrong, wrong
+
+
+def test_one_loader_model_per_survey(monkeypatch):
+    """``doctor``'s document reads the survey's own loader model (its driver facts, the search rule):
+    the interpreter's ELF file and the loader cache are read once per survey, not once per reader."""
+    from tms_autopreload import doctor, ldso, plan
+
+    made = []
+    real = ldso.Loader.for_executable.__func__
+
+    def counted(cls, *args, **kw):
+        made.append(args[0])
+        return real(cls, *args, **kw)
+
+    monkeypatch.setattr(ldso.Loader, "for_executable", classmethod(counted))
+    report = plan.survey({"PATH": "/usr/bin:/bin"})
+    doc = doctor.document(report, {"PATH": "/usr/bin:/bin"})
+    assert len(made) == 1 and report.loader is not None and doc["driver"] is not None, made

@@ -99,42 +99,30 @@ def _interposes(report: Report) -> "dict[str, list[str] | None]":
     return out
 
 
-def driver_facts(report: Report, environ: "Mapping[str, str] | None" = None) -> "dict[str, Any] | None":
-    """The driver facts of the surveyed process (None when its interpreter cannot be read)."""
+def driver_facts(report: Report) -> "dict[str, Any] | None":
+    """The driver facts of the surveyed process, from the survey's own loader model (None when its
+    interpreter could not be read)."""
     from .driver import examine
-    from .elf import ElfError
-    from .ldso import Loader
 
-    env = os.environ if environ is None else environ
-    try:
-        loader = Loader.for_executable(report.executable or sys.executable, env.get("LD_LIBRARY_PATH", ""),
-                                       env.get("LD_PRELOAD", ""))
-    except (OSError, ElfError):
-        return None
     rt = report.runtime
-    return examine(loader, rt.major if rt is not None and rt.kind == "cuda" else None).to_dict()
+    if report.loader is None:
+        return None
+    return examine(report.loader, rt.major if rt is not None and rt.kind == "cuda" else None).to_dict()
 
 
-def runtime_rule(report: Report, environ: "Mapping[str, str] | None" = None) -> "str | None":
+def runtime_rule(report: Report) -> "str | None":
     """The search rule (ld.so(8)'s: ``DT_RUNPATH``, ``LD_LIBRARY_PATH``, ...) by which the chosen build's
-    runtime library is found once the plan's variables are set, as the loader model predicts it; None
-    when there is no plan, no runtime library, or the interpreter cannot be read. A build with its own
+    runtime library is found once the plan's variables are set, as the survey's loader model predicts it;
+    None when there is no plan, no runtime library, or the interpreter cannot be read. A build with its own
     DT_RUNPATH (torch_memory_saver #108) may need no binding; this says which rule did the finding."""
-    from .elf import ElfError
-    from .ldso import Loader, Object
+    from .ldso import Object
 
-    plan, rt = report.plan, report.runtime
+    plan, rt, loader = report.plan, report.runtime, report.loader
     build = next((v.build for v in report.verdicts if v.status == CHOSEN), None)
-    if plan is None or rt is None or rt.library is None or build is None or build.info is None \
+    if plan is None or rt is None or rt.library is None or build is None or build.info is None or loader is None \
             or rt.soname not in build.needs:  # a driver-only build (0.0.8) links no runtime library
         return None
-    env = {**(os.environ if environ is None else environ), **plan.changes()}
-    try:
-        loader = Loader.for_executable(report.executable or sys.executable, env.get("LD_LIBRARY_PATH", ""),
-                                       env["LD_PRELOAD"])
-    except (OSError, ElfError):
-        return None
-    found = loader.find(rt.soname, Object(build.path, build.info))
+    found = loader.under(plan.ld_library_path, plan.ld_preload).find(rt.soname, Object(build.path, build.info))
     return found.rule if found is not None else None
 
 
@@ -158,7 +146,7 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
     no plan as a person reads it, ``cause`` and ``fix`` its parts for code."""
     rt, plan, failure = report.runtime, report.plan, report.failure
     interposes = _interposes(report)
-    driver = driver_facts(report, environ)
+    driver = driver_facts(report)
     env = os.environ if environ is None else environ
     split = _split(report, env)
     second = None if rt is None or rt.second is None else second_runtime(rt.second, rt.library)
@@ -183,7 +171,7 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
         } for v in report.verdicts],
         "plan": None if plan is None else {
             "build": plan.build, "env": plan.changes(), "binding": plan.binding,
-            "runtime_rule": runtime_rule(report, environ),
+            "runtime_rule": runtime_rule(report),
         },
         "warnings": list(report.warnings + (plan.warnings if plan else ())) + ([warning_of_second(second)]
                                                                               if second else []),
@@ -204,9 +192,9 @@ def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
     lines = [f"runtime:  {runtime_name(rt['kind'], rt['major'])} ({rt['source']})",
              f"library:  {runtime_soname(rt['kind'], rt['major'])} -> {lib}"]
     if rt["library"] and rt["library_why"]:
-        whose = ("no torch here: the copy the hook's build will bind" if rt["torch_dir"] is None else
-                 "the copy the hook will use, not torch's" if rt.get("split") else "the copy torch will use")
-        lines.append(f"why:      {whose}: {rt['library_why']}")
+        whose = ("no torch here: the copy the hook's build will bind," if rt["torch_dir"] is None else
+                 "the copy the hook will use, not torch's:" if rt.get("split") else "the copy torch will use:")
+        lines.append(f"why:      {whose} {rt['library_why']}")
     plan = doc["plan"]
     if plan is not None and plan.get("binding"):
         lines.append(f"binding:  {plan['binding']}")

@@ -131,6 +131,12 @@ class Loader:
             cache = ldcache.load(info.machine)
         return cls(Object(real, info), ld_library_path, cache, preload)
 
+    def under(self, ld_library_path: "str | None", preload: str) -> "Loader":
+        """This process's loader were it started with other values of the two variables (``None``: its own
+        ``LD_LIBRARY_PATH``): a plan's, whose effect the model predicts. The executable and cache are reused."""
+        return Loader(self.executable, self.ld_library_path if ld_library_path is None else ld_library_path,
+                      self.cache, preload)
+
     def library_dirs(self) -> "list[str]":
         """The executable's own search path (DT_RUNPATH, else DT_RPATH), expanded: its environment's
         library directory (conda's ``$PREFIX/lib``), where far more than one runtime lives."""

@@ -141,12 +141,15 @@ class Report:
     """Everything the survey saw; ``plan`` is None exactly when ``failure`` is set (``doctor --json`` is
     :func:`tms_autopreload.doctor.document`)."""
 
-    __slots__ = ("executable", "package_dir", "runtime", "verdicts", "plan", "failure", "warnings")
+    __slots__ = ("executable", "package_dir", "runtime", "verdicts", "plan", "failure", "warnings", "loader")
 
     def __init__(self, executable: str, package_dir: str | None, runtime: Runtime | None,
                  verdicts: tuple[Verdict, ...], plan: Plan | None, failure: ResolveError | None,
-                 warnings: tuple[str, ...] = ()) -> None:
+                 warnings: tuple[str, ...] = (), loader: "Loader | None" = None) -> None:
         self.executable = executable
+        # The survey's loader model of this process (None: its interpreter could not be read), for whoever
+        # reads the report after the decision (doctor's driver facts and search rule): one per survey.
+        self.loader = loader
         self.package_dir = package_dir
         self.runtime = runtime
         self.verdicts = verdicts
@@ -353,7 +356,7 @@ def _predict(build: Build, runtime: Runtime, option: Option, loader: Loader, env
         return None
     hook = Object(build.path, build.info)
     soname = runtime.soname
-    found = Loader(loader.executable, option.ld_library_path, loader.cache, option.ld_preload).find(soname, hook)
+    found = loader.under(option.ld_library_path, option.ld_preload).find(soname, hook)
     if found is None:
         return f"its {soname} would not be found"
     if not same_file(found.path, runtime.library):
@@ -443,8 +446,7 @@ def _read_ahead(build: Build, loader: Loader, plan: Plan) -> "dict[str, DynamicI
     path (:func:`_walk` where the model finds each name): read while the real loader traces the plan, so
     that :func:`_closure`, which follows the trace's answer, reads only where the model was wrong. A hint,
     never a verdict."""
-    model = Loader(loader.executable, loader.ld_library_path if plan.ld_library_path is None else plan.ld_library_path,
-                   loader.cache, plan.ld_preload)
+    model = loader.under(plan.ld_library_path, plan.ld_preload)
 
     def where(name: str, parent: Object) -> "str | None":
         found = model.find(name, parent)
@@ -839,9 +841,10 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     exe = executable or sys.executable
     package_dir = locate.package_dir("torch_memory_saver")
     warnings: list[str] = []
+    loader: Loader | None = None
 
     def fail(error: ResolveError, runtime: Runtime | None = None, verdicts: tuple[Verdict, ...] = ()) -> Report:
-        report = Report(exe, package_dir, runtime, verdicts, None, error, tuple(warnings))
+        report = Report(exe, package_dir, runtime, verdicts, None, error, tuple(warnings), loader)
         error.report = report
         return report
 
@@ -885,7 +888,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     if plan is not None:
         said = split_warning(plan.runtime, next(v.build for v in ordered if v.status == CHOSEN), env)
         return Report(exe, package_dir, runtime, ordered, _with_single_path_warning(plan, package_dir, forced),
-                      None, tuple(warnings) + ((said,) if said else ()))
+                      None, tuple(warnings) + ((said,) if said else ()), loader)
     if runtime is None:
         return fail(runtime_error, None, ordered)  # type: ignore[arg-type]  # set exactly when detect raised
     return fail(_no_fit(runtime, ordered, eligible, forced, env.get("LD_LIBRARY_PATH", ""), package_dir), runtime,
