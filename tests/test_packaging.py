@@ -295,6 +295,9 @@ def test_dist_without_git_or_epoch_says_what_to_set(tmp_path, monkeypatch):
         dist.source_date_epoch(tmp_path)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
     assert dist.source_date_epoch(tmp_path) == EPOCH
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "2023-11-14")
+    with pytest.raises(SetupError, match=r"SOURCE_DATE_EPOCH='2023-11-14' is not a time: set it to seconds"):
+        dist.source_date_epoch(tmp_path)
 
 
 def _readme_install_lines() -> list[str]:

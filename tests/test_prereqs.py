@@ -32,13 +32,19 @@ def prereqs(lane: str, **env: str) -> subprocess.CompletedProcess:
                           env=clean_env(**env))
 
 
-@pytest.mark.parametrize("lane", ["check", "test", "aarch64"])
+# `make check` checks the fast lane's own needs; the other lanes' (the aarch64 namespace, four CPythons,
+# Slurm) are checked where they are needed, in `make test`.
+def _lanes(*lanes: str) -> list:
+    return [lane if lane == "check" else pytest.param(lane, marks=pytest.mark.slow) for lane in lanes]
+
+
+@pytest.mark.parametrize("lane", _lanes("check", "test", "aarch64"))
 def test_this_machine_has_everything(lane):
     r = prereqs(lane)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
 
 
-@pytest.mark.parametrize("lane", ["check", "test"])
+@pytest.mark.parametrize("lane", _lanes("check", "test"))
 def test_missing_compiler_is_one_message_naming_gcc(tmp_path, lane):
     """Exactly the compiler's two lines more than this machine's own answer (which is empty here, under
     TMS_TEST_STRICT, by test_this_machine_has_everything)."""

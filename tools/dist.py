@@ -37,7 +37,11 @@ BIN = Path(sys.executable).parent
 def source_date_epoch(source: Path) -> str:
     """``SOURCE_DATE_EPOCH`` when set, else the time of ``source``'s last commit."""
     if "SOURCE_DATE_EPOCH" in os.environ:
-        return os.environ["SOURCE_DATE_EPOCH"]
+        epoch = os.environ["SOURCE_DATE_EPOCH"]
+        if not epoch.isdigit():
+            raise SetupError(f"SOURCE_DATE_EPOCH={epoch!r} is not a time: set it to seconds since 1970 (the last "
+                             "commit's: SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)), or unset it")
+        return epoch
     got = subprocess.run(["git", "-C", str(source), "log", "-1", "--format=%ct"], capture_output=True, text=True)
     if got.returncode != 0 or not got.stdout.strip().isdigit():
         raise SetupError(f"{source} is not a git checkout with a commit, so the build has no time to give its "
