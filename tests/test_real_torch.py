@@ -114,14 +114,16 @@ def test_doctor_deep_without_the_preload_says_bypassed(real_torch):
 
 def test_doctor_deep_hook_bound_to_a_second_libcudart_fails(real_torch):
     """A broken plan: the hook preloaded without the LD_LIBRARY_PATH binding on a host with a system
-    CUDA 13. The allocator calls reach the hook, but the hook forwards into the system copy while
-    torch loads its own: two runtimes, not proven."""
+    CUDA 13. The allocator calls reach the hook, but the hook's libcudart.so.13 is the system copy, which
+    torch's libraries then bind too, while torch's by-path load maps its own wheel copy: the copy that takes
+    the calls is not the one torch's install brings, so not proven (cause second-runtime-bound)."""
     scn = real_torch(("driver", "cuda13"))
     r = deep(scn, {"LD_PRELOAD": str(scn.site / HOOK)}, "--as-is")
     assert r.returncode == 1, r.stdout + r.stderr
     system = str(scn.parts.rt[13] / "libcudart.so.13")
     assert "verdict:  NOT PROVEN: 2 runtime libraries are mapped" in r.stdout
     assert f"the hook's own calls were bound to {system}" in r.stdout
+    assert "cause:    second-runtime-bound; fix: start with the plan instead of this environment" in r.stdout
 
 
 def test_doctor_shows_what_each_candidate_interposes(real_torch):

@@ -174,10 +174,14 @@ class Evidence:
                         if self.hook_runtime else "")
             counts = {r: len(self.bound_by.get(r, [])) for r in self.runtimes}
             bound = [f"{r} (bound by {n} object{'' if n == 1 else 's'})" for r, n in counts.items()]
-            return (f"NOT PROVEN: {len(self.runtimes)} runtime libraries are mapped after `import {self.module}` "
-                    f"({', '.join(bound) or 'none'}): {forwards}so allocations the hook forwards and "
-                    f"the rest of the module's CUDA calls can land in different runtimes; expected exactly one "
-                    f"that takes bindings")
+            head = (f"NOT PROVEN: {len(self.runtimes)} runtime libraries are mapped after `import {self.module}` "
+                    f"({', '.join(bound) or 'none'}): {forwards}")
+            taking = [r for r, n in counts.items() if n]
+            if len(taking) == 1:
+                return (head + f"so the calls land in {taking[0]}, not in {self.runtime_library}, the copy the "
+                        f"plan binds for torch; expected that one alone to take bindings")
+            return (head + "so allocations the hook forwards and the rest of the module's CUDA calls can land in "
+                    "different runtimes; expected exactly one that takes bindings")
         if not self.libraries:
             return (f"NOT PROVEN: no library loaded by `import {self.module}` references "
                     f"{', '.join(self.interposed)}")
