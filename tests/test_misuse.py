@@ -370,7 +370,8 @@ def test_deep_tells_a_failed_import_from_an_unmapped_hook(scenario):
 
 
 DEEP_KEYS = {"ok", "module", "hook", "hook_mapped", "runtime_library", "interposed", "runtime_libraries_mapped",
-             "hook_bound_to", "libraries", "import_error", "log_bytes", "seconds", "verdict", "error"}
+             "runtime_bound_by", "idle_runtimes", "hook_bound_to", "libraries", "import_error", "log_bytes", "seconds",
+             "verdict", "cause", "fix", "error"}
 
 
 def test_deep_json_has_its_documented_keys_with_and_without_a_plan(scenario):
