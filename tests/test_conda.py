@@ -156,6 +156,30 @@ def test_pip_torch_in_conda_binds_torch_runtime_by_path(conda, major, tmp_path):
     assert "(not as found: its libcudart" in binding and "; not LD_LIBRARY_PATH: " in binding, binding
 
 
+# A real LD_PRELOAD a user already has: coreutils' stdbuf preloads it (AReaL #1482 starts its workers so).
+STDBUF = "/usr/libexec/coreutils/libstdbuf.so"
+
+
+def test_the_runtime_preloaded_by_path_keeps_the_users_own_preload(conda, tmp_path):
+    """The plan that preloads torch's libcudart by path beside the hook keeps what the user's LD_PRELOAD
+    held: hook, runtime, then ``libstdbuf.so``, each mapped once, torch_memory_saver's check accepting it and
+    the children starting with it."""
+    if not os.path.exists(STDBUF):
+        pytest.skip(f"needs {STDBUF} (Debian: apt-get install coreutils)")
+    scn = conda(13, "pip", "0.0.10")
+    wheel_copy = scn.site / RUNTIME_MEMBER[13]
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    r = scn.run([str(probe), "standin", "13"], {"SLIME_OFFLOAD_TRAIN": "1", "LD_PRELOAD": STDBUF}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert_one_runtime_and_children(r, out, wheel_copy)
+    assert out["preload"].split(":")[1:] == [str(wheel_copy), STDBUF], out["preload"]
+    maps = scn.run(["-c", MAPPED + f"print(mapped({os.path.basename(STDBUF)!r}))"],
+                   {"LD_PRELOAD": out["preload"]})
+    assert maps.stdout.split() == [f"[{STDBUF!r}]"], (maps.stdout, maps.stderr)
+
+
 def test_an_environment_whose_path_names_torch_memory_saver_is_told_to_move(conda):
     """The plan that holds in a conda environment preloads the runtime by path, and torch_memory_saver's check
     counts every LD_PRELOAD entry whose name holds 'torch_memory_saver': in an environment whose path does,

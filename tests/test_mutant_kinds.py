@@ -1,0 +1,176 @@
+"""Bugs a person could make in the decision core that no other test caught, one test for each kind.
+
+Each was made by hand (``tests/mutants/``: the patch that makes it, and ``make mutants`` counts how many
+such bugs the suite catches) and got through the suite before: the step it breaks was never reached by a
+host whose files disagree, whose copies compete, or whose children need what the plan moves. The
+conda-layout kind (a user's own ``LD_PRELOAD`` kept beside the runtime preloaded by path) is in
+``tests/test_conda.py``, with the worlds it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import support
+from conftest import assert_applied, mode_env
+from support import MAPPED, REEXECD, assert_stopped
+
+sys.path.insert(0, str(support.ROOT))
+
+from tms_autopreload import builds, elf, ldcache
+
+CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+
+# A flagged process's report: after torch's first load (libtorch_global_deps.so; the stand-in cannot be
+# imported), what is mapped, whether the hook's exec started this image, and whether a bash child runs.
+PROBE = REEXECD + MAPPED + """
+import ctypes, json, os, subprocess, sys
+site = next(p for p in sys.path if p.endswith('site-packages'))
+ctypes.CDLL(os.path.join(site, 'torch', 'lib', 'libtorch_global_deps.so'))
+child = subprocess.run(['bash', '-c', 'true'], capture_output=True, text=True)
+print(json.dumps({'maps': mapped('.so'), 'reexecd': reexecd(), 'child': [child.returncode, child.stderr]}))
+"""
+
+
+def probe(scn, mode: str, env: dict[str, str] | None = None) -> dict:
+    r = scn.flagged(PROBE, {**mode_env(mode), **(env or {})})
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def named(out: dict, part: str) -> list[str]:
+    return [m for m in out["maps"] if part in os.path.basename(m)]
+
+
+def test_doctor_fails_when_torchs_version_and_its_linked_runtime_disagree(scenario):
+    """torch/version.py says CUDA 12 while libtorch_global_deps.so links libcudart.so.13 (a torch reinstalled
+    over another, half of each): no plan for either major, ``doctor`` names the inconsistent-torch cause,
+    and a flagged start stops before user code."""
+    scn = scenario(tms="0.0.10", torch=None, host=("driver", "cuda12", "cuda13"), tag="torch-disagrees")
+    support.write_torch_standin(scn.site, cuda="12.8", hip=None, deps_lib=scn.parts.global_deps("cu13-sys"))
+    doc = scn.doctor()
+    assert not doc["ok"] and doc["cause"] == "torch-inconsistent", doc
+    assert "torch/version.py says cuda 12" in doc["error"] and "links libcudart.so.13" in doc["error"], doc["error"]
+    assert_stopped(scn.flagged("print('user code ran')"), "inconsistent", "reinstall torch")
+
+
+@pytest.mark.parametrize("mode", ["exec", "dlopen"])
+def test_the_wheel_copy_torch_loads_by_path_is_bound_when_global_deps_finds_another(scenario, mode):
+    """A pip CUDA 13 torch whose libtorch_global_deps.so has no DT_RPATH to NVIDIA's wheel (so alone it finds
+    the system CUDA 13 runtime in the loader cache), with that wheel installed: torch loads the wheel's copy
+    by path once imported, so that copy is the runtime; the hook alone would bind the system one, and the
+    plan puts the wheel's directory first on LD_LIBRARY_PATH. One copy is mapped: the wheel's."""
+    scn = scenario(tms="0.0.9.post1", torch=None, pip=(13,), host=("driver", "cuda13"), tag="deps-find-system")
+    support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=scn.parts.global_deps("cu13-sys"))
+    wheel_dir = scn.site / "nvidia" / "cu13" / "lib"
+    system_copy = scn.parts.rt[13] / "libcudart.so.13"
+    doc = scn.doctor()
+    assert doc["ok"], doc["error"]
+    assert doc["runtime"]["library"] == str(wheel_dir / "libcudart.so.13"), doc["runtime"]
+    assert doc["runtime"]["library_rule"] == "torch by path", doc["runtime"]
+    assert f"libtorch_global_deps.so alone would find {system_copy}" in doc["runtime"]["library_why"], doc["runtime"]
+    assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == str(wheel_dir), doc["plan"]
+    out = probe(scn, mode)
+    assert_applied(mode, out["reexecd"], named(out, "torch_memory_saver"), scn.site / CU13)
+    assert named(out, "libcudart") == [str(wheel_dir / "libcudart.so.13")], out["maps"]
+    assert out["child"] == [0, ""], out["child"]
+
+
+def test_a_build_is_classified_by_what_it_links_never_by_its_name(scenario, tmp_path):
+    """The CUDA 13 build copied to a ``_cu12`` name is a CUDA 13 build (its DT_NEEDED says libcudart.so.13),
+    and forced with TMS_AUTOPRELOAD_PATH on a CUDA 13 host it is the plan and is mapped; the CUDA 12 build
+    under the ``_cu13`` name is refused as the CUDA 12 build it is."""
+    scn = scenario(tms="0.0.10", torch="cu13-sys", host=("driver", "cuda13"))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    cu13_as_cu12 = str(shutil.copy(scn.site / CU13, tmp_path / "a" / CU12))
+    cu12_as_cu13 = str(shutil.copy(scn.site / CU12, tmp_path / "b" / CU13))
+    want = elf.read_dynamic(os.path.realpath(sys.executable))
+    assert (builds.read_build(cu13_as_cu12, want).kind, builds.read_build(cu13_as_cu12, want).major) == ("cuda", 13)
+    assert builds.read_build(cu12_as_cu13, want).major == 12
+    env = {"TMS_AUTOPRELOAD_PATH": cu13_as_cu12}
+    doc = scn.doctor(env)
+    assert doc["ok"] and doc["plan"]["build"] == cu13_as_cu12, doc
+    out = probe(scn, "exec", env)
+    assert_applied("exec", out["reexecd"], named(out, "torch_memory_saver"), cu13_as_cu12)
+    doc = scn.doctor({"TMS_AUTOPRELOAD_PATH": cu12_as_cu13})
+    assert not doc["ok"] and "not for this process's CUDA 13" in doc["error"], doc
+
+
+def test_a_child_whose_own_library_the_plan_shadows_gives_the_child_fails_cause(scenario, tmp_path):
+    """The plan binds torch's pip runtime by putting ``nvidia/cu13/lib`` first on LD_LIBRARY_PATH (the hook
+    alone would bind the system CUDA 13 copy). A ``libtinfo.so.6`` there that needs a missing library is
+    what bash would then load instead of its own: the interpreter starts, its bash child would not (127).
+    The candidate is refused with the child-fails cause, and a flagged start stops before user code."""
+    scn = scenario(tms="0.0.9.post1", torch="cu13-pip", pip=(13,), host=("driver", "cuda13"), tag="child-shadowed")
+    lib = scn.site / "nvidia" / "cu13" / "lib"
+    missing = support.cc(tmp_path / "libtms_test_gone.so.1", "int tms_test_gone(void) { return 0; }\n",
+                         "-Wl,-soname,libtms_test_gone.so.1")
+    support.cc(lib / "libtinfo.so.6", "int tms_test_tinfo(void) { return 0; }\n", "-Wl,-soname,libtinfo.so.6",
+               "-Wl,--no-as-needed", f"-L{tmp_path}", "-l:libtms_test_gone.so.1")
+    missing.unlink()
+    r = subprocess.run(["bash", "-c", "true"], env={"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": str(lib)},
+                       capture_output=True, text=True)
+    assert r.returncode == 127 and "libtms_test_gone.so.1" in r.stderr, r.stderr  # what the plan would do to bash
+    doc = scn.doctor()
+    assert not doc["ok"], doc["plan"]
+    cu13 = next(c for c in doc["candidates"] if os.path.basename(c["path"]) == CU13)
+    assert cu13["cause"] == "child-fails" and "a non-Python child" in cu13["reason"], cu13
+    assert_stopped(scn.flagged("print('user code ran')"), "a non-Python child")
+
+
+@pytest.mark.parametrize("mode", ["exec", "dlopen"])
+def test_two_builds_mapped_at_start_end_with_only_the_right_one(scenario, mode):
+    """``LD_PRELOAD=<cu12>:<cu13>`` on a host with both runtimes: both load, and two hooks fight over the same
+    calls. The start re-execs once (dlopen mode cannot unmap a build, so it execs too) and then maps the
+    CUDA 13 build alone."""
+    scn = scenario(tms="0.0.10", torch="cu13-sys", host=("driver", "cuda12", "cuda13"))
+    out = probe(scn, mode, {"LD_PRELOAD": f"{scn.site / CU12}:{scn.site / CU13}"})
+    assert_applied("exec", out["reexecd"], named(out, "torch_memory_saver"), scn.site / CU13)
+    assert out["child"] == [0, ""], out["child"]
+
+
+# ld.so.cache in glibc's new format (sysdeps/generic/dl-cache.h): the header, then one file_entry_new
+# (flags, key, value, osversion: 4 bytes each; hwcap: 8) per entry, then the strings; every offset counts
+# from the header's start.
+X86_64, X32, I386 = 0x0303, 0x0803, 0x0003  # FLAG_ELF_LIBC6 with FLAG_X8664_LIB64, FLAG_X8664_LIBX32, none
+
+
+def cache_bytes(entries: list[tuple[int, str, str]]) -> bytes:
+    header, entry = 48, 24
+    strings = b""
+    where: dict[str, int] = {}
+    for text in [t for _, key, value in entries for t in (key, value)]:
+        if text not in where:
+            where[text] = header + entry * len(entries) + len(strings)
+            strings += text.encode() + b"\0"
+    out = b"glibc-ld.so.cache1.1" + len(entries).to_bytes(4, "little") + len(strings).to_bytes(4, "little")
+    out += bytes(20)  # flags, padding, extension_offset, unused
+    for flags, key, value in entries:
+        out += b"".join(v.to_bytes(4, "little") for v in (flags, where[key], where[value], 0)) + bytes(8)
+    return out + strings
+
+
+def test_an_x32_entry_ahead_of_the_x86_64_one_is_passed_over(tmp_path):
+    """ldconfig sorts a name's entries by flags, highest first (elf/cache.c ``compare``), so an x32 library
+    (``/libx32``) comes before the x86-64 one of the same name. The reader takes the entry of the
+    interpreter's own ABI, as ld.so does, and none where the cache has none; glibc's own reader
+    (``ldconfig -p``) reads the same bytes as these entries."""
+    name = "libtms_test.so.1"
+    data = cache_bytes([(X32, name, f"/libx32/{name}"), (X86_64, name, f"/lib/x86_64-linux-gnu/{name}"),
+                        (I386, "libonly32.so.1", "/lib/i386-linux-gnu/libonly32.so.1")])
+    (tmp_path / "ld.so.cache").write_bytes(data)
+    listed = subprocess.run(["ldconfig", "-p", "-C", str(tmp_path / "ld.so.cache")], capture_output=True, text=True)
+    assert f"{name} (libc6,x32) => /libx32/{name}" in listed.stdout, listed
+    assert f"{name} (libc6,x86-64) => /lib/x86_64-linux-gnu/{name}" in listed.stdout, listed
+    assert ldcache.LdCache(data, 62).lookup(name) == f"/lib/x86_64-linux-gnu/{name}"
+    assert ldcache.LdCache(data, 62).lookup("libonly32.so.1") is None
+    assert ldcache.LdCache(data, 3).lookup(name) is None
+    assert ldcache.LdCache(data, 3).lookup("libonly32.so.1") == "/lib/i386-linux-gnu/libonly32.so.1"
+    assert ldcache.load(62, str(tmp_path / "ld.so.cache")).lookup(name) == f"/lib/x86_64-linux-gnu/{name}"
