@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv-test
 
-.PHONY: test check lint aarch64 demo demo-clean bench fuzz clean
+.PHONY: test check lint aarch64 demo demo-clean bench fuzz mutants clean
 
 # The test command (CI runs it through .ci/run): a venv with the test tools (uv among them, which
 # finds or installs interpreters); the lint; what the machine must have, checked before any test and
@@ -53,6 +53,13 @@ bench:
 fuzz: $(VENV)/.ready
 	TMS_TEST_STRICT=1 TMS_FUZZ_EXAMPLES=100000 TMS_FUZZ_E2E=200 $(VENV)/bin/python -m pytest -q \
 		-W ignore::hypothesis.errors.HypothesisWarning tests/test_fuzz.py tests/test_inputs.py
+
+# How many hand-made bugs of the decision core the suite catches (docs/development.md): each patch of
+# tests/mutants/ applied to a scratch copy of the tree, and the test files it names run there as `check`
+# runs them. Slow (a pytest session per mutant), so not part of `test`. MUTANTS_ARGS passes options:
+# `make mutants MUTANTS_ARGS="--tests-from main -j 2"`, `--only ldcache`.
+mutants: $(VENV)/.ready
+	$(VENV)/bin/python tools/mutants.py $(MUTANTS_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
