@@ -13,9 +13,10 @@ Each mutant is applied to a scratch copy of the tree (its tracked and untracked,
 its test files run there as the fast lane runs them (``-m "not slow"``, ``TMS_TEST_STRICT=1``), stopping at
 the first failure: a failing run *kills* the mutant, a passing one lets it *survive*. ``--tests-from REV``
 takes ``tests/`` from another revision (the suite as it was, against the package as it is); a test file
-that revision lacks is left out. Before any mutant, the unchanged copy must pass every test file named,
-or no count means anything. ``make mutants`` runs it; it is slow (each mutant is a pytest session that
-builds its scenarios), so it is not part of ``make test``.
+that revision lacks is left out. ``--tests`` runs the given tests for every mutant instead (the tests a
+change adds, against the mutants an older suite let through). Before any mutant, the unchanged copy must
+pass every test named, or no count means anything. ``make mutants`` runs it; it is slow (each mutant is a
+pytest session that builds its scenarios), so it is not part of ``make test``.
 """
 
 from __future__ import annotations
@@ -123,11 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutants", type=Path, help="the directory of patches (default: ROOT/tests/mutants)")
     parser.add_argument("--tests-from", metavar="REV", help="take tests/ from this git revision")
     parser.add_argument("--only", nargs="*", default=[], help="only mutants whose name holds one of these")
+    parser.add_argument("--tests", nargs="+", metavar="TEST",
+                        help="run these (files or node ids) for every mutant instead of the files it names")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="mutants run at once (default 1)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one test run may take")
     args = parser.parse_args(argv)
     root = args.root.resolve()
     mutants = load(args.mutants or root / "tests" / "mutants", args.only)
+    if args.tests:
+        for mutant in mutants:
+            mutant.tests = args.tests
     with tempfile.TemporaryDirectory(prefix="tms-mutants-") as tmp:
         base = Path(tmp) / "base"
         base.mkdir()
