@@ -4,7 +4,9 @@ Each was made by hand (``tests/mutants/``: the patch that makes it, and ``make m
 such bugs the suite catches) and got through the suite before: the step it breaks was never reached by a
 host whose files disagree, whose copies compete, or whose children need what the plan moves. The
 conda-layout kind (a user's own ``LD_PRELOAD`` kept beside the runtime preloaded by path) is in
-``tests/test_conda.py``, with the worlds it needs.
+``tests/test_conda.py``, with the worlds it needs. The last three are pure steps the fast lane reached only
+where they could not fail (no hard-linked build, no group-writable file, an interpreter without site.py's
+hidden-file check).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from support import MAPPED, REEXECD, assert_stopped
 
 sys.path.insert(0, str(support.ROOT))
 
-from tms_autopreload import builds, elf, ldcache
+from tms_autopreload import builds, elf, ldcache, sitepath, trust
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -174,3 +176,38 @@ def test_an_x32_entry_ahead_of_the_x86_64_one_is_passed_over(tmp_path):
     assert ldcache.LdCache(data, 3).lookup(name) is None
     assert ldcache.LdCache(data, 3).lookup("libonly32.so.1") == "/lib/i386-linux-gnu/libonly32.so.1"
     assert ldcache.load(62, str(tmp_path / "ld.so.cache")).lookup(name) == f"/lib/x86_64-linux-gnu/{name}"
+
+
+def test_one_build_under_two_names_is_one_candidate(tmp_path):
+    """A build hard-linked under a second name (one file, two directory entries) is listed once: tried twice it
+    would be judged, and reported, twice."""
+    site = tmp_path / "site-packages"
+    (site / "torch_memory_saver").mkdir(parents=True)
+    build = shutil.copy(os.path.realpath(sys.executable), site / CU12)
+    os.link(build, site / "torch_memory_saver_hook_mode_preload.abi3.so")
+    want = elf.read_dynamic(os.path.realpath(sys.executable))
+    found = builds.find_builds(str(site / "torch_memory_saver"), want, None)
+    assert [os.path.basename(b.path) for b in found] == ["torch_memory_saver_hook_mode_preload.abi3.so"], found
+
+
+def test_a_group_writable_file_counts_its_group_as_a_writer(tmp_path):
+    """Group write permission lets the group change the file, whether or not every user can: its group is one
+    of its writers, and every user is only where the file is world-writable."""
+    path = tmp_path / "hook.so"
+    path.write_bytes(b"")
+    os.chown(path, -1, 54321)
+    path.chmod(0o664)
+    assert ("gid", 54321) in trust.writers(str(path)) and trust.EVERYONE not in trust.writers(str(path))
+    path.chmod(0o666)
+    assert ("gid", 54321) in trust.writers(str(path)) and trust.EVERYONE in trust.writers(str(path))
+
+
+@pytest.mark.parametrize("skip_dotted", [True, False])
+def test_a_dotted_pth_file_is_skipped_where_site_py_skips_hidden_ones(tmp_path, skip_dotted):
+    """site.py with the hidden-file check (gh-113659: 3.13, and the early-2024 backports) skips ``.x.pth``; one
+    without it reads it. The model asks which the running site.py is, so each way is tested here directly."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / ".x.pth").write_text("a\n")
+    path: list[str] = []
+    sitepath.add_site_dir(str(tmp_path), path, set(), skip_dotted)
+    assert path == [str(tmp_path)] + ([] if skip_dotted else [str(tmp_path / "a")])
