@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900, help="seconds one test run may take")
     args = parser.parse_args(argv)
     root = args.root.resolve()
+    started = time.monotonic()
     mutants = load(args.mutants or root / "tests" / "mutants", args.only)
     if args.tests:
         for mutant in mutants:
@@ -155,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"         {detail}", flush=True)
     judged = counts[KILLED] + counts[SURVIVED]
     rate = f"{100 * counts[KILLED] / judged:.0f}%" if judged else "n/a"
-    print(f"kill rate: {counts[KILLED]}/{judged} ({rate})" + (f"; {counts[ERROR]} not judged" if counts[ERROR] else ""))
+    print(f"kill rate: {counts[KILLED]}/{judged} ({rate})" + (f"; {counts[ERROR]} not judged" if counts[ERROR] else "")
+          + f"; {time.monotonic() - started:.0f} s in all")
     return 1 if counts[ERROR] else 0
 
 
