@@ -39,3 +39,16 @@ def test_a_caught_mutant_is_killed_and_a_no_op_survives(tmp_path):
     assert outcomes == [["killed", "01-adds"], ["survived", "02-comment"]], r.stdout
     assert r.stdout.splitlines()[-1].startswith("kill rate: 1/2 (50%); "), r.stdout
     assert (tree / "pkg.py").read_text() == SOURCE  # the tree itself is never patched
+
+
+def test_every_mutant_applies_to_this_tree_and_names_tests_that_exist():
+    """The mutants are data about this code: a change that moves the lines a mutant edits must bring the
+    patch along (regenerate it with `git diff`), or `make mutants` measures nothing for it."""
+    from support import ROOT
+
+    for patch in sorted((ROOT / "tests" / "mutants").glob("*.patch")):
+        r = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 0, (patch.name, r.stderr)
+        named = [line.split(":", 1)[1].split() for line in patch.read_text().splitlines()
+                 if line.startswith("# tests:")]
+        assert named and all((ROOT / t).exists() for t in named[0]), (patch.name, named)
