@@ -169,3 +169,17 @@ def test_one_loader_model_per_survey(monkeypatch):
     report = plan.survey({"PATH": "/usr/bin:/bin"})
     doc = doctor.document(report, {"PATH": "/usr/bin:/bin"})
     assert len(made) == 1 and report.loader is not None and doc["driver"] is not None, made
+
+
+def test_the_cuda_majors_are_one_table():
+    """What the package knows of each CUDA major (its runtime wheel, its oldest driver, whether
+    torch_memory_saver ships a build) is ``sonames.CUDA_MAJORS``; no other module lists majors."""
+    def majors(node: ast.AST) -> bool:
+        items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(node, (ast.Tuple, ast.List,
+                                                                                          ast.Set)) else []
+        values = [i.value for i in items if isinstance(i, ast.Constant) and type(i.value) is int]
+        return len(values) >= 2 and len(values) == len(items) and all(11 <= v <= 20 for v in values)
+
+    found = [f"{p.name}:{n.lineno}" for p in sorted(PACKAGE.glob("*.py")) if p.name != "sonames.py"
+             for n in ast.walk(ast.parse(p.read_text())) if majors(n)]
+    assert not found, found

@@ -15,16 +15,13 @@ those decide. ``..._hook_mode_torch*`` builds are pluggable allocators, not prel
 import os
 
 from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbols
-from .sonames import DRIVER_SONAME, runtime_name, runtime_of, runtime_soname
+from .sonames import DRIVER_SONAME, RELEASED_CUDA_MAJORS, runtime_name, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
 __all__ = ["Build", "read_build", "find_builds", "interposed", "build_install_hint", "missing_builds", "reinstall_hint",
-           "PRELOAD_PREFIXES", "RELEASED_CUDA_MAJORS"]
+           "PRELOAD_PREFIXES"]
 
 PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")
-# The CUDA majors that torch_memory_saver releases ship a preload build for (0.0.9: 12; 0.0.9.post1 and
-# 0.0.10: _cu12 and _cu13). No release ships one for another major; 0.0.8's build links only the driver.
-RELEASED_CUDA_MAJORS = (12, 13)
 
 
 def missing_builds(package_dir: str) -> "tuple[str, list[str]] | None":

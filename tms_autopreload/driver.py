@@ -23,22 +23,15 @@ import os
 
 from . import read_regular
 from .ldso import PRELOADED, Loader
-from .sonames import DRIVER_SONAME
+from .sonames import CUDA_MAJORS, DRIVER_SONAME
 
 __all__ = ["MODULE_VERSION_FILE", "MINIMUM_DRIVER", "DriverFacts", "parse_module_version", "version_key",
            "newest_major", "examine"]
 
 MODULE_VERSION_FILE = "/proc/driver/nvidia/version"
 LIBCUDA = DRIVER_SONAME
-# The oldest Linux x86_64 driver that runs each CUDA major (minor-version compatibility), from NVIDIA's
-# CUDA Toolkit Release Notes, section "CUDA Driver", table "CUDA Toolkit and Minimum Required Driver
-# Version for CUDA Minor Version Compatibility" (docs.nvidia.com/cuda/cuda-toolkit-release-notes/), and
-# the same rows in the CUDA Compatibility guide's "Minor Version Compatibility" table
-# (docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html): CUDA 13.x >= 580,
-# CUDA 12.x >= 525.60.13, CUDA 11.x >= 450.80.02. Applied on aarch64 (ARM64 SBSA) as they are: the release
-# notes' table has a Linux x86_64 column only, the Compatibility guide's per-major floors (>= 580, >= 525,
-# >= 450) name no architecture, and no ARM64 SBSA table was found.
-MINIMUM_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580"}
+# The oldest driver that runs each CUDA major (minor-version compatibility): sonames.CUDA_MAJORS, with its source.
+MINIMUM_DRIVER = {major: facts[1] for major, facts in CUDA_MAJORS.items()}
 # Where a library found first is forward compatibility rather than the installed driver.
 _COMPAT_RULES = (PRELOADED, "LD_LIBRARY_PATH")
 

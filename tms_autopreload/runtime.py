@@ -15,20 +15,16 @@ from .elf import ElfError, read_dynamic
 from .errors import (CAUSE_BAD_VERSION, CAUSE_CPU_ONLY_TORCH, CAUSE_NO_RUNTIME_VISIBLE, CAUSE_SEVERAL_RUNTIMES,
                      CAUSE_TORCH_INCONSISTENT, CAUSE_TORCH_UNREADABLE, ResolveError, shown)
 from .ldso import Found, Loader, Object
-from .sonames import GLIBC_SONAMES, number, runtime_name, runtime_of, runtime_soname
+from .sonames import CUDA_MAJORS, GLIBC_SONAMES, RELEASED_CUDA_MAJORS, number, runtime_name, runtime_of, runtime_soname
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["Runtime", "TorchBuild", "detect", "read_torch", "install_hint", "split_from_torch", "DEFAULT_CUDA_MAJORS"]
-
-DEFAULT_CUDA_MAJORS = (12, 13)
+__all__ = ["Runtime", "TorchBuild", "detect", "read_torch", "install_hint", "split_from_torch"]
 
 
-# NVIDIA's pip wheels of the CUDA runtime, by major, as published on PyPI (before 11: none; from 13 one
-# project, versioned by the CUDA release).
-_RUNTIME_WHEELS = {11: "nvidia-cuda-runtime-cu11", 12: "nvidia-cuda-runtime-cu12", 13: "'nvidia-cuda-runtime==13.*'"}
+
 
 
 _REINSTALL_TORCH = f"reinstall torch, or set {CUDA_MAJOR_VAR}=N to name the CUDA major yourself"
@@ -38,8 +34,8 @@ def install_hint(kind: str, major: int) -> str:
     """What provides a runtime, for error messages: only a wheel NVIDIA publishes, else the toolkit."""
     if kind == "hip":
         return f"install ROCm {major} ({runtime_soname(kind, major)})"
-    if major in _RUNTIME_WHEELS:
-        return f"pip install {_RUNTIME_WHEELS[major]} (or a CUDA {major} toolkit)"
+    if major in CUDA_MAJORS:
+        return f"pip install {CUDA_MAJORS[major][0]} (or a CUDA {major} toolkit)"
     return f"install a CUDA {major} toolkit (NVIDIA publishes no pip wheel of its runtime)"
 
 
@@ -279,7 +275,7 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
         found, why, second = _torch_uses(loader, kind, major, torch)
         return Runtime(kind, major, source, found, torch, why, second)
 
-    probed = sorted(set(majors) | set(DEFAULT_CUDA_MAJORS))
+    probed = sorted(set(majors) | set(RELEASED_CUDA_MAJORS))
     seen = {m: f for m in probed if (f := _visible(loader, "cuda", m, None)) is not None}
     if len(seen) == 1:
         (major, found), = seen.items()

@@ -1,11 +1,12 @@
-"""The library names the loader is asked for (the driver's, and each GPU runtime's by major), and the
-name a person reads for each runtime.
+"""The library names the loader is asked for (the driver's, and each GPU runtime's by major), the name a
+person reads for each runtime, and what the package knows of each CUDA major (one table).
 
 A build is classified, a runtime located and a mapped file recognised by these names
 (``DT_NEEDED`` entries, ``SONAME`` s, mapped file names), so they are written here once.
 """
 
-__all__ = ["DRIVER_SONAME", "GLIBC_SONAMES", "runtime_soname", "runtime_of", "runtime_name"]
+__all__ = ["DRIVER_SONAME", "GLIBC_SONAMES", "CUDA_MAJORS", "RELEASED_CUDA_MAJORS", "runtime_soname", "runtime_of",
+           "runtime_name"]
 
 # NVIDIA's user-space driver library, which every torch_memory_saver build links.
 DRIVER_SONAME = "libcuda.so.1"
@@ -14,6 +15,25 @@ DRIVER_SONAME = "libcuda.so.1"
 GLIBC_SONAMES = frozenset(("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
                            "libresolv.so.2", "libutil.so.1", "libmvec.so.1", "ld-linux-x86-64.so.2",
                            "ld-linux-aarch64.so.1"))
+# What this package knows of each CUDA major, in one table: (NVIDIA's pip wheel of its runtime as `pip install`
+# takes it (before 11: none; from 13 one project, versioned by the CUDA release), the oldest driver that runs
+# it, whether torch_memory_saver's releases ship a preload build for it (0.0.9: 12; 0.0.9.post1 and 0.0.10:
+# _cu12 and _cu13; 0.0.8's build links only the driver)).
+# The oldest drivers are the oldest Linux x86_64 driver that runs each CUDA major (minor-version
+# compatibility), from NVIDIA's CUDA Toolkit Release Notes, section "CUDA Driver", table "CUDA Toolkit and
+# Minimum Required Driver Version for CUDA Minor Version Compatibility"
+# (docs.nvidia.com/cuda/cuda-toolkit-release-notes/), and the same rows in the CUDA Compatibility guide's
+# "Minor Version Compatibility" table (docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html):
+# CUDA 13.x >= 580, CUDA 12.x >= 525.60.13, CUDA 11.x >= 450.80.02. Applied on aarch64 (ARM64 SBSA) as they
+# are: the release notes' table has a Linux x86_64 column only, the Compatibility guide's per-major floors
+# (>= 580, >= 525, >= 450) name no architecture, and no ARM64 SBSA table was found.
+CUDA_MAJORS = {
+    11: ("nvidia-cuda-runtime-cu11", "450.80.02", False),
+    12: ("nvidia-cuda-runtime-cu12", "525.60.13", True),
+    13: ("'nvidia-cuda-runtime==13.*'", "580", True),
+}
+# The majors a torch_memory_saver release ships a build for: also the runtimes probed where no torch says which.
+RELEASED_CUDA_MAJORS = tuple(major for major, facts in CUDA_MAJORS.items() if facts[2])
 # The DT_NEEDED name of each runtime: libcudart.so.N for CUDA, libamdhip64.so.N for HIP.
 _SONAME_PREFIX = {"cuda": "libcudart.so.", "hip": "libamdhip64.so."}
 
