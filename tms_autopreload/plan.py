@@ -36,7 +36,7 @@ from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LO
                      CAUSE_UNUSABLE, CAUSE_WRONG_RUNTIME, ResolveError, shown)
 from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, detect, install_hint, split_from_torch
-from .sonames import DRIVER_SONAME, GLIBC_SONAMES
+from .sonames import DRIVER_SONAME, GLIBC_SONAMES, release
 from .trace import Trace, run_trace, run_traces, start_traces
 from .trust import CAUSES as TRUST_CAUSES
 from .trust import Trusted, refusal
@@ -214,19 +214,6 @@ def _preload_entry(path: str) -> tuple[str, str | None]:
 _SPLITS_SINCE = (0, 0, 10)
 
 
-def _release(version: str) -> "tuple[int, ...]":
-    """The release numbers of a version string as PyPI has them: ``0.0.9.post1`` -> (0, 0, 9)."""
-    out = []
-    for part in version.strip().split("+", 1)[0].split("."):
-        digits = part[:len(part) - len(part.lstrip("0123456789"))]
-        if not digits:
-            break
-        out.append(int(digits))
-        if digits != part:
-            break
-    return tuple(out)
-
-
 def _tms_version(package_dir: str) -> "tuple[int, ...] | None":
     """The release of the torch_memory_saver distribution installed with ``package_dir``: the ``Version`` of
     the one ``torch_memory_saver-*.dist-info`` beside it (its installer's record); None when there is not
@@ -241,7 +228,7 @@ def _tms_version(package_dir: str) -> "tuple[int, ...] | None":
     except OSError:
         return None
     version = next((line[len("Version:"):] for line in head.split("\n") if line.startswith("Version:")), "")
-    return _release(version) or None
+    return release(version) or None
 
 
 def _tms_reads_one_path(package_dir: str | None) -> bool:

@@ -6,7 +6,7 @@ A build is classified, a runtime located and a mapped file recognised by these n
 """
 
 __all__ = ["DRIVER_SONAME", "GLIBC_SONAMES", "CUDA_MAJORS", "RELEASED_CUDA_MAJORS", "runtime_soname", "runtime_of",
-           "runtime_name"]
+           "runtime_name", "number", "release"]
 
 # NVIDIA's user-space driver library, which every torch_memory_saver build links.
 DRIVER_SONAME = "libcuda.so.1"
@@ -55,6 +55,20 @@ def runtime_name(kind: str, major: "int | None") -> str:
 def number(text: str) -> "int | None":
     """A major version written in 1 to 3 ASCII digits, else None (``str.isdigit`` also accepts '²')."""
     return int(text) if 0 < len(text) <= 3 and text.isascii() and text.isdigit() else None
+
+
+def release(version: "str | None") -> "tuple[int, ...]":
+    """The release numbers of a version string as PyPI has them: ``0.0.9.post1`` -> (0, 0, 9), ``2.15.0+cu132``
+    -> (2, 15, 0); () when it starts with none. The one reader of torch's and torch_memory_saver's versions."""
+    out = []
+    for part in (version or "").strip().split("+", 1)[0].split("."):
+        digits = part[:len(part) - len(part.lstrip("0123456789"))]
+        if not digits:
+            break
+        out.append(int(digits))
+        if digits != part:
+            break
+    return tuple(out)
 
 
 def runtime_of(needed: str) -> "tuple[str, int] | None":

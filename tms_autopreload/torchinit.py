@@ -22,6 +22,7 @@ one's code, a release before 2.13 2.13's.
 import os
 
 from .sitepath import search_path
+from .sonames import release as release_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,20 +43,10 @@ _RELEASES = (((2, 13), True, (*_BEFORE_RUNTIME, _RUNTIME)),
              ((2, 15, 0), False, (*_BEFORE_RUNTIME, _RUNTIME)))
 
 
-def _release(version: "str | None") -> "tuple[int, ...]":
-    """``2.15.0+cu132`` -> (2, 15, 0); unreadable -> () (taken as the newest read release)."""
-    out = []
-    for part in (version or "").split("+", 1)[0].split("."):
-        if not part.isdigit():
-            break
-        out.append(int(part))
-    return tuple(out)
-
-
 def code_of(version: "str | None") -> "tuple[str, bool, tuple[tuple[str, str], ...]]":
     """(the read release whose code ``version`` is taken to have, whether a library not found stops the list,
     the list up to the runtime's entry)."""
-    release = _release(version)
+    release = release_of(version)
     chosen = _RELEASES[-1] if not release else _RELEASES[0]
     for entry in _RELEASES:
         if entry[0] <= release:
