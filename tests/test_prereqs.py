@@ -82,3 +82,44 @@ def test_a_full_disk_is_named_with_what_is_needed(tmp_path):
     assert r.returncode == 1
     assert f"  - disk space: 0.0 GiB free under {small}, 1.0 GiB needed\n" in r.stderr, r.stderr
     assert "TMS_TEST_CACHE" in r.stderr
+
+
+def _wheel(folder: Path, name: str, version: str) -> None:
+    """A minimal valid wheel of ``name`` ``version`` (what pip needs to resolve and download it)."""
+    import zipfile
+
+    stem = f"{name.replace('-', '_')}-{version}"
+    info = f"{stem}.dist-info"
+    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(folder / f"{stem}-py3-none-any.whl", "w") as zf:
+        for f, text in files.items():
+            zf.writestr(f, text)
+
+
+def test_the_suites_pip_lifts_a_configured_cap_and_keeps_the_rest_of_the_configuration(tmp_path):
+    """The suite installs exactly what it pins, whatever cap a machine's pip configuration sets, and still
+    reaches the index that configuration names (a mirror, a local folder, a proxy's certificate): with
+    ``PIP_CONFIG_FILE=/dev/null`` a machine whose index is configured reached none (behind a proxy:
+    pypi.org's certificate refused). Here the user's configuration names the only index (a local folder)
+    and caps the package below what the suite asks for."""
+    index, home = tmp_path / "wheels", tmp_path / "home"
+    index.mkdir()
+    for version in ("1.0", "2.0"):
+        _wheel(index, "tms-pinned-demo", version)
+    (home / ".config" / "pip").mkdir(parents=True)
+    (tmp_path / "caps.txt").write_text("tms-pinned-demo<=1.0\n")
+    (home / ".config" / "pip" / "pip.conf").write_text(
+        f"[global]\nno-index = true\nfind-links = {index}\nconstraint = {tmp_path / 'caps.txt'}\n")
+    download = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path / "got"),
+                "tms-pinned-demo==2.0"]
+    env = clean_env(HOME=str(home), TMS_TEST_CACHE=str(tmp_path / "cache"))
+    capped = subprocess.run(download, capture_output=True, text=True, env=env, timeout=120)
+    assert capped.returncode != 0, "the configured cap holds for pip itself"
+    code = ("import os, subprocess, sys; sys.path.insert(0, sys.argv[1]); import basics;"
+            "sys.exit(subprocess.run(sys.argv[2:], env=basics.pip_env()).returncode)")
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "tools"), *download], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [p.name for p in (tmp_path / "got").iterdir()] == ["tms_pinned_demo-2.0-py3-none-any.whl"]

@@ -7,10 +7,16 @@ downloads, tms_source, sandbox, rootfs, ...) can import it without a circle.
 
 from __future__ import annotations
 
+import ast
+import configparser
 import contextlib
 import fcntl
+import functools
+import hashlib
+import io
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,12 +40,43 @@ def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[Any]:  # noqa:
 
 
 def pip_env() -> dict[str, str]:
-    """The environment of the suite's own pip commands: this one, read with no pip configuration file.
+    """The environment of the suite's own pip commands: this one, with the machine's pip configuration
+    minus its version caps.
 
     A machine's pip configuration may cap versions (a global ``constraint =`` file); the suite installs
-    exactly what it pins. ``PIP_CONSTRAINT=`` and ``--isolated`` do not lift a constraint that a
-    configuration file names; ``PIP_CONFIG_FILE=/dev/null`` makes pip read none."""
-    return {**os.environ, "PIP_CONFIG_FILE": os.devnull}
+    exactly what it pins. ``PIP_CONSTRAINT=`` (an empty value pip ignores) and ``--isolated`` do not lift a
+    constraint that a configuration file names, and ``PIP_CONFIG_FILE=/dev/null`` lifts it with everything
+    else the configuration says: where the index is, its certificate, local wheel folders, without which a
+    machine behind a proxy reaches no index at all. So the configuration pip reads is written out again
+    (``pip config list``) into a file of its own with every ``constraint`` set to ``/dev/null``: pip reads
+    the file ``PIP_CONFIG_FILE`` names after the global ones, and a key given there replaces theirs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PIP_CONSTRAINT", "PIP_CONFIG_FILE")}
+    return {**env, "PIP_CONFIG_FILE": str(_uncapped_pip_config(tuple(sorted(env.items()))))}
+
+
+@functools.cache
+def _uncapped_pip_config(env: tuple[tuple[str, str], ...]) -> Path:
+    """The pip configuration of ``env`` without its constraints, as a file (see ``pip_env``)."""
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                            env=dict(env), check=True).stdout
+    sections: dict[str, dict[str, str]] = {"global": {"constraint": os.devnull}}
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        section, _, name = key.rpartition(".")
+        if not section or section.startswith(":env:") or not value:
+            continue  # what the environment says, pip reads from it again
+        sections.setdefault(section, {})[name] = os.devnull if name == "constraint" else ast.literal_eval(value)
+    config = configparser.ConfigParser(interpolation=None)
+    config.read_dict(sections)
+    text = io.StringIO()
+    config.write(text)
+    path = CACHE / "pip" / f"{hashlib.sha256(text.getvalue().encode()).hexdigest()[:16]}.conf"
+    if not path.exists():  # named for its content: runs that share the cache write the same bytes
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(f".{os.getpid()}")
+        part.write_text(text.getvalue())
+        part.replace(path)
+    return path
 
 
 def clean_env(**extra: str) -> dict[str, str]:
