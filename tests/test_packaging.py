@@ -309,22 +309,22 @@ def _readme_install_lines() -> list[str]:
 
 @pytest.mark.slow  # builds the sdist and the wheel
 def test_the_readme_install_lines_give_a_wheel_that_hooks(scenario, tmp_path):
-    """README's two lines as a team runs them: ``make dist`` in a checkout (this one's copy, the test venv
-    as the Makefile's), then ``pip install ./<wheel>`` into a node's venv where the wheel lies. The wheel,
+    """README's two lines as a team runs them, one after the other in a checkout (this one's copy, the test
+    venv as the Makefile's): ``make dist``, then ``pip install dist/<wheel>`` into a node's venv. The wheel,
     built from the sdist, hooks a flagged start on slime #2186's host."""
     make, install = _readme_install_lines()
-    assert make == "make dist" and install.startswith("pip install ./"), (make, install)
+    assert make == "make dist" and install.startswith("pip install dist/"), (make, install)
     src = clean_copy(ROOT, tmp_path / "checkout")
     venv = Path(sys.executable).parent.parent
     r = run([*shlex.split(make), "-C", str(src), f"VENV={venv}", "-o", f"{venv}/.ready"],
             env={**os.environ, "SOURCE_DATE_EPOCH": EPOCH})
     (wheel,) = (src / "dist").glob("*.whl")
-    assert f"dist/{wheel.name}" in r.stdout.splitlines() and install == f"pip install ./{wheel.name}", r.stdout
+    assert f"dist/{wheel.name}" in r.stdout.splitlines() and install == f"pip install dist/{wheel.name}", r.stdout
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), tag="readme-install")
     run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "uninstall", "-y", "-q", "tms-autopreload"])
     pip, *args = shlex.split(install)
     assert pip == "pip"
-    run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), *args, "-q"], cwd=src / "dist")
+    run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), *args, "-q"], cwd=src)
     (record,) = scn.site.glob("tms_autopreload-*.dist-info/RECORD")
     assert "tms_autopreload.pth," in record.read_text()
     assert_hooked(scn, scn.flagged(PROBE))
