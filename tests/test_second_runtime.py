@@ -79,12 +79,25 @@ def test_torch_213_stops_its_list_at_a_library_no_wheel_holds(scenario, parts):
     wheel holds stops the list before the runtime, so nothing is loaded by path; 2.14.1's skips it."""
     scn = _second_world(scenario, tag="2.13")
     deps = parts.global_deps("cu13-pip")
-    for version, second in (("2.13.0", None), ("2.14.1", "libcudart.so.12")):
+    for version, second in (("2.13.0", None), ("2.14.1", "libcudart.so.12"), ("2.10.0", None),
+                            ("2.14.0", "libcudart.so.12")):
         support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=deps, version=version)
         rt = scn.doctor()["runtime"]
         assert (rt["second"] and os.path.basename(rt["second"]["path"])) == second, (version, rt)
     support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=deps, version="2.13.0")
     assert "_preload_cuda_deps stops at libcublasLt.so.*[0-9]" in scn.doctor()["runtime"]["library_why"]
+
+
+def test_torch_29_and_older_load_no_runtime_by_path(scenario, parts):
+    """Up to torch 2.9 the list is loaded only where libtorch_global_deps.so fails to load; where it loads,
+    nothing but nvrtc and nvJitLink follow by path: no second runtime, and the copy is the one it finds."""
+    scn = _second_world(scenario, tag="2.9")
+    deps = parts.global_deps("cu13-pip")
+    for version in ("2.9.0", "2.8.0", "2.5.1"):
+        support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=deps, version=version)
+        rt = scn.doctor()["runtime"]
+        assert rt["second"] is None and "by path" not in rt["library_why"], (version, rt)
+        assert rt["library"] == str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13"), (version, rt)
 
 
 def test_a_library_that_fails_to_load_stops_torchs_list(scenario, parts):

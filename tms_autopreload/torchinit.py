@@ -14,9 +14,12 @@ The runtime's entry is ``("cuda_runtime", "libcudart.so.*[0-9]")``: CUDA 12's wh
 CUDA 12 wheel installed beside it maps that wheel's ``libcudart.so.12`` too: a second runtime, which nothing
 binds to (RTLD_LOCAL, and no library asks for that name).
 
-Read in torch 2.13.0, 2.14.1 and 2.15.0 (``_get_cuda_dep_paths``, ``_preload_cuda_lib``,
-``_preload_cuda_deps``, ``_load_global_deps``). A release between two read ones is taken to have the earlier
-one's code, a release before 2.13 2.13's.
+Read in torch 2.8.0, 2.9.0, 2.10.0, 2.12.0, 2.13.0, 2.14.0, 2.14.1 and 2.15.0 (``_get_cuda_dep_paths``,
+``_preload_cuda_lib``, ``_preload_cuda_deps``, ``_load_global_deps``). Up to 2.9 the list is loaded only where
+``libtorch_global_deps.so`` itself fails to load (its runtime not found); where it loads, only nvrtc and
+nvJitLink follow by path, never a runtime. From 2.10 the list follows whenever a ``libcudart.so`` is mapped,
+each entry required up to 2.13, best-effort from 2.14.0. A release between two read ones is taken to have
+the earlier one's code, a release before 2.8 2.8's.
 """
 
 import os
@@ -36,11 +39,13 @@ RUNTIME_FOLDER = "cuda_runtime"
 _BEFORE_RUNTIME = (("cublas", "libcublasLt.so."), ("cublas", "libcublas.so."), ("cudnn", "libcudnn.so."),
                    ("cuda_nvrtc", "libnvrtc.so."), ("cuda_nvrtc", "libnvrtc-builtins.so."))
 _RUNTIME = (RUNTIME_FOLDER, "libcudart.so.")
-# (release read, whether a library not found stops the list, the entries up to the runtime's). 2.15.0 differs
-# from 2.14.1 after the runtime's entry only (curand left the list).
-_RELEASES = (((2, 13), True, (*_BEFORE_RUNTIME, _RUNTIME)),
-             ((2, 14, 1), False, (*_BEFORE_RUNTIME, _RUNTIME)),
-             ((2, 15, 0), False, (*_BEFORE_RUNTIME, _RUNTIME)))
+# (first release read with this code, whether a library not found stops the list, the entries up to the
+# runtime's: none where no runtime is loaded by path once libtorch_global_deps.so has loaded). 2.9.0, 2.12.0,
+# 2.14.1 and 2.15.0 read the same as the entry before them, but for entries after the runtime's (curand left
+# the list in 2.15.0).
+_RELEASES = (((2, 8), True, ()),
+             ((2, 10), True, (*_BEFORE_RUNTIME, _RUNTIME)),
+             ((2, 14), False, (*_BEFORE_RUNTIME, _RUNTIME)))
 
 
 def code_of(version: "str | None") -> "tuple[str, bool, tuple[tuple[str, str], ...]]":
@@ -81,7 +86,7 @@ def runtime_by_path(cuda: "str | None", version: "str | None") -> "str | None":
     """The ``libcudart`` file torch ``version`` (``torch.version.cuda`` = ``cuda``) loads by path once
     imported, if its list gets that far (:func:`stops_before_runtime`); None for a torch that is not a
     CUDA build, or where no wheel holds one."""
-    if not cuda:
+    if not cuda or not code_of(version)[2]:
         return None
     return _first(*_RUNTIME, cuda)
 
@@ -96,8 +101,8 @@ def stops_before_runtime(cuda: str, version: "str | None",
         path = _first(folder, prefix, cuda)
         if path is None:
             if required:
-                return (f"torch {release}'s _preload_cuda_deps stops at {prefix}*[0-9], which no NVIDIA wheel on "
-                        f"sys.path holds (each library it lists before the runtime is required there)")
+                return (f"torch {version or release}'s _preload_cuda_deps stops at {prefix}*[0-9], which no NVIDIA "
+                        f"wheel on sys.path holds (each library it lists before the runtime is required there)")
             continue
         why = cannot_load(path, loaded)
         if why is not None:
