@@ -149,7 +149,7 @@ def test_package_without_builds_stops_clearly(scenario):
     for so in scn.site.glob("torch_memory_saver_*.so"):
         so.unlink()
     r, _ = start(scn)
-    assert_stopped(r, "ships no preload build", "reinstall torch-memory-saver")
+    assert_stopped(r, "ships no preload build", "pip install --force-reinstall")
 
 
 def test_unreadable_torch_lib_dir_still_decides_from_version_py(scenario):

@@ -114,6 +114,83 @@ def test_a_removed_build_of_a_release_built_from_source_is_reinstalled_from_that
     assert "==0.0.10+source" not in fix and "reinstall it from the source it was built from" in fix, fix
 
 
+def test_a_removed_build_whose_recorded_wheel_file_is_gone_is_reinstalled_from_the_index(scenario, tmp_path):
+    """Installed from a downloaded wheel file that was cleaned since (pip's record names a file no longer there),
+    then the cu13 build deleted: the fix installs the release from the index, not the missing file."""
+    import support
+
+    scn = scenario(tms="0.0.10", torch="cu13-sys", tag="gone-wheel")
+    gone = tmp_path / "downloads" / support.tms_wheel("0.0.10").name  # never made: the cleaned download
+    (next(scn.site.glob("torch_memory_saver-*.dist-info")) / "direct_url.json").write_text(
+        json.dumps({"url": gone.as_uri(), "archive_info": {}}))
+    (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink()
+    command = the_command(scn.doctor()["fix"], "torch")
+    assert command == "pip install --force-reinstall torch-memory-saver==0.0.10", command
+    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
+
+
+def test_an_emptied_build_file_is_reinstalled_as_that_release(scenario, tmp_path):
+    """The cu13 build left empty (a full disk, a cut copy): there, but not what pip installed. The fix forces
+    the release again; ``>=0.0.9.post1`` would be "already satisfied"."""
+    scn = scenario(tms="0.0.10", torch="cu13-sys", tag="emptied")
+    _from_index(scn)
+    (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").write_bytes(b"")
+    doc = scn.doctor()
+    assert not doc["ok"]
+    command = the_command(doc["fix"], "torch-memory-saver")
+    assert command == "pip install --force-reinstall torch-memory-saver==0.0.10", doc["fix"]
+    assert "torch_memory_saver_hook_mode_preload_cu13.abi3.so is damaged (0 bytes, where pip installed" in doc["fix"]
+    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
+
+
+def test_an_editable_checkout_whose_builds_were_cleaned_is_rebuilt_from_that_checkout(scenario, tmp_path):
+    """``pip install -e <checkout>`` (PEP 610: dir_info, editable), the in-place builds cleaned since (``git clean
+    -fdx``): pip's record beside the environment lists no build, the checkout holds none. The fix rebuilds that
+    checkout; "reinstall torch-memory-saver" from the index would replace it."""
+    import tms_source
+
+    scn = scenario(tms=None, torch="cu13-sys", tag="editable")
+    checkout = tms_source.unpack(tmp_path)
+    (scn.site / "__editable__.torch_memory_saver-0.0.10.pth").write_text(f"{checkout}\n")
+    info = scn.site / "torch_memory_saver-0.0.10.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_memory_saver\nVersion: 0.0.10\n")
+    (info / "direct_url.json").write_text(json.dumps({"url": checkout.as_uri(), "dir_info": {"editable": True}}))
+    (info / "RECORD").write_text(f"__editable__.torch_memory_saver-0.0.10.pth,,\n{info.name}/METADATA,,\n"
+                                 f"{info.name}/direct_url.json,,\n{info.name}/RECORD,,\n")
+    doc = scn.doctor()
+    assert not doc["ok"] and doc["torch_memory_saver_dir"] == str(checkout / "torch_memory_saver"), doc
+    assert doc["fix"].startswith(f"torch-memory-saver 0.0.10 is installed editable from {checkout}, which holds no "
+                                 f"preload build"), doc["fix"]
+    assert the_command(doc["fix"], "torch") == f"pip install --force-reinstall -e {checkout}", doc["fix"]
+
+
+def test_a_removed_build_of_a_target_folder_install_is_reinstalled_into_that_folder(scenario, tmp_path):
+    """torch_memory_saver installed with ``pip install --target DIR`` (from the index) and found through
+    ``PYTHONPATH=DIR``, its cu13 build deleted: this venv's pip would install into its own site-packages,
+    behind DIR. The fix installs into DIR again, and run as printed it makes doctor answer ok."""
+    import support
+
+    scn = scenario(tms="0.0.10", torch="cu13-sys", tag="target-tms")
+    target = tmp_path / "target"
+    target.mkdir()
+    for path in [scn.site / "torch_memory_saver", *scn.site.glob("torch_memory_saver*")]:
+        if path.exists():
+            shutil.move(path, target / path.name)
+    for record in target.glob("torch_memory_saver-*.dist-info/direct_url.json"):
+        record.unlink()
+    (target / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink()
+    env = {"PYTHONPATH": str(target)}
+    doc = scn.doctor(env)
+    assert not doc["ok"] and doc["torch_memory_saver_dir"] == str(target / "torch_memory_saver"), doc
+    command = the_command(doc["fix"], "torch")
+    assert command == f"pip install --force-reinstall --target {target} --upgrade torch-memory-saver==0.0.10", command
+    pip, *args = shlex.split(command)
+    run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), *args, "--no-index", "--find-links",
+         str(support.tms_wheel("0.0.10").parent), "-q"], env=clean_env(**env))
+    assert scn.doctor(env)["ok"], scn.doctor(env)["error"]
+
+
 def test_a_release_without_any_build_left_is_reinstalled_as_that_release(scenario, tmp_path):
     scn = report_host(scenario, tag="no-builds-reinstall")
     _from_index(scn)

@@ -10,6 +10,7 @@ package asks it (today, `doctor --ray`'s row for a node without it).
 """
 
 import json
+import os
 import shlex
 from importlib import metadata
 from urllib.parse import unquote, urlsplit
@@ -18,7 +19,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["install_command", "install_advice", "command_from", "record_of", "UNKNOWN_SOURCE"]
+__all__ = ["install_command", "install_advice", "command_from", "local_path", "record_of", "source_gone",
+           "UNKNOWN_SOURCE"]
 
 DISTRIBUTION = "tms-autopreload"
 # Where no record says the source: a missing record proves nothing (an index, another installer).
@@ -51,10 +53,23 @@ def _location(url: str) -> str:
     return unquote(parts.path) if parts.scheme == "file" and parts.netloc in ("", "localhost") else url
 
 
-def command_from(record: "dict[str, Any]", *, force: bool = False) -> "str | None":
-    """The ``pip install`` command that installs what ``record`` (a PEP 610 document) names (``force``: again,
-    over the same version); None when the record is of no kind PEP 610 defines."""
-    pip = "pip install --force-reinstall" if force else "pip install"
+def local_path(record: "dict[str, Any]") -> "str | None":
+    """The local file or directory ``record`` (a PEP 610 document) names, or None for a URL of another kind."""
+    url = record["url"]
+    return _location(url) if urlsplit(url).scheme == "file" and not record.get("vcs_info") else None
+
+
+def source_gone(record: "dict[str, Any]") -> bool:
+    """Whether the local file or directory ``record`` names is no longer there (a cleaned download, a moved
+    checkout); a URL of another kind is not looked at."""
+    path = local_path(record)
+    return path is not None and not os.path.exists(path)
+
+
+def command_from(record: "dict[str, Any]", options: str = "") -> "str | None":
+    """The ``pip install`` command, with ``options``, that installs what ``record`` (a PEP 610 document)
+    names; None when the record is of no kind PEP 610 defines."""
+    pip = f"pip install {options}" if options else "pip install"
     url = record["url"]
     vcs = record.get("vcs_info")
     if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):

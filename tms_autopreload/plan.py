@@ -24,7 +24,7 @@ from . import CUDA_MAJOR_VAR
 from . import PATH_VAR
 from . import ADDED_VAR, STATE_VAR, is_tms_entry, state_key
 from . import compose_preload, locate, read_regular, same_file, split_preload
-from .builds import Build, build_install_hint, find_builds, read_build, reinstall_hint
+from .builds import Build, find_builds, read_build
 from .elf import ElfError, read_dynamic
 from .ldpaths import (LD_UNSAFE_CHARS, added_record, prepend_search_path, read_added, search_path_unsafe,
                       split_search_path)
@@ -661,6 +661,8 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, pro
                            fix=f"pip install torch-memory-saver (or set {PATH_VAR}=/abs/path/to/build.so)")
     builds = find_builds(package_dir, want, trusted)
     if not builds:
+        from .installed import reinstall_hint  # what to install: asked only when no build is found
+
         raise ResolveError(f"torch_memory_saver at {package_dir} ships no preload build (looked for "
                            f"torch_memory_saver_hook_mode_preload*.so and torch_memory_saver_cpp*.so there and "
                            f"in {os.path.dirname(package_dir)})",
@@ -788,6 +790,8 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
                             else f"point {PATH_VAR} at a build for {runtime.name}, or unset it to choose among the "
                                  f"installed builds")
     if not eligible and not built:
+        from .installed import build_install_hint  # what to install: asked only when no build fits
+
         fixes.append(build_install_hint(runtime.kind, runtime.major, package_dir))
     return ResolveError("\n".join([f"no torch_memory_saver preload build fits {runtime.describe()}:", *listing]),
                         fix="; or ".join(dict.fromkeys(fixes)) if fixes else reasons_above, cause=CAUSE_NO_BUILD_FITS)
