@@ -1,81 +1,17 @@
 """The torch_memory_saver preload builds installed next to its package, classified by what they link.
 
-Wheels put the builds in site-packages itself (the directory above the package); source builds
-may put them in the package directory. Layouts seen on PyPI:
-
-* 0.0.6, 0.0.8: ``torch_memory_saver_cpp.abi3.so`` (driver only: libcuda.so.1);
-* 0.0.9: ``torch_memory_saver_hook_mode_preload.abi3.so`` (libcudart.so.12);
-* 0.0.9.post1, 0.0.10: ``..._preload_cu12``, ``..._preload_cu13`` and an unsuffixed copy of cu12;
-* source builds: one unsuffixed build of whichever major it was built for.
-
-A name says what a build was meant to be; its DT_NEEDED entries say what it will load, so only
-those decide. ``..._hook_mode_torch*`` builds are pluggable allocators, not preload hooks.
+Where each release puts which builds, and their names, are :mod:`tms_autopreload.releases`' facts. A name
+says what a build was meant to be; its DT_NEEDED entries say what it will load, so only those decide.
 """
 
 import os
 
 from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbols
-from .sonames import DRIVER_SONAME, RELEASED_CUDA_MAJORS, runtime_name, runtime_of, runtime_soname
+from .releases import PRELOAD_PREFIXES
+from .sonames import DRIVER_SONAME, runtime_name, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
-__all__ = ["Build", "read_build", "find_builds", "interposed", "build_install_hint", "missing_builds", "reinstall_hint",
-           "PRELOAD_PREFIXES"]
-
-PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")
-
-
-def missing_builds(package_dir: str) -> "tuple[str, list[str]] | None":
-    """(the version, the preload builds its RECORD lists that are gone) of the torch-memory-saver
-    distribution installed in the site directory of ``package_dir``; None when pip's record of it is
-    not there (a source tree, another installer) or names no missing build."""
-    from importlib import metadata
-
-    site = os.path.dirname(os.path.abspath(package_dir))
-    for dist in metadata.distributions(path=[site]):
-        if (dist.metadata["Name"] or "").lower().replace("_", "-") != "torch-memory-saver":
-            continue
-        gone = [str(f) for f in dist.files or () if f.name.startswith(PRELOAD_PREFIXES) and f.name.endswith(".so")
-                and not os.path.lexists(str(dist.locate_file(f)))]
-        return (dist.version, gone) if gone else None
-    return None
-
-
-def _may_be_for(name: str, major: int | None) -> bool:
-    """Whether a build of this name, by the releases' naming, may be the one for CUDA ``major`` (None: any):
-    ``_cu<major>``; unsuffixed, the CUDA 12 build (0.0.9 to 0.0.10); ``torch_memory_saver_cpp``, driver only."""
-    if major is None or f"_cu{major}." in name or name.startswith("torch_memory_saver_cpp"):
-        return True
-    return "_cu" not in name and major == 12
-
-
-def reinstall_hint(package_dir: "str | None", major: int | None = None) -> "str | None":
-    """The command that puts back the installed release's missing preload builds (those that may be for
-    CUDA ``major``; None: any), or None when none are missing. The same version, forced: a plain ``pip
-    install`` of it answers "Requirement already satisfied" (no release of torch-memory-saver declares a
-    dependency, so --force-reinstall touches only it)."""
-    found = missing_builds(package_dir) if package_dir else None
-    gone = [g for g in found[1] if _may_be_for(os.path.basename(g), major)] if found else []
-    if not found or not gone:
-        return None
-    version = found[0]
-    return (f"torch-memory-saver {version} is installed but its {', '.join(os.path.basename(g) for g in gone)} "
-            f"{'is' if len(gone) == 1 else 'are'} missing: pip install --force-reinstall torch-memory-saver=={version}")
-
-
-def build_install_hint(kind: str, major: int, package_dir: "str | None" = None) -> str:
-    """The torch_memory_saver to install when no installed build fits ``kind`` ``major``: the installed
-    release again where its builds were removed, else only what a release ships, or how to build it."""
-    reinstall = reinstall_hint(package_dir, major) if kind == "cuda" else None
-    if reinstall:
-        return reinstall
-    if kind == "hip":
-        return "install a ROCm build of torch_memory_saver (built from source with ROCm)"
-    if major in RELEASED_CUDA_MAJORS:
-        return (f"install a torch_memory_saver that ships a CUDA {major} build: "
-                f"pip install 'torch-memory-saver>=0.0.9.post1' (it ships _cu12 and _cu13 builds)")
-    return (f"no torch_memory_saver release ships a CUDA {major} build (releases ship CUDA "
-            f"{' and '.join(map(str, RELEASED_CUDA_MAJORS))} builds); torch_memory_saver 0.0.8's build needs only the "
-            f"driver ({DRIVER_SONAME}), not a CUDA {major} runtime: pip install 'torch-memory-saver==0.0.8'")
+__all__ = ["Build", "read_build", "find_builds", "interposed"]
 
 
 class Build:

@@ -1,0 +1,136 @@
+"""torch_memory_saver's releases, as this package knows them: which preload builds each ships, which read
+``LD_PRELOAD`` as one path, what its preload check counts, and how to install or reinstall it. Every other
+module asks here; a new release is one edit here.
+
+Builds each release ships (wheels put them in site-packages itself, the directory above the package;
+source builds may put them in the package directory). Layouts seen on PyPI:
+
+* 0.0.6, 0.0.8: ``torch_memory_saver_cpp.abi3.so`` (driver only: libcuda.so.1);
+* 0.0.9: ``torch_memory_saver_hook_mode_preload.abi3.so`` (libcudart.so.12);
+* 0.0.9.post1, 0.0.10: ``..._preload_cu12``, ``..._preload_cu13`` and an unsuffixed copy of cu12;
+* source builds: one unsuffixed build of whichever major it was built for.
+
+``..._hook_mode_torch*`` builds are pluggable allocators, not preload hooks. Two rules of its Python side
+stay in the start-up entry, which imports nothing of the package (:func:`tms_autopreload.is_tms_entry`:
+which entry is one of its builds; :func:`tms_autopreload.compose_preload`: the one value its check accepts).
+"""
+
+import os
+
+from . import read_regular
+from .sonames import DRIVER_SONAME, RELEASED_CUDA_MAJORS, release
+
+__all__ = ["PRELOAD_PREFIXES", "missing_builds", "reinstall_hint", "build_install_hint", "installed_version",
+           "reads_one_path", "counted_by_check", "ONE_PATH_RELEASES", "SPLITTING_INSTALL", "INSTALL", "REINSTALL"]
+
+PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")
+# How to install it, and how to get back its files.
+INSTALL = "pip install torch-memory-saver"
+REINSTALL = "reinstall torch-memory-saver"
+# The releases that read LD_PRELOAD as one path, in words, and the install of one that splits it.
+ONE_PATH_RELEASES = "0.0.9.post1 and older"
+SPLITTING_INSTALL = "pip install 'torch-memory-saver>=0.0.10'"
+
+
+def missing_builds(package_dir: str) -> "tuple[str, list[str]] | None":
+    """(the version, the preload builds its RECORD lists that are gone) of the torch-memory-saver
+    distribution installed in the site directory of ``package_dir``; None when pip's record of it is
+    not there (a source tree, another installer) or names no missing build."""
+    from importlib import metadata
+
+    site = os.path.dirname(os.path.abspath(package_dir))
+    for dist in metadata.distributions(path=[site]):
+        if (dist.metadata["Name"] or "").lower().replace("_", "-") != "torch-memory-saver":
+            continue
+        gone = [str(f) for f in dist.files or () if f.name.startswith(PRELOAD_PREFIXES) and f.name.endswith(".so")
+                and not os.path.lexists(str(dist.locate_file(f)))]
+        return (dist.version, gone) if gone else None
+    return None
+
+
+def _may_be_for(name: str, major: int | None) -> bool:
+    """Whether a build of this name, by the releases' naming, may be the one for CUDA ``major`` (None: any):
+    ``_cu<major>``; unsuffixed, the CUDA 12 build (0.0.9 to 0.0.10); ``torch_memory_saver_cpp``, driver only."""
+    if major is None or f"_cu{major}." in name or name.startswith("torch_memory_saver_cpp"):
+        return True
+    return "_cu" not in name and major == 12
+
+
+def reinstall_hint(package_dir: "str | None", major: int | None = None) -> "str | None":
+    """The command that puts back the installed release's missing preload builds (those that may be for
+    CUDA ``major``; None: any), or None when none are missing. The same version, forced: a plain ``pip
+    install`` of it answers "Requirement already satisfied" (no release of torch-memory-saver declares a
+    dependency, so --force-reinstall touches only it)."""
+    found = missing_builds(package_dir) if package_dir else None
+    gone = [g for g in found[1] if _may_be_for(os.path.basename(g), major)] if found else []
+    if not found or not gone:
+        return None
+    version = found[0]
+    return (f"torch-memory-saver {version} is installed but its {', '.join(os.path.basename(g) for g in gone)} "
+            f"{'is' if len(gone) == 1 else 'are'} missing: pip install --force-reinstall torch-memory-saver=={version}")
+
+
+def build_install_hint(kind: str, major: int, package_dir: "str | None" = None) -> str:
+    """The torch_memory_saver to install when no installed build fits ``kind`` ``major``: the installed
+    release again where its builds were removed, else only what a release ships, or how to build it."""
+    reinstall = reinstall_hint(package_dir, major) if kind == "cuda" else None
+    if reinstall:
+        return reinstall
+    if kind == "hip":
+        return "install a ROCm build of torch_memory_saver (built from source with ROCm)"
+    if major in RELEASED_CUDA_MAJORS:
+        return (f"install a torch_memory_saver that ships a CUDA {major} build: "
+                f"pip install 'torch-memory-saver>=0.0.9.post1' (it ships _cu12 and _cu13 builds)")
+    return (f"no torch_memory_saver release ships a CUDA {major} build (releases ship CUDA "
+            f"{' and '.join(map(str, RELEASED_CUDA_MAJORS))} builds); torch_memory_saver 0.0.8's build needs only the "
+            f"driver ({DRIVER_SONAME}), not a CUDA {major} runtime: pip install 'torch-memory-saver==0.0.8'")
+
+
+# The first torch_memory_saver release whose Python side splits LD_PRELOAD on ':' (and wants one
+# torch_memory_saver entry among them): 0.0.8 (``_BinaryInfo.compute``) and 0.0.9/0.0.9.post1
+# (``HookUtilModePreload.get_path_binary``) pass the whole value to ``ctypes.CDLL``; 0.0.10 splits it.
+_SPLITS_SINCE = (0, 0, 10)
+
+
+def installed_version(package_dir: str) -> "tuple[int, ...] | None":
+    """The release of the torch_memory_saver distribution installed with ``package_dir``: the ``Version`` of
+    the one ``torch_memory_saver-*.dist-info`` beside it (its installer's record); None when there is not
+    exactly one, or it states none."""
+    site = os.path.dirname(package_dir)
+    try:
+        found = [n for n in os.listdir(site)
+                 if n.lower().startswith("torch_memory_saver-") and n.endswith(".dist-info")]
+        if len(found) != 1:
+            return None
+        head = read_regular(os.path.join(site, found[0], "METADATA"), 1 << 16).decode("utf-8", "replace")
+    except OSError:
+        return None
+    version = next((line[len("Version:"):] for line in head.split("\n") if line.startswith("Version:")), "")
+    return release(version) or None
+
+
+def reads_one_path(package_dir: str | None) -> bool:
+    """True when torch_memory_saver's Python side needs LD_PRELOAD to be exactly one path.
+
+    Decided by the installed distribution's version against :data:`_SPLITS_SINCE`. A tree with no
+    metadata beside it (copied into place, or an editable source tree) has no version to go by: then
+    its code decides, by whether ``hooks/mode_preload.py`` splits the value with ``.split(":")``. That
+    is wording, checked against 0.0.8 (no such file), 0.0.9 and 0.0.9.post1 (no split), 0.0.10 and a
+    source build of upstream #108 (the split); another spelling of the split reads as one path, the
+    cautious answer.
+    """
+    if package_dir is None:
+        return False
+    release = installed_version(package_dir)
+    if release is not None:
+        return release < _SPLITS_SINCE
+    try:
+        return b'.split(":")' not in read_regular(os.path.join(package_dir, "hooks", "mode_preload.py"), 1 << 20)
+    except OSError:
+        return True
+
+
+def counted_by_check(path: str) -> bool:
+    """Whether its preload check counts ``path`` as one of its own ``LD_PRELOAD`` entries: the path holds
+    ``torch_memory_saver``; a second such entry beside the hook makes the check refuse the process."""
+    return "torch_memory_saver" in path
