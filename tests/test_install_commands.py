@@ -63,10 +63,18 @@ def the_command(text: str, *words: str) -> str:
 
 # ---------------------------------------------------------------- torch_memory_saver
 
+def _from_index(scn) -> None:
+    """torch_memory_saver as pip leaves an install from the index: without the PEP 610 record that the
+    suite's install from a wheel file leaves."""
+    for record in scn.site.glob("torch_memory_saver-*.dist-info/direct_url.json"):
+        record.unlink()
+
+
 def test_a_removed_build_of_the_installed_release_is_reinstalled_as_that_release(scenario, tmp_path):
     """0.0.10 installed, its cu13 build deleted, on a CUDA 13 torch: the fix forces that release again (a
     ``>=`` requirement would be "already satisfied", installing nothing), and then the start is hooked."""
     scn = scenario(tms="0.0.10", torch="cu13-sys", tag="cu13-removed")
+    _from_index(scn)
     (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink()
     doc = scn.doctor()
     assert not doc["ok"]
@@ -76,8 +84,39 @@ def test_a_removed_build_of_the_installed_release_is_reinstalled_as_that_release
     assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
 
 
+def _source_built(scn, record: dict | None) -> None:
+    """Make the installed 0.0.10 a build of its own: a local version label, and pip's record of its source."""
+    info = next(scn.site.glob("torch_memory_saver-*.dist-info"))
+    meta = info / "METADATA"
+    meta.write_text(re.sub(r"(?m)^Version: .*$", "Version: 0.0.10+source.abc123", meta.read_text()))
+    (info / "direct_url.json").unlink(missing_ok=True)
+    if record is not None:
+        (info / "direct_url.json").write_text(json.dumps(record))
+    (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink(missing_ok=True)
+
+
+def test_a_removed_build_of_a_release_built_from_source_is_reinstalled_from_that_source(scenario, tmp_path):
+    """0.0.10+source.abc123 (what a build of one's own is versioned), installed from a wheel file: its removed
+    build is put back by installing that file again (pip's PEP 610 record of it), never by asking the index
+    for a version it cannot have; without a record, the advice says where to get it."""
+    import support
+
+    scn = scenario(tms="0.0.10", torch="cu13-sys", tag="cu13-source-built")
+    wheel = support.tms_wheel("0.0.10")
+    _source_built(scn, {"url": wheel.as_uri(), "archive_info": {}})
+    doc = scn.doctor()
+    command = the_command(doc["fix"], "torch")
+    assert command == f"pip install --force-reinstall {wheel}", doc["fix"]
+    assert "torch-memory-saver 0.0.10+source.abc123 is installed but its" in doc["fix"], doc["fix"]
+    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
+    _source_built(scn, None)
+    fix = scn.doctor()["fix"]
+    assert "==0.0.10+source" not in fix and "reinstall it from the source it was built from" in fix, fix
+
+
 def test_a_release_without_any_build_left_is_reinstalled_as_that_release(scenario, tmp_path):
     scn = report_host(scenario, tag="no-builds-reinstall")
+    _from_index(scn)
     for so in scn.site.glob("torch_memory_saver_*.so"):
         so.unlink()
     doc = scn.doctor()
@@ -97,7 +136,10 @@ def test_a_cu12_only_release_on_cuda13_is_upgraded(scenario, tmp_path):
 
 
 def test_no_release_for_the_major_installs_the_driver_only_release(scenario, tmp_path):
-    scn = scenario(tms="0.0.10", torch="cu13-sys")
+    """A process without torch told to use CUDA 11 (``tms-autopreload run --`` users): no release ships a CUDA
+    11 build, 0.0.8's needs only the driver. (With a torch of another major the fix is to unset the override:
+    tests/test_second_runtime.py.)"""
+    scn = scenario(tms="0.0.10", torch=None)
     doc = scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "11"})
     command = the_command(doc["fix"], "torch-memory-saver")
     assert command == "pip install 'torch-memory-saver==0.0.8'"

@@ -238,13 +238,16 @@ def test_no_message_names_a_build_no_release_ships(scenario):
     doc = scenario(tms="0.0.10", torch="cu13-sys").doctor(env)
     assert not doc["ok"] and "ships a CUDA 11 build:" not in doc["error"], doc["error"]
     scn = scenario(tms="0.0.10", torch="cu13-sys")
-    # The override, not a missing build, is the cause here (torch is built for CUDA 13): said first.
-    fix = (f"Fix: unset TMS_AUTOPRELOAD_CUDA_MAJOR (torch at {scn.site / 'torch'} is built for CUDA 13.0); or no "
-           "torch_memory_saver release ships a CUDA 11 build (releases ship CUDA 12 and 13 builds); "
-           "torch_memory_saver 0.0.8's build needs only the driver (libcuda.so.1), not a CUDA 11 runtime: "
-           "pip install 'torch-memory-saver==0.0.8'")
+    # The override, not a missing build, is the cause here (torch is built for CUDA 13): the one fix, and
+    # nothing installed for a CUDA 11 torch does not use.
+    fix = f"Fix: unset TMS_AUTOPRELOAD_CUDA_MAJOR (torch at {scn.site / 'torch'} is built for CUDA 13.0)"
     assert doc["error"].splitlines()[-1] == fix, doc["error"]
     assert_stopped(scn.flagged("print('user code ran')", env), fix)
+    # Without torch, CUDA 11 is the process's own: what exists for it is said.
+    fix = ("Fix: no torch_memory_saver release ships a CUDA 11 build (releases ship CUDA 12 and 13 builds); "
+           "torch_memory_saver 0.0.8's build needs only the driver (libcuda.so.1), not a CUDA 11 runtime: "
+           "pip install 'torch-memory-saver==0.0.8'")
+    assert scenario(tms="0.0.10", torch=None).doctor(env)["error"].splitlines()[-1] == fix
     driver_only = scenario(tms="0.0.8", torch="cu13-sys")
     assert chosen(driver_only.doctor(env)) == "torch_memory_saver_cpp.abi3.so"
     hooked(driver_only, driver_only.site / "torch_memory_saver_cpp.abi3.so", "exec", env)

@@ -48,8 +48,9 @@ def test_doctor_predicts_the_cu12_wheel_copy_torch_loads_by_path(scenario):
     assert rt["library"] == cu13 and rt["library_rule"] == "DT_RPATH", rt
     assert "also loads by path" not in rt["library_why"], rt["library_why"]
     assert f"also loads {cu12} by path" in rt["library_why"], rt["library_why"]
-    assert rt["second"] == {"path": cu12, "shared": cu13, "wheel": CU12_WHEEL, "required_by": [],
-                            "cause": "idle-runtime", "fix": f"pip uninstall {CU12_WHEEL}"}, rt["second"]
+    assert rt["second"] == {"path": cu12, "shared": cu13, "wheel": CU12_WHEEL, "site": str(scn.site),
+                            "pip_refuses": None, "required_by": [], "conditions": {}, "cause": "idle-runtime",
+                            "fix": f"pip uninstall {CU12_WHEEL}"}, rt["second"]
     said = [w for w in doc["warnings"] if cu12 in w]
     assert len(said) == 1 and "nothing binds to" in said[0] and f"pip uninstall {CU12_WHEEL}" in said[0], said
     text = scn.run(["-m", "tms_autopreload", "doctor"]).stdout
@@ -63,8 +64,14 @@ def test_no_uninstall_fix_where_an_installed_package_requires_the_wheel(scenario
     second = doc["runtime"]["second"]
     assert second["fix"] is None and second["wheel"] == CU12_WHEEL, second
     assert second["required_by"] == ["needs-cu12"], second
+    assert second["conditions"] == {"needs-cu12": "platform_system == 'Linux'"}, second
     said = next(w for w in doc["warnings"] if "libcudart.so.12" in w)
-    assert "pip uninstall" not in said and "it stays while needs-cu12" in said, said
+    assert "pip uninstall" not in said, said
+    assert "needs-cu12 requires it if `platform_system == 'Linux'`, a condition this tool does not evaluate" in said
+    # A requirement without a condition: it stays.
+    _requires(scn.site, "always-cu12", CU12_WHEEL)
+    said = next(w for w in scn.doctor()["warnings"] if "libcudart.so.12" in w)
+    assert "it stays while always-cu12 requires it" in said, said
 
 
 def test_torch_213_stops_its_list_at_a_library_no_wheel_holds(scenario, parts):
@@ -126,3 +133,62 @@ def test_no_fix_installs_the_runtime_an_override_split_off(scenario):
     assert CU12_WHEEL not in doc["fix"] and "CUDA 12 toolkit" not in doc["fix"], doc["fix"]
     message = assert_stopped(scn.flagged("print('user code ran')", env), f"unset {SPLIT}")
     assert CU12_WHEEL not in message.splitlines()[-1], message
+
+
+def test_an_override_naming_torchs_own_major_keeps_torchs_copy_and_the_second_runtime(scenario):
+    """``TMS_AUTOPRELOAD_CUDA_MAJOR`` equal to the major torch links overrides nothing: the copy is torch's,
+    found as torch finds it, and the CUDA 12 copy torch loads by path is said as without the override."""
+    scn = _second_world(scenario)
+    plain, same = scn.doctor(), scn.doctor({SPLIT: "13"})
+    assert same["ok"], same["error"]
+    for key in ("library", "library_rule", "library_why", "second"):
+        assert same["runtime"][key] == plain["runtime"][key], (key, same["runtime"], plain["runtime"])
+    assert same["plan"]["env"] == plain["plan"]["env"], (same["plan"], plain["plan"])
+
+
+def test_both_overrides_on_another_major_than_torchs_are_told_to_go(scenario, parts):
+    """Both overrides naming CUDA 12 on a CUDA 13 torch with no CUDA 12 runtime: what splits the hook from
+    torch is the cause, and the fix unsets both, never "point the path at a CUDA 12 build"."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    env = {SPLIT: "12", "TMS_AUTOPRELOAD_PATH": str(scn.site / "torch_memory_saver_hook_mode_preload_cu12.abi3.so")}
+    doc = scn.doctor(env)
+    assert not doc["ok"] and doc["plan"] is None, doc
+    assert doc["fix"].startswith(f"unset {SPLIT} and TMS_AUTOPRELOAD_PATH to use torch's runtime (torch at "
+                                 f"{scn.site / 'torch'} is built for CUDA 13.0)"), doc["fix"]
+    assert "for CUDA 12" not in doc["fix"] and CU12_WHEEL not in doc["fix"], doc["fix"]
+
+
+def test_an_override_naming_a_major_no_release_ships_offers_no_install(scenario):
+    """``TMS_AUTOPRELOAD_CUDA_MAJOR=11`` on a CUDA 13 torch: unset it; installing torch_memory_saver 0.0.8
+    for a CUDA 11 that torch does not use would only split the hook from torch."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    doc = scn.doctor({SPLIT: "11"})
+    assert not doc["ok"] and doc["fix"].startswith(f"unset {SPLIT} (torch at"), doc["fix"]
+    assert "pip install" not in doc["fix"], doc["fix"]
+
+
+def test_no_uninstall_fix_for_a_wheel_this_environments_pip_cannot_remove(scenario, tmp_path):
+    """The CUDA 12 wheel on PYTHONPATH (a ``pip install --target`` folder) of a venv: this venv's pip says
+    "Not uninstalling ... outside environment" and removes nothing, so no ``pip uninstall`` is offered; the
+    warning says where the wheel lies instead."""
+    import shutil
+    import subprocess
+    import sys
+
+    scn = _second_world(scenario, tag="target")
+    target = tmp_path / "target"
+    (target / "nvidia").mkdir(parents=True)
+    shutil.move(scn.site / "nvidia" / "cuda_runtime", target / "nvidia" / "cuda_runtime")
+    for info in scn.site.glob("nvidia_cuda_runtime_cu12-*.dist-info"):
+        shutil.move(info, target / info.name)
+    env = {"PYTHONPATH": str(target)}
+    doc = scn.doctor(env)
+    cu12 = str(target / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12")
+    second = doc["runtime"]["second"]
+    assert second["path"] == cu12 and second["wheel"] == CU12_WHEEL, second
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "uninstall", "-y",
+                          CU12_WHEEL], capture_output=True, text=True, env=support.clean_env(**env))
+    assert "outside environment" in pip.stdout + pip.stderr and os.path.exists(cu12), pip  # pip's own answer
+    assert second["fix"] is None, second
+    said = next(w for w in doc["warnings"] if cu12 in w)
+    assert "pip uninstall" not in said and f"it lies in {target}, outside this environment" in said, said

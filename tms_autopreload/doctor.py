@@ -62,20 +62,30 @@ def second_runtime(path: str, shared: "str | None") -> "dict[str, Any]":
     from .errors import CAUSE_IDLE_RUNTIME
     from .wheels import uninstall_advice
 
-    wheel, required_by, fix = uninstall_advice(path)
-    return {"path": path, "shared": shared, "wheel": wheel, "required_by": required_by, "cause": CAUSE_IDLE_RUNTIME,
-            "fix": fix}
+    advice = uninstall_advice(path)
+    needs: "dict[str, str]" = advice["required_by"]
+    return {"path": path, "shared": shared, "wheel": advice["wheel"], "site": advice["site"],
+            "pip_refuses": advice["refusal"], "required_by": list(needs),
+            "conditions": {name: when for name, when in needs.items() if when}, "cause": CAUSE_IDLE_RUNTIME,
+            "fix": advice["fix"]}
 
 
 def warning_of_second(second: "dict[str, Any]") -> str:
     """What a second runtime copy means, whence it comes, and the fix where there is one (:func:`second_runtime`)."""
     whence = (f"it comes with {second['wheel']}" if second["wheel"] else
               "no installed distribution records it")
+    needs, conditions = second["required_by"], second["conditions"]
+    always = [n for n in needs if n not in conditions]
     if second["fix"]:
         then = f"nothing installed requires {second['wheel']}: {second['fix']} removes it"
-    elif second["required_by"]:
-        needs = second["required_by"]
-        then = f"it stays while {', '.join(needs)} require{'s' if len(needs) == 1 else ''} it"
+    elif always:
+        then = f"it stays while {', '.join(always)} require{'s' if len(always) == 1 else ''} it"
+    elif needs:
+        then = (f"{', '.join(f'{n} requires it if `{c}`' for n, c in conditions.items())}, a condition this tool "
+                f"does not evaluate: remove it only if that does not hold here")
+    elif second["pip_refuses"]:
+        then = (f"it lies in {second['site']}, {second['pip_refuses']}, where this environment's pip removes "
+                f"nothing: remove it from there if nothing needs it")
     else:
         then = "remove it if nothing needs it"
     shared = f" (the hook and torch share {second['shared']})" if second.get("shared") else ""

@@ -18,7 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["install_command", "install_advice", "UNKNOWN_SOURCE"]
+__all__ = ["install_command", "install_advice", "command_from", "record_of", "UNKNOWN_SOURCE"]
 
 DISTRIBUTION = "tms-autopreload"
 # Where no record says the source: a missing record proves nothing (an index, another installer).
@@ -27,14 +27,22 @@ UNKNOWN_SOURCE = ("the way you installed it on this machine: from its wheel or c
                   "tms-autopreload is not on the package index)")
 
 
+def record_of(dist: "metadata.Distribution") -> "dict[str, Any] | None":
+    """The ``direct_url.json`` of an installed distribution, or None where there is none or it cannot be read."""
+    try:
+        text = dist.read_text("direct_url.json")
+        record = json.loads(text) if text else None
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("url"), str) else None
+
+
 def _record() -> "dict[str, Any] | None":
     """This installation's ``direct_url.json``, or None where there is none or it cannot be read."""
     try:
-        text = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
-        record = json.loads(text) if text else None
-    except (metadata.PackageNotFoundError, OSError, ValueError):
+        return record_of(metadata.distribution(DISTRIBUTION))
+    except metadata.PackageNotFoundError:
         return None
-    return record if isinstance(record, dict) and isinstance(record.get("url"), str) else None
 
 
 def _location(url: str) -> str:
@@ -43,9 +51,10 @@ def _location(url: str) -> str:
     return unquote(parts.path) if parts.scheme == "file" and parts.netloc in ("", "localhost") else url
 
 
-def command_from(record: "dict[str, Any]") -> "str | None":
-    """The ``pip install`` command that installs what ``record`` (a PEP 610 document) names; None when
-    the record is of no kind PEP 610 defines."""
+def command_from(record: "dict[str, Any]", *, force: bool = False) -> "str | None":
+    """The ``pip install`` command that installs what ``record`` (a PEP 610 document) names (``force``: again,
+    over the same version); None when the record is of no kind PEP 610 defines."""
+    pip = "pip install --force-reinstall" if force else "pip install"
     url = record["url"]
     vcs = record.get("vcs_info")
     if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
@@ -55,15 +64,15 @@ def command_from(record: "dict[str, Any]") -> "str | None":
             spec += f"@{revision}"
         if isinstance(record.get("subdirectory"), str):
             spec += f"#subdirectory={record['subdirectory']}"
-        return f"pip install {shlex.quote(spec)}"
+        return f"{pip} {shlex.quote(spec)}"
     if isinstance(record.get("dir_info"), dict):
         editable = "-e " if record["dir_info"].get("editable") else ""
         path = _location(url)
         if isinstance(record.get("subdirectory"), str):
             path = f"{path.rstrip('/')}/{record['subdirectory']}"
-        return f"pip install {editable}{shlex.quote(path)}"
+        return f"{pip} {editable}{shlex.quote(path)}"
     if isinstance(record.get("archive_info"), dict):
-        return f"pip install {shlex.quote(_location(url))}"
+        return f"{pip} {shlex.quote(_location(url))}"
     return None
 
 

@@ -186,11 +186,13 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
     fixes = [f for i in eligible if (f := ordered[i].fix)] + list(dict.fromkeys(v.fix for v in refused if v.fix))
     listing = [f"  - {v.build.name}: {v.reason}" for v in ordered]
     split, torch = split_from_torch(runtime), runtime.torch
+    built = None
     if split is not None and torch is not None:
         # The override names another runtime than torch links: that, not a missing build or runtime, is the
-        # cause; installing the runtime it names would only split the hook from torch (split_warning).
-        built = f"is built for CUDA {torch.cuda}" if torch.cuda else f"links {split}"
-        fixes = [f"unset {CUDA_MAJOR_VAR} (torch at {torch.dir} {built})",
+        # cause; installing the runtime it names, or a build for it, would only split the hook from torch
+        # (split_warning).
+        built = f"torch at {torch.dir} " + (f"is built for CUDA {torch.cuda}" if torch.cuda else f"links {split}")
+        fixes = [f"unset {CUDA_MAJOR_VAR} ({built})",
                  *(f for f in fixes if f != install_hint(runtime.kind, runtime.major))]
     reasons_above = f"see the reasons above, or set {PATH_VAR} to a build that loads"
     if refused and not eligible:
@@ -216,9 +218,10 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
     if forced:
         head = f"{PATH_VAR}={shown(forced)} names a build that does not fit {runtime.describe()}"
         return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_FORCED_DOES_NOT_FIT,
-                            fix=f"point {PATH_VAR} at a build for {runtime.name}, or unset it to choose among the "
-                                f"installed builds")
-    if not eligible:
+                            fix=f"unset {CUDA_MAJOR_VAR} and {PATH_VAR} to use torch's runtime ({built})" if built
+                            else f"point {PATH_VAR} at a build for {runtime.name}, or unset it to choose among the "
+                                 f"installed builds")
+    if not eligible and not built:
         fixes.append(build_install_hint(runtime.kind, runtime.major, package_dir))
     return ResolveError("\n".join([f"no torch_memory_saver preload build fits {runtime.describe()}:", *listing]),
                         fix="; or ".join(dict.fromkeys(fixes)) if fixes else reasons_above, cause=CAUSE_NO_BUILD_FITS)

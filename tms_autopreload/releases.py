@@ -32,11 +32,14 @@ ONE_PATH_RELEASES = "0.0.9.post1 and older"
 SPLITTING_INSTALL = "pip install 'torch-memory-saver>=0.0.10'"
 
 
-def missing_builds(package_dir: str) -> "tuple[str, list[str]] | None":
-    """(the version, the preload builds its RECORD lists that are gone) of the torch-memory-saver
-    distribution installed in the site directory of ``package_dir``; None when pip's record of it is
-    not there (a source tree, another installer) or names no missing build."""
+def missing_builds(package_dir: str) -> "tuple[str, list[str], str | None] | None":
+    """(the version, the preload builds its RECORD lists that are gone, the command pip recorded its source
+    by (PEP 610), forced) of the torch-memory-saver distribution installed in the site directory of
+    ``package_dir``; None when pip's record of it is not there (a source tree, another installer) or names
+    no missing build."""
     from importlib import metadata
+
+    from .origin import command_from, record_of
 
     site = os.path.dirname(os.path.abspath(package_dir))
     for dist in metadata.distributions(path=[site]):
@@ -44,7 +47,8 @@ def missing_builds(package_dir: str) -> "tuple[str, list[str]] | None":
             continue
         gone = [str(f) for f in dist.files or () if f.name.startswith(PRELOAD_PREFIXES) and f.name.endswith(".so")
                 and not os.path.lexists(str(dist.locate_file(f)))]
-        return (dist.version, gone) if gone else None
+        record = record_of(dist)
+        return (dist.version, gone, command_from(record, force=True) if record else None) if gone else None
     return None
 
 
@@ -65,9 +69,15 @@ def reinstall_hint(package_dir: "str | None", major: int | None = None) -> "str 
     gone = [g for g in found[1] if _may_be_for(os.path.basename(g), major)] if found else []
     if not found or not gone:
         return None
-    version = found[0]
-    return (f"torch-memory-saver {version} is installed but its {', '.join(os.path.basename(g) for g in gone)} "
-            f"{'is' if len(gone) == 1 else 'are'} missing: pip install --force-reinstall torch-memory-saver=={version}")
+    version, command = found[0], found[2]
+    said = (f"torch-memory-saver {version} is installed but its {', '.join(os.path.basename(g) for g in gone)} "
+            f"{'is' if len(gone) == 1 else 'are'} missing")
+    if command:  # pip recorded where it came from: that source again, whatever its version says
+        return f"{said}: {command}"
+    if "+" in version:  # a local version label: a build of its own, which no index has
+        return (f"{said}: reinstall it from the source it was built from (its version's local label, "
+                f"+{version.partition('+')[2]}, names a build the package index does not have)")
+    return f"{said}: pip install --force-reinstall torch-memory-saver=={version}"
 
 
 def build_install_hint(kind: str, major: int, package_dir: "str | None" = None) -> str:

@@ -236,10 +236,15 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
                 raise  # with the override, a broken torch only loses its evidence
 
     if override is not None:
-        needed_by = torch.global_deps if torch and runtime_soname("cuda", override) in torch.links else None
-        found = _visible(loader, "cuda", override, needed_by)
-        runtime = Runtime("cuda", override, f"{CUDA_MAJOR_VAR}={override_text}", found, torch)
+        source = f"{CUDA_MAJOR_VAR}={override_text}"
+        runtime = Runtime("cuda", override, source, None, torch)
         torch_links = split_from_torch(runtime)
+        if torch is not None and torch_links is None and runtime.soname in torch.links:
+            # The major torch links: the copy is the one torch uses, found as torch finds it.
+            found, why, second = _torch_uses(loader, "cuda", override, torch)
+            return Runtime("cuda", override, source, found, torch, why, second)
+        found = _visible(loader, "cuda", override, None)
+        runtime = Runtime("cuda", override, source, found, torch)
         if found is not None and torch is not None and torch_links is not None:
             runtime.library_why = (f"found by {found.rule}; torch at {torch.dir} links {torch_links}, another "
                                    f"runtime ({CUDA_MAJOR_VAR}={override_text})")

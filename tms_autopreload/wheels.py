@@ -1,13 +1,19 @@
-"""Which installed distribution brings a file, and which installed distributions require it: read from their
-metadata (``RECORD``, ``Requires-Dist``), never by importing them. For ``doctor``'s advice about a second
-runtime torch maps (:mod:`tms_autopreload.torchinit`): a fix that uninstalls a wheel is given only where
-nothing installed requires that wheel.
+"""Which installed distribution brings a file, which installed distributions require it, and whether this
+environment's pip can remove it: read from their metadata (``RECORD``, ``Requires-Dist``), never by importing
+them. For ``doctor``'s advice about a second runtime torch maps (:mod:`tms_autopreload.torchinit`): a fix
+that uninstalls a wheel is given only where nothing installed requires that wheel and this environment's
+pip removes it.
 """
 
 import os
 import re
+import sys
 
-__all__ = ["owner", "required_by", "uninstall_advice"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["owner", "required_by", "pip_refusal", "uninstall_advice"]
 
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -17,8 +23,9 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def owner(path: str) -> "str | None":
-    """The name of the installed distribution whose ``RECORD`` lists ``path``, or None."""
+def owner(path: str) -> "tuple[str, str] | None":
+    """(the name of the installed distribution whose ``RECORD`` lists ``path``, the site directory it is
+    installed in), or None."""
     from importlib import metadata
 
     real = os.path.realpath(path)
@@ -28,30 +35,49 @@ def owner(path: str) -> "str | None":
         rel = os.path.relpath(real, site)
         for dist in metadata.distributions(path=[site]):
             if any(os.path.normpath(str(f)) == rel for f in dist.files or ()):
-                return str(dist.metadata["Name"])
+                return str(dist.metadata["Name"]), site
     return None
 
 
-def required_by(name: str) -> "list[str]":
-    """The name of each distribution installed for this interpreter whose ``Requires-Dist`` names ``name``,
-    whatever its markers and extras (a requirement under an extra that was not installed counts too: the
-    cautious answer)."""
+def required_by(name: str) -> "dict[str, str]":
+    """Each distribution installed for this interpreter whose ``Requires-Dist`` names ``name``, with the
+    condition of that requirement (its extra or marker, as written; "" for none). Conditions are not
+    evaluated: a requirement under an extra that was not installed counts too, the cautious answer."""
     from importlib import metadata
 
-    want, out = _normal(name), set()
+    want, out = _normal(name), {}
     for dist in metadata.distributions():
         for req in dist.requires or ():
             m = _NAME.match(req)
             if m and _normal(m.group(1)) == want:
-                out.add(str(dist.metadata["Name"]))
-    return sorted(out)
+                out[str(dist.metadata["Name"])] = req.partition(";")[2].strip()
+    return dict(sorted(out.items()))
 
 
-def uninstall_advice(path: str) -> "tuple[str | None, list[str], str | None]":
-    """(the distribution that brings ``path``, those that require it, the fix that removes it: ``pip
-    uninstall`` only where nothing requires it, else None)."""
-    name = owner(path)
-    if name is None:
-        return None, [], None
-    needs = required_by(name)
-    return name, needs, None if needs else f"pip uninstall {name}"
+def pip_refusal(site: str) -> "str | None":
+    """Why this environment's ``pip uninstall`` removes nothing installed in ``site``, in words, or None
+    where it removes it. pip's own rule (``is_local`` and the standard library check of
+    ``UninstallPathSet.from_dist``): in a virtual environment only what lies under ``sys.prefix``, else
+    anything but the standard library; elsewhere it says "Not uninstalling ..." and goes on."""
+    import sysconfig
+
+    real = os.path.realpath(site)
+    if real in {os.path.realpath(sysconfig.get_path(p)) for p in ("stdlib", "platstdlib")}:
+        return "in the standard library directory"
+    if sys.prefix != sys.base_prefix and not real.startswith(os.path.realpath(sys.prefix) + os.sep):
+        return "outside this environment"
+    return None
+
+
+def uninstall_advice(path: str) -> "dict[str, Any]":
+    """What removes ``path``: ``wheel`` (the distribution that brings it, or None), ``site`` (where that is
+    installed), ``refusal`` (why this environment's pip would not remove it, or None), ``required_by``
+    (those that require it, with their conditions) and ``fix`` (``pip uninstall`` only where nothing
+    requires it and pip removes it, else None)."""
+    found = owner(path)
+    if found is None:
+        return {"wheel": None, "site": None, "refusal": None, "required_by": {}, "fix": None}
+    name, site = found
+    needs, refusal = required_by(name), pip_refusal(site)
+    return {"wheel": name, "site": site, "refusal": refusal, "required_by": needs,
+            "fix": None if refusal or needs else f"pip uninstall {name}"}
