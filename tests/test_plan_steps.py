@@ -14,7 +14,7 @@ import support
 sys.path.insert(0, str(support.ROOT))
 
 from tms_autopreload import errors, plan, releases, results
-from tms_autopreload import judge as judging
+from tms_autopreload import attempt as judging
 from tms_autopreload.builds import Build
 from tms_autopreload.ldso import Found
 from tms_autopreload.runtime import Runtime

@@ -8,7 +8,7 @@ hook and every CLI command ask it. Steps:
 3. keep the builds whose DT_NEEDED runtime matches it, driver-only builds matching any CUDA,
    best first (:func:`_screen`);
 4. bind the hook to the runtime library torch will use, in this interpreter and in every child,
-   the first of :data:`tms_autopreload.bindsteps.STEPS` that the loader model predicts holds;
+   the first of :data:`tms_autopreload.attempt.STEPS` that the loader model predicts holds;
 5. trace the planned start with the real loader, for the interpreter and for a non-Python child
    (``/bin/sh``, and ``bash`` where it is another file), and accept the first build that loads
    cleanly in all of them with the runtime bound where we meant (:func:`_choose`; steps 4 and 5 are what
@@ -22,16 +22,14 @@ import os
 import sys
 
 from . import CUDA_MAJOR_VAR, PATH_VAR, locate, split_preload
-from .attempt import MAX_ARG_STRLEN, attempt, env_string_size
+from .attempt import MAX_ARG_STRLEN, attempt, child_programs, env_string_size, readable, trace_the_rest
 from .builds import Build, find_builds, read_build
-from .childprograms import child_programs, readable
 from .elf import ElfError
 from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DOES_NOT_FIT, CAUSE_INTERPRETER_FAILS,
                      CAUSE_LESS_PREFERRED, CAUSE_NO_BINDING, CAUSE_NO_BUILD_FITS, CAUSE_NO_BUILDS, CAUSE_NO_DRIVER,
                      CAUSE_NO_EXECUTABLE, CAUSE_NO_PACKAGE, CAUSE_NO_RUNTIME, CAUSE_PREFERRED_CHOSEN,
                      CAUSE_UNREADABLE_INTERPRETER, CAUSE_UNTRUSTED_BUILDS, CAUSE_UNUSABLE, CAUSE_WRONG_RUNTIME,
                      ResolveError, shown)
-from .judge import trace_the_rest
 from .ldso import Loader, Object
 from .releases import INSTALL, ONE_PATH_RELEASES, PRELOAD_PREFIXES, REINSTALL, SPLITTING_INSTALL, \
     build_install_hint, reads_one_path, reinstall_hint
