@@ -44,7 +44,8 @@ __all__ = ["attempt", "child_programs", "readable", "trace_the_rest", "judge", "
            "MAX_ARG_STRLEN", "env_string_size"]
 
 
-# The non-Python children every plan is checked for: the system's shell, and bash where it is another file.
+# 1. The children. The non-Python children every plan is checked for: the system's shell, and bash where it
+# is another file.
 CHILD_PROGRAMS = ("/bin/sh", "bash")
 
 
@@ -165,6 +166,7 @@ def _added_dirs(env: "Mapping[str, str]", ld_library_path: str) -> "list[str]":
     return [d for d in split_search_path(ld_library_path) if d not in before]
 
 
+# 2. The judge of a trace.
 _NO_DRIVER = f"the NVIDIA driver library {DRIVER_SONAME} is not on this node"
 
 
@@ -234,7 +236,7 @@ def trace_the_rest(verdicts: "dict[int, Verdict]", env: "Mapping[str, str]", pla
                 v.reason = f"{v.reason}; loader: {why}"
 
 
-# The steps' names, as a plan's ``binding`` words and ``doctor`` say them.
+# 3. The binding steps. Their names, as a plan's ``binding`` words and ``doctor`` say them.
 AS_FOUND = "as found"  # the hook alone: the loader finds that very file for it
 SEARCH_PATH = "LD_LIBRARY_PATH"  # the library's directory first on LD_LIBRARY_PATH
 RUNTIME_PRELOADED = "LD_PRELOAD"  # the library itself preloaded by path, right after the hook
@@ -442,8 +444,8 @@ def _no_binding_fix(options: "list[Option]") -> "str | None":
     return next((o.fix for o in options if o.refused and o.fix), None)
 
 
-# Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32 pages):
-# execve fails with E2BIG beyond it.
+# 4. One build. Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32
+# pages): execve fails with E2BIG beyond it.
 MAX_ARG_STRLEN = 32 * 4096
 
 
