@@ -28,7 +28,6 @@ from .errors import (CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LOAD, CAUSE_ENV_TOO_LARGE
                      CAUSE_NOT_PRELOADED, CAUSE_TWO_RUNTIMES, CAUSE_UNSAFE_PATH, ResolveError)
 from .ldpaths import LD_UNSAFE_CHARS, prepend_search_path, read_added, search_path_unsafe, split_search_path
 from .ldso import Loader, Object, loaded_as
-from .releases import ONE_PATH_RELEASES, SPLITTING_INSTALL, counted_by_check, reads_one_path
 from .results import LOADS, REJECTED, Plan, Verdict
 from .runtime import Runtime, install_hint
 from .sonames import DRIVER_SONAME, GLIBC_SONAMES
@@ -391,6 +390,8 @@ class _RuntimePreloaded(Step):
         library = s.library
         if library is None:
             return None
+        from .releases import ONE_PATH_RELEASES, SPLITTING_INSTALL, counted_by_check, reads_one_path
+
         fix = None
         if LD_UNSAFE_CHARS & set(library):
             refused = f"{library} has a space, tab, colon or semicolon, which LD_PRELOAD cannot hold"

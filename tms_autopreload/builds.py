@@ -1,17 +1,19 @@
 """The torch_memory_saver preload builds installed next to its package, classified by what they link.
 
-Where each release puts which builds, and their names, are :mod:`tms_autopreload.releases`' facts. A name
-says what a build was meant to be; its DT_NEEDED entries say what it will load, so only those decide.
+Which release ships which builds is :mod:`tms_autopreload.releases`' fact; here, only the names every release
+gives its preload builds, by which they are found. A name says what a build was meant to be; its DT_NEEDED
+entries say what it will load, so only those decide.
 """
 
 import os
 
 from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbols
-from .releases import PRELOAD_PREFIXES
 from .sonames import DRIVER_SONAME, runtime_name, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
-__all__ = ["Build", "read_build", "find_builds", "interposed"]
+__all__ = ["Build", "read_build", "find_builds", "interposed", "PRELOAD_PREFIXES"]
+
+PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")
 
 
 class Build:

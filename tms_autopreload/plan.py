@@ -23,7 +23,7 @@ import sys
 
 from . import CUDA_MAJOR_VAR, PATH_VAR, locate, split_preload
 from .attempt import MAX_ARG_STRLEN, attempt, child_programs, env_string_size, readable, trace_the_rest
-from .builds import Build, find_builds, read_build
+from .builds import PRELOAD_PREFIXES, Build, find_builds, read_build
 from .elf import ElfError
 from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DOES_NOT_FIT, CAUSE_INTERPRETER_FAILS,
                      CAUSE_LESS_PREFERRED, CAUSE_NO_BINDING, CAUSE_NO_BUILD_FITS, CAUSE_NO_BUILDS, CAUSE_NO_DRIVER,
@@ -31,8 +31,6 @@ from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DO
                      CAUSE_UNREADABLE_INTERPRETER, CAUSE_UNTRUSTED_BUILDS, CAUSE_UNUSABLE, CAUSE_WRONG_RUNTIME,
                      ResolveError, shown)
 from .ldso import Loader, Object
-from .releases import INSTALL, ONE_PATH_RELEASES, PRELOAD_PREFIXES, REINSTALL, SPLITTING_INSTALL, \
-    build_install_hint, reads_one_path, reinstall_hint
 from .results import CHOSEN, REJECTED, UNTRIED, Plan, Report, Verdict
 from .runtime import Runtime, detect, install_hint, split_from_torch
 from .sonames import DRIVER_SONAME
@@ -105,10 +103,14 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, pro
             warnings.append(f"{PATH_VAR} names a file others can change ({unsafe.message}); preloading it anyway")
         return [build], forced
     if package_dir is None:
+        from .releases import INSTALL
+
         raise ResolveError(f"torch_memory_saver is not installed for {exe}", cause=CAUSE_NO_PACKAGE,
                            fix=f"{INSTALL} (or set {PATH_VAR}=/abs/path/to/build.so)")
     builds = find_builds(package_dir, want, trusted)
     if not builds:
+        from .releases import REINSTALL, reinstall_hint
+
         looked = " and ".join(f"{prefix}*.so" for prefix in PRELOAD_PREFIXES)
         raise ResolveError(f"torch_memory_saver at {package_dir} ships no preload build (looked for {looked} there "
                            f"and in {os.path.dirname(package_dir)})",
@@ -166,7 +168,11 @@ def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Ma
 def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str | None) -> Plan:
     """The plan, warned when it keeps other LD_PRELOAD entries that torch_memory_saver's Python side refuses."""
     kept = split_preload(plan.ld_preload)[1:]
-    if not kept or forced or not reads_one_path(package_dir):
+    if not kept or forced:
+        return plan
+    from .releases import ONE_PATH_RELEASES, SPLITTING_INSTALL, reads_one_path
+
+    if not reads_one_path(package_dir):
         return plan
     return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, binding=plan.binding,
                 added=plan.added, warnings=(
@@ -192,6 +198,8 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
         built = f"torch at {torch.dir} " + (f"is built for CUDA {torch.cuda}" if torch.cuda else f"links {split}")
         fixes = [f"unset {CUDA_MAJOR_VAR} ({built})",
                  *(f for f in fixes if f != install_hint(runtime.kind, runtime.major))]
+    from .releases import build_install_hint
+
     reasons_above = f"see the reasons above, or set {PATH_VAR} to a build that loads"
     if refused and not eligible:
         only = refused[0].build.refusal if len(refused) == 1 else None
