@@ -1,5 +1,5 @@
 """The resolver's pure steps, in this process: which builds fit a runtime (``_fits``), the screen before any
-trace (``_screen``), and the judgement of one loader trace (``_judge``), on builds, runtimes and traces made
+trace (``_screen``), and the judgement of one loader trace (``judge.judge``), on builds, runtimes and traces made
 here. The real loader's side of the same steps is in test_resolver.py.
 """
 
@@ -13,7 +13,8 @@ import support
 
 sys.path.insert(0, str(support.ROOT))
 
-from tms_autopreload import errors, plan
+from tms_autopreload import errors, plan, releases, results
+from tms_autopreload import attempt as judging
 from tms_autopreload.builds import Build
 from tms_autopreload.ldso import Found
 from tms_autopreload.runtime import Runtime
@@ -60,8 +61,8 @@ def test_screen_rejects_with_causes_and_orders_the_rest_best_first():
     # The exact runtime before driver-only; a _cu13 name before an unsuffixed one.
     assert eligible == [3, 1, 0]
     assert {i: (v.status, v.cause) for i, v in verdicts.items()} == {
-        2: (plan.REJECTED, errors.CAUSE_WRONG_RUNTIME), 4: (plan.REJECTED, errors.CAUSE_UNUSABLE),
-        5: (plan.REJECTED, CAUSE_WORLD_WRITABLE)}
+        2: (results.REJECTED, errors.CAUSE_WRONG_RUNTIME), 4: (results.REJECTED, errors.CAUSE_UNUSABLE),
+        5: (results.REJECTED, CAUSE_WORLD_WRITABLE)}
     assert verdicts[2].reason == "built for CUDA 12 (needs libcudart.so.12), not for this process's CUDA 13"
     assert verdicts[5].fix == "chmod o-w /s" and "TMS_AUTOPRELOAD_PATH" in verdicts[5].reason
     assert repr(verdicts[2]) == f"Verdict(build='/s/{CU12}', status='rejected', cause='wrong-runtime')"
@@ -70,8 +71,8 @@ def test_screen_rejects_with_causes_and_orders_the_rest_best_first():
 def test_screen_without_a_runtime_tries_nothing():
     verdicts, eligible = plan._screen([build(f"/s/{CU13}"), build("/s/x.so", problem="cannot read it")], None)
     assert eligible == []
-    assert [(v.status, v.cause) for v in verdicts.values()] == [(plan.UNTRIED, errors.CAUSE_NO_RUNTIME),
-                                                               (plan.REJECTED, errors.CAUSE_UNUSABLE)]
+    assert [(v.status, v.cause) for v in verdicts.values()] == [(results.UNTRIED, errors.CAUSE_NO_RUNTIME),
+                                                               (results.REJECTED, errors.CAUSE_UNUSABLE)]
 
 
 @pytest.fixture
@@ -87,33 +88,33 @@ def files(tmp_path):
 def judge(files, trace, kind="cuda", name=CU13):
     b = build(files / name, kind, 13 if kind == "cuda" else None)
     runtime = cuda(13, files / "libcudart.so.13")
-    planned = plan.Plan(b.path, b.path, None, runtime)
-    return planned, plan._judge(b, planned, trace)
+    planned = results.Plan(b.path, b.path, None, runtime)
+    return planned, judging.judge(b, planned, trace)
 
 
 def test_judge_accepts_a_clean_trace_that_binds_torchs_copy(files):
     trace = Trace({"libcudart.so.13": str(files / "libcudart.so.13"), "libcuda.so.1": "/drv/libcuda.so.1"},
                   (str(files / CU13),))
     planned, v = judge(files, trace)
-    assert (v.status, v.cause, v.loader_ok, v.plan) == (plan.LOADS, None, True, planned)
+    assert (v.status, v.cause, v.loader_ok, v.plan) == (results.LOADS, None, True, planned)
     assert v.reason == f"loads; binds libcudart.so.13 to {files / 'libcudart.so.13'}"
 
 
 def test_judge_accepts_a_bare_name_entry_found_through_the_search_path(files):
     trace = Trace({CU13: str(files / CU13), "libcudart.so.13": str(files / "libcudart.so.13")})
-    assert judge(files, trace)[1].status == plan.LOADS
+    assert judge(files, trace)[1].status == results.LOADS
 
 
 def test_judge_refuses_a_second_runtime_copy(files):
     trace = Trace({"libcudart.so.13": str(files / "other" / "libcudart.so.13")}, (str(files / CU13),))
     v = judge(files, trace)[1]
-    assert (v.status, v.cause, v.loader_ok, v.plan) == (plan.REJECTED, errors.CAUSE_TWO_RUNTIMES, True, None)
+    assert (v.status, v.cause, v.loader_ok, v.plan) == (results.REJECTED, errors.CAUSE_TWO_RUNTIMES, True, None)
     assert "two runtime copies" in v.reason
 
 
 def test_judge_names_a_missing_driver(files):
     v = judge(files, Trace(missing=("libcuda.so.1",), loaded=(str(files / CU13),)))[1]
-    assert (v.status, v.cause, v.loader_ok) == (plan.REJECTED, errors.CAUSE_NO_DRIVER, False)
+    assert (v.status, v.cause, v.loader_ok) == (results.REJECTED, errors.CAUSE_NO_DRIVER, False)
     assert v.reason.endswith("loader: libcuda.so.1 => not found") and "install the NVIDIA driver" in v.fix
 
 
@@ -128,18 +129,18 @@ def test_judge_a_loader_log_that_skipped_the_build(files):
     log = (f"ERROR: ld.so: object '{files / CU13}' from LD_PRELOAD cannot be preloaded (wrong ELF class: "
            f"ELFCLASS32): ignored.\n\tlinux-vdso.so.1 (0x00007ffd)\n\tlibc.so.6 => /lib/libc.so.6 (0x00007f00)\n")
     v = judge(files, _parse(log, 0))[1]
-    assert (v.status, v.cause, v.loader_ok, v.fix) == (plan.REJECTED, errors.CAUSE_DOES_NOT_LOAD, False, None)
+    assert (v.status, v.cause, v.loader_ok, v.fix) == (results.REJECTED, errors.CAUSE_DOES_NOT_LOAD, False, None)
     assert v.reason == "the loader skipped it as a preload: wrong ELF class: ELFCLASS32"
 
 
 def test_judge_a_silent_loader_that_did_not_preload_it(files):
     v = judge(files, Trace({"libc.so.6": "/lib/libc.so.6"}))[1]
-    assert (v.status, v.cause, v.loader_ok) == (plan.REJECTED, errors.CAUSE_NOT_PRELOADED, False)
+    assert (v.status, v.cause, v.loader_ok) == (results.REJECTED, errors.CAUSE_NOT_PRELOADED, False)
 
 
 def test_judge_a_driver_only_build_needs_no_runtime_binding(files):
     planned, v = judge(files, Trace(loaded=(str(files / DRIVER),)), kind="driver", name=DRIVER)
-    assert (v.status, v.reason, v.plan) == (plan.LOADS, "loads", planned)
+    assert (v.status, v.reason, v.plan) == (results.LOADS, "loads", planned)
 
 
 @pytest.mark.parametrize("version, one_path", [("0.0.8", True), ("0.0.9", True), ("0.0.9.post1", True),
@@ -150,15 +151,15 @@ def test_the_installed_version_says_whether_ld_preload_is_read_as_one_path(tmp_p
     info = tmp_path / f"torch_memory_saver-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch_memory_saver\nVersion: {version}\n\n")
-    assert plan._tms_reads_one_path(str(tmp_path / "torch_memory_saver")) is one_path
+    assert releases.reads_one_path(str(tmp_path / "torch_memory_saver")) is one_path
 
 
 def test_without_metadata_the_code_says_whether_ld_preload_is_read_as_one_path(tmp_path):
     hooks = tmp_path / "torch_memory_saver" / "hooks"
     hooks.mkdir(parents=True)
-    assert plan._tms_reads_one_path(str(hooks.parent)) is True  # no mode_preload.py: 0.0.8's layout
+    assert releases.reads_one_path(str(hooks.parent)) is True  # no mode_preload.py: 0.0.8's layout
     (hooks / "mode_preload.py").write_text('paths = [p for p in os.environ["LD_PRELOAD"].split(":")]\n')
-    assert plan._tms_reads_one_path(str(hooks.parent)) is False
+    assert releases.reads_one_path(str(hooks.parent)) is False
 
 
 def test_an_error_prints_its_fix_after_the_message_or_on_its_own_line():
@@ -170,10 +171,10 @@ def test_an_error_prints_its_fix_after_the_message_or_on_its_own_line():
 
 
 def test_reprs_are_short():
-    p = plan.Plan("/s/hook.so", "/s/hook.so", None, cuda())
+    p = results.Plan("/s/hook.so", "/s/hook.so", None, cuda())
     assert repr(p) == "Plan(build='/s/hook.so', ld_preload='/s/hook.so')"
     failure = errors.ResolveError("no build", cause=errors.CAUSE_NO_BUILDS)
-    report = plan.Report("/bin/python", None, None, (), None, failure)
+    report = results.Report("/bin/python", None, None, (), None, failure)
     assert repr(report) == "Report(cause='no-builds', verdicts=[])" and report.error == "no build"
 
 

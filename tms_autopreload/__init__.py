@@ -389,7 +389,7 @@ __version__ = "0.1.0"
 # The public API beyond process_startup, by the private module each name lives in, loaded on first use
 # (PEP 562): a start with no flag imports none of them.
 _LAZY = {"resolve": "plan", "survey": "plan", "configure_subprocess": "children", "activate": "inprocess",
-         "Plan": "plan", "Report": "plan", "Verdict": "plan", "Error": "errors", "ResolveError": "errors"}
+         "Plan": "results", "Report": "results", "Verdict": "results", "Error": "errors", "ResolveError": "errors"}
 __all__ = ["process_startup", *_LAZY, "__version__"]
 
 

@@ -1,15 +1,8 @@
 """The torch_memory_saver preload builds installed next to its package, classified by what they link.
 
-Wheels put the builds in site-packages itself (the directory above the package); source builds
-may put them in the package directory. Layouts seen on PyPI:
-
-* 0.0.6, 0.0.8: ``torch_memory_saver_cpp.abi3.so`` (driver only: libcuda.so.1);
-* 0.0.9: ``torch_memory_saver_hook_mode_preload.abi3.so`` (libcudart.so.12);
-* 0.0.9.post1, 0.0.10: ``..._preload_cu12``, ``..._preload_cu13`` and an unsuffixed copy of cu12;
-* source builds: one unsuffixed build of whichever major it was built for.
-
-A name says what a build was meant to be; its DT_NEEDED entries say what it will load, so only
-those decide. ``..._hook_mode_torch*`` builds are pluggable allocators, not preload hooks.
+Which release ships which builds is :mod:`tms_autopreload.releases`' fact; here, only the names every release
+gives its preload builds, by which they are found. A name says what a build was meant to be; its DT_NEEDED
+entries say what it will load, so only those decide.
 """
 
 import os

@@ -14,7 +14,8 @@ import threading
 import warnings
 
 from . import DISABLE_VAR, kill_switch, mapped_hooks, same_file, say
-from .plan import Plan, resolve
+from .plan import resolve
+from .results import Plan
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -16,13 +16,14 @@ import time
 
 from .applied import before_plan, own_plan
 from .exitpolicy import INTERRUPTS, WriteError, guarded_stdout, signal_of, unwinding_signals
-from .plan import Report, survey
+from .plan import survey
+from .results import Report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .plan import Plan
+    from .results import Plan
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_USAGE", "EXIT_CODES"]
 
@@ -180,7 +181,7 @@ def _cmd_which(args: argparse.Namespace) -> int:
 def _cmd_env(args: argparse.Namespace) -> int:
     """The plan's variables, each with the whole value the plan gives it (evaluating them twice changes
     nothing). ``export`` lines are for this shell, so they keep its other entries, and set what a process
-    applying the plan sets (:meth:`.plan.Plan.environment`: its record too); ``--json`` is for a Ray
+    applying the plan sets (:meth:`.results.Plan.environment`: its record too); ``--json`` is for a Ray
     ``runtime_env``, whose workers start from their raylet's environment, not this shell's: the plan of an
     environment without this shell's ``LD_PRELOAD`` and ``LD_LIBRARY_PATH`` (:func:`.applied.own_plan`),
     with no ``${VAR}`` (Ray turns an unset one into an empty entry, which the loader reads as the

@@ -11,7 +11,7 @@ import os
 import sys
 
 from .errors import Error
-from .plan import CHOSEN, Report
+from .results import CHOSEN, Report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
-    from .plan import Plan
+    from .results import Plan
 
 __all__ = ["obstacle", "load", "activate", "InProcessError", "TORCH_LIBRARY_PREFIXES"]
 

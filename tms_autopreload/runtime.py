@@ -150,7 +150,7 @@ def _visible(loader: Loader, kind: str, major: int, needed_by: Object | None) ->
     return found
 
 
-BY_PATH = "torch by path"  # Found.rule of the copy torch's own __init__ loads by path
+TORCH_BY_PATH = "torch by path"  # Found.rule of the copy torch's own __init__ loads by path
 _PRELOAD = "torch/__init__.py's _preload_cuda_deps"
 
 
@@ -202,7 +202,7 @@ def _torch_uses(loader: Loader, kind: str, major: int,
             f"{_PRELOAD} also loads {by_path} by path (RTLD_LOCAL; it looks in nvidia/{torchinit.RUNTIME_FOLDER}/lib "
             f"before nvidia/cu{major}/lib), a second runtime that nothing binds to")
         return found, why, by_path
-    return Found(by_path, BY_PATH), (
+    return Found(by_path, TORCH_BY_PATH), (
         f"{_PRELOAD} loads this copy by path once imported (RTLD_LOCAL), whatever else torch binds: the one copy "
         f"that torch and the hook can share without a second one mapped" +
         (f"; libtorch_global_deps.so alone would find {found.path} by {found.rule}" if found else "")), None

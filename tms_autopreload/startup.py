@@ -28,7 +28,7 @@ from . import (EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBO
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
-    from .plan import Plan
+    from .results import Plan
 
 __all__ = ["run", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
 

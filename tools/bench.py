@@ -37,7 +37,7 @@ THEIRS = ("import time; t = time.perf_counter(); "
 BREAKDOWN = """
 import time, os
 t0 = time.perf_counter()
-from tms_autopreload import plan, trace
+from tms_autopreload import attempt, plan, trace
 t1 = time.perf_counter()
 calls = []
 real = trace.start_traces
@@ -46,7 +46,7 @@ def timed(*a, **k):
     def wait():
         r = collect(); calls.append(time.perf_counter() - s); return r
     return wait
-plan.start_traces = timed
+attempt.start_traces = timed
 report = plan.survey()
 t2 = time.perf_counter()
 print(t1 - t0, t2 - t1, sum(calls), len(calls))
@@ -232,7 +232,10 @@ def setup(work: Path, python: str) -> dict:
     if probe.strip() != "True":
         stub = driver_stub(work / "driver").parent
         base["LD_LIBRARY_PATH"] = str(stub)
-    plan = json.loads(output([str(venvs["with"].python), "-m", "tms_autopreload", "env", "--json"], base))
+    # The plan of ``base`` itself, the stub's directory on LD_LIBRARY_PATH included (``env --json`` is the plan
+    # of a Ray worker's environment, which drops this shell's LD_LIBRARY_PATH, and with it the stub).
+    plan = json.loads(output([str(venvs["with"].python), "-c", "import json; from tms_autopreload.plan import resolve; "
+                              "print(json.dumps(resolve().changes()))"], base))
     return {"venvs": venvs, "base": base, "preset": {**base, **plan}, "stub": stub, "own": own,
             "inherited": inherited(venvs["with"], base), "inherited_dlopen": inherited(venvs["with"], base, "dlopen")}
 

@@ -1,36 +1,56 @@
-"""What to install where no torch_memory_saver build fits: the installed distribution again, as pip recorded
-it (which of its preload builds are gone or damaged, and the one command that puts them back where that copy
-lies), else the release that ships a build for the runtime. Asked only when a survey fails, so off the
-start-up path.
+"""torch_memory_saver's releases, as this package knows them: which preload builds each ships, which read
+``LD_PRELOAD`` as one path, what its preload check counts, and how to install or reinstall it. Every other
+module asks here; a new release is one edit here.
 
-A fix must install something: ``pip install torch-memory-saver`` over an installed release answers
-"Requirement already satisfied", so the same release is forced again. Where pip recorded the source (PEP
+Builds each release ships (wheels put them in site-packages itself, the directory above the package;
+source builds may put them in the package directory). Layouts seen on PyPI:
+
+* 0.0.6, 0.0.8: ``torch_memory_saver_cpp.abi3.so`` (driver only: libcuda.so.1);
+* 0.0.9: ``torch_memory_saver_hook_mode_preload.abi3.so`` (libcudart.so.12);
+* 0.0.9.post1, 0.0.10: ``..._preload_cu12``, ``..._preload_cu13`` and an unsuffixed copy of cu12;
+* source builds: one unsuffixed build of whichever major it was built for.
+
+``..._hook_mode_torch*`` builds are pluggable allocators, not preload hooks. The names of the preload builds
+are :data:`tms_autopreload.builds.PRELOAD_PREFIXES`, by which they are found. Two rules of its Python side stay
+in the start-up entry, which imports nothing of the package (:func:`tms_autopreload.is_tms_entry`: which entry
+is one of its builds; :func:`tms_autopreload.compose_preload`: the one value its check accepts).
+
+Reinstalling: a fix must install something, and ``pip install torch-memory-saver`` over an installed release
+answers "Requirement already satisfied", so the release is forced again. Where pip recorded the source (PEP
 610's ``direct_url.json``: a wheel file, a checkout, editable or not, a VCS URL) and it is still there, that
 source; a build of one's own (a ``+local`` version) without one is said in words, the index does not have it.
 Where this environment's pip would not touch the copy (a ``pip install --target`` folder on ``PYTHONPATH``),
 the command installs into that folder again. Only a build file that is gone, or whose size is not the one
 pip recorded (an emptied or cut file), counts as damaged: a file of the right size is the loader's to judge.
+
+Asked where a fact is needed, not on import: a flagged start whose plan binds without preloading the
+runtime by path never imports this module (each module costs that start about 0.2 ms here).
 """
 
 import os
-import shlex
-from importlib import metadata
 
+from . import read_regular
 from .builds import PRELOAD_PREFIXES
-from .origin import command_from, local_path, record_of, source_gone
-from .sonames import DRIVER_SONAME, RELEASED_CUDA_MAJORS
-from .wheels import pip_refusal
+from .sonames import DRIVER_SONAME, RELEASED_CUDA_MAJORS, release
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from importlib import metadata
     from typing import Any
 
-__all__ = ["build_install_hint", "reinstall_hint"]
+__all__ = ["reinstall_hint", "build_install_hint", "installed_version",
+           "reads_one_path", "counted_by_check", "ONE_PATH_RELEASES", "SPLITTING_INSTALL", "INSTALL", "REINSTALL"]
 
 DISTRIBUTION = "torch-memory-saver"
+# How to install it, and how to get back its files.
+INSTALL = f"pip install {DISTRIBUTION}"
+REINSTALL = "reinstall torch-memory-saver"
+# The releases that read LD_PRELOAD as one path, in words, and the install of one that splits it.
+ONE_PATH_RELEASES = "0.0.9.post1 and older"
+SPLITTING_INSTALL = "pip install 'torch-memory-saver>=0.0.10'"
 
 
-def _is_it(dist: metadata.Distribution) -> bool:
+def _is_it(dist: "metadata.Distribution") -> bool:
     """Whether ``dist`` is torch-memory-saver as an installer recorded it (a ``RECORD``: not the ``.egg-info``
     a source tree holds)."""
     return ((dist.metadata["Name"] or "").lower().replace("_", "-") == DISTRIBUTION
@@ -40,6 +60,10 @@ def _is_it(dist: metadata.Distribution) -> bool:
 def _distribution(package_dir: str) -> "tuple[metadata.Distribution, str] | None":
     """(the distribution that installed the torch_memory_saver package at ``package_dir``, the directory it is
     installed in): pip's record beside the package, or an editable install's whose checkout holds it."""
+    from importlib import metadata
+
+    from .origin import local_path, record_of
+
     site = os.path.dirname(os.path.abspath(package_dir))
     for dist in metadata.distributions(path=[site]):
         if _is_it(dist):
@@ -56,7 +80,7 @@ def _editable(record: "dict[str, Any]") -> bool:
     return isinstance(info, dict) and bool(info.get("editable"))
 
 
-def _damage(dist: metadata.Distribution) -> "list[str]":
+def _damage(dist: "metadata.Distribution") -> "list[str]":
     """Each preload build pip's RECORD lists that is gone or not the size it recorded, said as such."""
     out = []
     for f in dist.files or ():
@@ -78,9 +102,14 @@ def _may_be_for(name: str, major: "int | None") -> bool:
     return "_cu" not in name and major == 12
 
 
-def _command(dist: metadata.Distribution, site: str) -> str:
+def _command(dist: "metadata.Distribution", site: str) -> str:
     """What installs this copy again, where it lies: its recorded source while that is there, else its
     release from the index; a local build without a record, in words."""
+    import shlex
+
+    from .origin import command_from, record_of, source_gone
+    from .wheels import pip_refusal
+
     target = f" --target {shlex.quote(site)} --upgrade" if pip_refusal(site) else ""
     record = record_of(dist)
     if record is not None and not source_gone(record):
@@ -106,6 +135,8 @@ def reinstall_hint(package_dir: "str | None", major: "int | None" = None) -> "st
     damage = [d for d in _damage(dist) if _may_be_for(d.split(" ", 1)[0], major)]
     if damage:
         return f"{DISTRIBUTION} {dist.version} is installed but its {', '.join(damage)}: {_command(dist, site)}"
+    from .origin import record_of
+
     checkout = os.path.dirname(os.path.abspath(package_dir or ""))
     record = record_of(dist)
     if record is not None and _editable(record) and not any(
@@ -137,3 +168,53 @@ def build_install_hint(kind: str, major: int, package_dir: "str | None" = None) 
     return (f"no torch_memory_saver release ships a CUDA {major} build (releases ship CUDA "
             f"{' and '.join(map(str, RELEASED_CUDA_MAJORS))} builds); torch_memory_saver 0.0.8's build needs only the "
             f"driver ({DRIVER_SONAME}), not a CUDA {major} runtime: pip install 'torch-memory-saver==0.0.8'")
+
+
+# The first torch_memory_saver release whose Python side splits LD_PRELOAD on ':' (and wants one
+# torch_memory_saver entry among them): 0.0.8 (``_BinaryInfo.compute``) and 0.0.9/0.0.9.post1
+# (``HookUtilModePreload.get_path_binary``) pass the whole value to ``ctypes.CDLL``; 0.0.10 splits it.
+_SPLITS_SINCE = (0, 0, 10)
+
+
+def installed_version(package_dir: str) -> "tuple[int, ...] | None":
+    """The release of the torch_memory_saver distribution installed with ``package_dir``: the ``Version`` of
+    the one ``torch_memory_saver-*.dist-info`` beside it (its installer's record); None when there is not
+    exactly one, or it states none."""
+    site = os.path.dirname(package_dir)
+    try:
+        found = [n for n in os.listdir(site)
+                 if n.lower().startswith("torch_memory_saver-") and n.endswith(".dist-info")]
+        if len(found) != 1:
+            return None
+        head = read_regular(os.path.join(site, found[0], "METADATA"), 1 << 16).decode("utf-8", "replace")
+    except OSError:
+        return None
+    version = next((line[len("Version:"):] for line in head.split("\n") if line.startswith("Version:")), "")
+    return release(version) or None
+
+
+def reads_one_path(package_dir: str | None) -> bool:
+    """True when torch_memory_saver's Python side needs LD_PRELOAD to be exactly one path.
+
+    Decided by the installed distribution's version against :data:`_SPLITS_SINCE`. A tree with no
+    metadata beside it (copied into place, or an editable source tree) has no version to go by: then
+    its code decides, by whether ``hooks/mode_preload.py`` splits the value with ``.split(":")``. That
+    is wording, checked against 0.0.8 (no such file), 0.0.9 and 0.0.9.post1 (no split), 0.0.10 and a
+    source build of upstream #108 (the split); another spelling of the split reads as one path, the
+    cautious answer.
+    """
+    if package_dir is None:
+        return False
+    release = installed_version(package_dir)
+    if release is not None:
+        return release < _SPLITS_SINCE
+    try:
+        return b'.split(":")' not in read_regular(os.path.join(package_dir, "hooks", "mode_preload.py"), 1 << 20)
+    except OSError:
+        return True
+
+
+def counted_by_check(path: str) -> bool:
+    """Whether its preload check counts ``path`` as one of its own ``LD_PRELOAD`` entries: the path holds
+    ``torch_memory_saver``; a second such entry beside the hook makes the check refuse the process."""
+    return "torch_memory_saver" in path

@@ -1,0 +1,555 @@
+"""What happens to one build that fits: its plan with the first binding the loader model predicts holds,
+the planned start traced with the real loader for the interpreter and its non-Python children at once, and
+the verdict. One idea in four parts, in order:
+
+1. the non-Python children a plan is checked for (``/bin/sh``, and ``bash`` where it is another file), and
+   which of them pose the loader another problem than the interpreter, so that only those are traced
+   (:func:`_own_problem`: tracing a child costs a process start);
+2. the one judge of a trace (:func:`refused`), for the interpreter's trace (:func:`judge`, which also wants
+   the build preloaded and its runtime bound to the library this process uses), the children's
+   (:func:`_judge_children`) and the builds ``doctor`` traces beyond the plan (:func:`trace_the_rest`);
+3. the bindings tried in order, as data (:data:`STEPS`): for one build a step writes its :class:`Option`
+   (the environment, or why it cannot be written and what would let it be) and says itself in words; an
+   option predicts with the loader model whether it maps exactly torch's runtime for the hook in this
+   interpreter and in every child;
+4. :func:`attempt`: plan, trace, judge.
+
+Longer than the package's other modules because it is one module on purpose: the flagged start imports it,
+and each module costs that start a file lookup, a read and an unmarshal (about 0.2 ms on a loaded 2-core
+machine: ``python -X importtime`` of a flagged start, and its first start timed with and without the split).
+"""
+
+import os
+
+from . import ADDED_VAR, compose_preload, is_tms_entry, same_file, split_preload
+from .builds import Build
+from .elf import ElfError, read_dynamic
+from .errors import (CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LOAD, CAUSE_ENV_TOO_LARGE, CAUSE_NO_BINDING, CAUSE_NO_DRIVER,
+                     CAUSE_NOT_PRELOADED, CAUSE_TWO_RUNTIMES, CAUSE_UNSAFE_PATH, ResolveError)
+from .ldpaths import LD_UNSAFE_CHARS, prepend_search_path, read_added, search_path_unsafe, split_search_path
+from .ldso import Loader, Object, loaded_as
+from .results import LOADS, REJECTED, Plan, Verdict
+from .runtime import Runtime, install_hint
+from .sonames import DRIVER_SONAME, GLIBC_SONAMES
+from .trace import Trace, run_trace, run_traces, start_traces
+
+TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+
+    from .elf import DynamicInfo
+
+__all__ = ["attempt", "child_programs", "readable", "trace_the_rest", "judge", "refused", "STEPS", "Option",
+           "MAX_ARG_STRLEN", "env_string_size"]
+
+
+# 1. The children. The non-Python children every plan is checked for: the system's shell, and bash where it
+# is another file.
+CHILD_PROGRAMS = ("/bin/sh", "bash")
+
+
+def child_programs(env: "Mapping[str, str]", exe: str) -> "list[str]":
+    """Real paths of :data:`CHILD_PROGRAMS` here (bash as ``PATH`` finds it), each once, the interpreter
+    (``exe``, a real path) left out."""
+    seen = {exe}
+    out: list[str] = []
+    for name in CHILD_PROGRAMS:
+        dirs = [""] if "/" in name else split_search_path(env.get("PATH", os.defpath))
+        path = next((p for d in dirs if os.access(p := os.path.join(d, name), os.X_OK) and os.path.isfile(p)), None)
+        real = os.path.realpath(path) if path else None
+        if real and real not in seen:
+            seen.add(real)
+            out.append(real)
+    return out
+
+
+def readable(paths: "list[str]") -> "list[tuple[str, DynamicInfo]]":
+    """(path, dynamic section) of each child program this machine can read; another is no child of the job."""
+    out = []
+    for path in paths:
+        try:
+            out.append((path, read_dynamic(path)))
+        except (OSError, ElfError):
+            continue
+    return out
+
+
+def _effective_rpath(info: "DynamicInfo") -> "tuple[str, ...]":
+    """The DT_RPATH the loader uses for objects a program loads: none where it has DT_RUNPATH."""
+    return () if info.runpath else info.rpath
+
+
+def _search_differs(exe: "DynamicInfo", child: "DynamicInfo") -> bool:
+    """True when the loader's search for a preloaded object's needs differs between the two programs in
+    what depends on the program itself: a DT_RPATH it uses, or another ELF class or machine."""
+    return bool(_effective_rpath(exe) or _effective_rpath(child)
+                or (child.elf_class, child.machine) != (exe.elf_class, exe.machine))
+
+
+def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[str]",
+                 closure: "Callable[[], set[str]] | None") -> "bool | None":
+    """True when a child poses the loader another problem than the interpreter did in its trace, so that
+    trace is not the child's answer. ``added``: directories the plan puts on LD_LIBRARY_PATH; ``closure``:
+    the names the hook and the objects it brought in need, as the interpreter's trace resolved them, or
+    None before that trace has answered: then None where only the closure can tell.
+
+    For a preloaded object's needs the loader's search depends on the program only through the
+    program's DT_RPATH (ld.so(8), step 1: not used where the program has DT_RUNPATH), its ELF class and
+    machine, and the objects the program loads itself, which satisfy a later need of the same name.
+    So the answers are one where neither program has such a DT_RPATH, both are of one class and
+    machine, neither finds a name of the closure by its own DT_RUNPATH, and no added directory holds
+    a library the child needs (its own start is then as it was). A conda interpreter's children
+    always pose their own problem: its DT_RPATH is what finds the runtime for it.
+    """
+    exe, (_, info) = loader.executable, child
+    if _search_differs(exe.info, info):
+        return True
+    if any(os.path.exists(os.path.join(d, name)) for d in added for name in info.needed):
+        return True
+    for prog in (exe, Object(*child)):
+        own = {name for d in prog.runpath_dirs() for name in prog.info.needed if os.path.exists(os.path.join(d, name))}
+        if own:
+            if closure is None:
+                return None
+            if not own.isdisjoint(closure()):
+                return True
+    return False
+
+
+def _walk(build: Build, where: "Callable[[str, Object], str | None]", read: "dict[str, DynamicInfo]") -> "set[str]":
+    """The names the hook needs and, transitively, the objects it brings in need, each object found by
+    ``where(name, needed_by)`` (glibc's own libraries are not read: they need only each other).
+    ``read``: the dynamic sections read so far, by path; each object read here is added to it."""
+    names: set[str] = set()
+    todo = [(name, Object(build.path, build.info)) for name in build.info.needed] if build.info else []
+    while todo:
+        name, parent = todo.pop()
+        if name in names:
+            continue
+        names.add(name)
+        path = where(name, parent) if name not in GLIBC_SONAMES else None
+        if path:
+            try:
+                info = read[path] if path in read else read.setdefault(path, read_dynamic(path))
+            except (OSError, ElfError):
+                continue
+            todo += [(need, Object(path, info)) for need in info.needed]
+    return names
+
+
+def _closure(build: Build, trace: Trace, read: "dict[str, DynamicInfo]") -> "set[str]":
+    """:func:`_walk` where the trace resolved each name: what the hook really brings in. ``read``: what
+    :func:`_read_ahead` read already."""
+    return _walk(build, lambda name, _parent: trace.resolved.get(name), read)
+
+
+def _read_ahead(build: Build, loader: Loader, plan: Plan) -> "dict[str, DynamicInfo]":
+    """The dynamic sections of the objects the loader model says the hook brings in under ``plan``, by
+    path (:func:`_walk` where the model finds each name): read while the real loader traces the plan, so
+    that :func:`_closure`, which follows the trace's answer, reads only where the model was wrong. A hint,
+    never a verdict."""
+    model = loader.under(plan.ld_library_path, plan.ld_preload)
+
+    def where(name: str, parent: Object) -> "str | None":
+        found = model.find(name, parent)
+        return found.path if found else None
+
+    read: "dict[str, DynamicInfo]" = {}
+    _walk(build, where, read)
+    return read
+
+
+def _added_dirs(env: "Mapping[str, str]", ld_library_path: str) -> "list[str]":
+    """The directories ``ld_library_path`` holds that ``env``'s LD_LIBRARY_PATH does not: what a plan adds."""
+    before = set(split_search_path(env.get("LD_LIBRARY_PATH", "")))
+    return [d for d in split_search_path(ld_library_path) if d not in before]
+
+
+# 2. The judge of a trace.
+_NO_DRIVER = f"the NVIDIA driver library {DRIVER_SONAME} is not on this node"
+
+
+def refused(build: Build, trace: Trace) -> "str | None":
+    """Why the real loader would not start the traced program with ``build`` preloaded, in its words; None
+    when it would."""
+    skipped = trace.skip_of(build.name)
+    errors = list(trace.errors) + ([f"the loader skipped it as a preload: {skipped}"] if skipped else [])
+    if trace.missing or errors or trace.status:
+        return "; ".join([f"{n} => not found" for n in trace.missing] + errors) or trace.reason()
+    return None
+
+
+def judge(build: Build, plan: Plan, trace: Trace) -> Verdict:
+    """Step 5: the real loader's answer for ``plan``: accepted (LOADS, with the plan) only when everything
+    resolves, the build is preloaded, and its runtime binds to the library this process uses."""
+    runtime = plan.runtime
+    reason = refused(build, trace)
+    if reason is not None:
+        if DRIVER_SONAME in trace.missing:
+            return Verdict(build, REJECTED, f"{_NO_DRIVER} (no driver installed, not mounted into this container, "
+                           f"or hidden by LD_LIBRARY_PATH); loader: {reason}", CAUSE_NO_DRIVER, loader_ok=False,
+                           fix="install the NVIDIA driver (or expose it to the container), or do not set the "
+                               "flag on nodes without a GPU")
+        fix = install_hint(runtime.kind, runtime.major) if runtime.soname in trace.missing else None
+        return Verdict(build, REJECTED, reason, CAUSE_DOES_NOT_LOAD, loader_ok=False, fix=fix)
+    # A bare-name preload entry shows as "name => path", a path entry as "path".
+    if not any(same_file(p, build.path) for p in (*trace.loaded, *trace.resolved.values())
+               if os.path.basename(p) == build.name):
+        return Verdict(build, REJECTED, "the loader did not preload it (no error given)", CAUSE_NOT_PRELOADED,
+                       loader_ok=False)
+    if build.kind == "driver":
+        return Verdict(build, LOADS, "loads", loader_ok=True, plan=plan)
+    # Listed as "soname => path" when found by a search; as a bare path when the name matched an
+    # object LD_PRELOAD had loaded (by its DT_SONAME).
+    bound = trace.resolved.get(runtime.soname) or loaded_as(runtime.soname, [(p, p) for p in trace.loaded])
+    if runtime.library is not None and not same_file(bound, runtime.library):
+        return Verdict(build, REJECTED, f"its {runtime.soname} would bind to {bound}, not to {runtime.library} "
+                       f"that this process uses: two runtime copies", CAUSE_TWO_RUNTIMES, loader_ok=True)
+    return Verdict(build, LOADS, f"loads; binds {runtime.soname} to {bound}", loader_ok=True, plan=plan)
+
+
+def _judge_children(build: Build, traces: "list[tuple[str, Trace | OSError]]") -> "str | None":
+    """Why a non-Python child would not start under the plan, in the real loader's words, or None."""
+    for child, trace in traces:
+        if isinstance(trace, OSError):
+            continue
+        why = refused(build, trace)
+        if why is not None:
+            return f"a non-Python child ({child}) would not start: {why}"
+    return None
+
+
+def trace_the_rest(verdicts: "dict[int, Verdict]", env: "Mapping[str, str]", plan: Plan | None, exe: str) -> None:
+    """For ``doctor``: give every readable candidate not traced yet the loader's answer."""
+    probe_env = {**env, **(plan.changes() if plan else {})}
+    for v in verdicts.values():
+        if v.loader_ok is None and v.build.info is not None and v.build.problem is None and v.build.refusal is None:
+            probe_env["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), v.build.path)
+            try:
+                t = run_trace(exe, probe_env)
+            except OSError:
+                continue
+            why = refused(v.build, t)
+            v.loader_ok = why is None
+            if why is not None:
+                v.reason = f"{v.reason}; loader: {why}"
+
+
+# 3. The binding steps. Their names, as a plan's ``binding`` words and ``doctor`` say them.
+AS_FOUND = "as found"  # the hook alone: the loader finds that very file for it
+SEARCH_PATH = "LD_LIBRARY_PATH"  # the library's directory first on LD_LIBRARY_PATH
+RUNTIME_PRELOADED = "LD_PRELOAD"  # the library itself preloaded by path, right after the hook
+
+
+def _unwritable(path: str) -> "str | None":
+    """Why ``path`` cannot be written in the environment at all, or None (:func:`_preload_entry` then
+    writes it).
+
+    ld.so splits LD_PRELOAD on spaces and colons with no escaping. A path with such a
+    character in its directory still works as a bare file name found through
+    LD_LIBRARY_PATH (which splits only on ':' and ';'); other cases cannot be expressed.
+    """
+    if not LD_UNSAFE_CHARS & set(path):
+        return None
+    directory, name = os.path.split(path)
+    if LD_UNSAFE_CHARS & set(name):
+        return ("its file name contains a space, tab, colon or semicolon, which LD_PRELOAD "
+                "cannot hold; rename it or link it from a path without one")
+    if search_path_unsafe(directory):
+        return ("its directory contains ':' or ';', which neither LD_PRELOAD nor "
+                "LD_LIBRARY_PATH can hold; link it from a path without one")
+    return None
+
+
+def _preload_entry(path: str) -> tuple[str, str | None]:
+    """(LD_PRELOAD entry, directory to add to LD_LIBRARY_PATH) for ``path``, which :func:`_unwritable`
+    accepts: the path itself, or its bare file name found through LD_LIBRARY_PATH."""
+    if not LD_UNSAFE_CHARS & set(path):
+        return path, None
+    directory, name = os.path.split(path)
+    return name, directory
+
+
+class Option:
+    """One step of :data:`STEPS` written for one build: its environment, or why it cannot be written (and
+    what would let it be, when the user can do something)."""
+
+    __slots__ = ("step", "ld_preload", "ld_library_path", "refused", "fix")
+
+    def __init__(self, step: "Step", ld_preload: str = "", ld_library_path: str = "",
+                 refused: "str | None" = None, fix: "str | None" = None) -> None:
+        self.step = step
+        self.ld_preload = ld_preload
+        self.ld_library_path = ld_library_path
+        self.refused = refused
+        self.fix = fix
+
+    @property
+    def binding(self) -> str:
+        """Its step's name."""
+        return self.step.name
+
+    def predict(self, build: Build, runtime: Runtime, loader: Loader,
+                children: "list[tuple[str, DynamicInfo]]") -> "str | None":
+        """Why the loader model says this would not map exactly ``runtime.library`` for the hook in this
+        interpreter, or would leave a child without the runtime; None when it holds."""
+        if runtime.library is None or build.kind == "driver" or build.info is None:
+            return None
+        hook = Object(build.path, build.info)
+        soname = runtime.soname
+        found = loader.under(self.ld_library_path, self.ld_preload).find(soname, hook)
+        if found is None:
+            return f"its {soname} would not be found"
+        if not same_file(found.path, runtime.library):
+            rule = "the interpreter's DT_RPATH" if found.rule == "DT_RPATH" else found.rule
+            return (f"its {soname} would bind to {found.path} ({rule}), not to {runtime.library} that "
+                    f"torch uses: two runtime copies")
+        for child, info in children:
+            if not _search_differs(loader.executable.info, info):
+                continue  # the loader searches for the hook's needs in it as in the interpreter
+            theirs = Loader(Object(child, info), self.ld_library_path, loader.cache, self.ld_preload)
+            if theirs.find(soname, hook) is None:
+                return f"a non-Python child ({child}) would not find its {soname}"
+        return None
+
+
+class Setting:
+    """What every step reads to write its option for one build: the build, the runtime to bind, the
+    caller's values and the hook's entry (:func:`_preload_entry`)."""
+
+    __slots__ = ("build", "runtime", "loader", "package_dir", "entry", "entry_dir", "current", "llp", "with_entry")
+
+    def __init__(self, build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
+                 package_dir: "str | None", entry: str, entry_dir: "str | None") -> None:
+        self.build, self.runtime, self.loader, self.package_dir = build, runtime, loader, package_dir
+        self.entry, self.entry_dir = entry, entry_dir
+        self.current = env.get("LD_PRELOAD", "")
+        self.llp = env.get("LD_LIBRARY_PATH", "")
+        self.with_entry = prepend_search_path(self.llp, entry_dir) if entry_dir is not None else self.llp
+
+    @property
+    def library(self) -> "str | None":
+        """The runtime library to bind; None where there is nothing to bind (no library, a driver-only build,
+        an unreadable one): then only the first step applies."""
+        b = self.build
+        return None if b.kind == "driver" or b.info is None else self.runtime.library
+
+
+class Step:
+    """One way of binding, named :attr:`name`: :meth:`write` gives its option for a build, :meth:`says` puts
+    it in words."""
+
+    name = ""
+
+    def write(self, s: Setting) -> "Option | None":
+        """The option for ``s``'s build; None where the step does not apply."""
+        raise NotImplementedError
+
+    def says(self, library: str) -> str:
+        """The plan's binding, in words, where it binds ``library``."""
+        raise NotImplementedError
+
+
+class _AsFound(Step):
+    name = AS_FOUND
+
+    def write(self, s: Setting) -> Option:
+        return Option(self, compose_preload(s.current, s.entry), s.with_entry)
+
+    def says(self, library: str) -> str:
+        return f"{AS_FOUND}: the loader finds {library} for the hook and every child"
+
+
+class _SearchPath(Step):
+    name = SEARCH_PATH
+
+    def write(self, s: Setting) -> "Option | None":
+        library = s.library
+        if library is None:
+            return None
+        bind_dir = os.path.dirname(library)
+        own = [d for d in s.loader.library_dirs() if same_file(d, bind_dir)]
+        if search_path_unsafe(bind_dir):
+            return Option(self, refused=f"{bind_dir} has ':' or ';', which LD_LIBRARY_PATH cannot hold")
+        if own:
+            return Option(self, refused=(
+                f"{bind_dir} is the interpreter's own library directory (its DT_RPATH {own[0]}), which holds far "
+                f"more than the runtime: first on every child's LD_LIBRARY_PATH it would replace their own libraries"))
+        bound = prepend_search_path(s.llp, bind_dir)
+        return Option(self, compose_preload(s.current, s.entry),
+                      prepend_search_path(bound, s.entry_dir) if s.entry_dir is not None else bound)
+
+    def says(self, library: str) -> str:
+        return f"{SEARCH_PATH}: {os.path.dirname(library)} first on LD_LIBRARY_PATH"
+
+
+class _RuntimePreloaded(Step):
+    name = RUNTIME_PRELOADED
+
+    def write(self, s: Setting) -> "Option | None":
+        library = s.library
+        if library is None:
+            return None
+        from .releases import ONE_PATH_RELEASES, SPLITTING_INSTALL, counted_by_check, reads_one_path
+
+        fix = None
+        if LD_UNSAFE_CHARS & set(library):
+            refused = f"{library} has a space, tab, colon or semicolon, which LD_PRELOAD cannot hold"
+        elif counted_by_check(library):
+            refused = f"{library} names torch_memory_saver, whose check wants exactly one LD_PRELOAD entry that does"
+            fix = (f"reinstall the CUDA runtime (or the environment) under a path without 'torch_memory_saver' in "
+                   f"it: torch_memory_saver's check counts every LD_PRELOAD entry whose name holds those words, and "
+                   f"the plan that binds the one runtime copy here preloads {library}")
+        elif reads_one_path(s.package_dir):
+            refused = (f"torch_memory_saver at {s.package_dir} reads LD_PRELOAD as a single path "
+                       f"({ONE_PATH_RELEASES}), so its check refuses a second entry")
+            fix = (f"{SPLITTING_INSTALL} (its preload check accepts LD_PRELOAD=<hook>:{library}, the plan that "
+                   f"binds the one runtime copy here)")
+        else:
+            current = s.current
+            return Option(self, compose_preload(f"{library}:{current}" if current else library, s.entry),
+                          s.with_entry)
+        return Option(self, refused=refused, fix=fix)
+
+    def says(self, library: str) -> str:
+        return f"{RUNTIME_PRELOADED}: {library} preloaded by path after the hook"
+
+
+# In the order tried: each puts more into what every child inherits than the one before.
+STEPS: "tuple[Step, ...]" = (_AsFound(), _SearchPath(), _RuntimePreloaded())
+
+
+def _options(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, package_dir: str | None,
+            entry: str, entry_dir: str | None) -> "Iterator[Option]":
+    """The option of every step of :data:`STEPS` that applies to ``build`` (the refused ones with their
+    reason), in order, each written only when asked for: the first holds in most processes."""
+    setting = Setting(build, runtime, env, loader, package_dir, entry, entry_dir)
+    for step in STEPS:
+        option = step.write(setting)
+        if option is None:
+            return
+        yield option
+
+
+def _binding_words(option: Option, runtime: Runtime, build: Build) -> str:
+    """How a plan with ``option`` binds the hook's runtime, in words (empty where no runtime library is known)."""
+    if runtime.library is None:
+        return ""
+    if runtime.soname not in build.needs:  # 0.0.8's build: it links only the driver
+        return f"{AS_FOUND}: nothing to bind, the build links no {runtime.soname} (it needs only the driver)"
+    return option.step.says(runtime.library)
+
+
+def _no_binding_fix(options: "list[Option]") -> "str | None":
+    """What would let a binding hold, where the user can do it: the fix of a refused option."""
+    return next((o.fix for o in options if o.refused and o.fix), None)
+
+
+# 4. One build. Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32
+# pages): execve fails with E2BIG beyond it.
+MAX_ARG_STRLEN = 32 * 4096
+
+
+def env_string_size(name: str, value: str) -> int:
+    return len(os.fsencode(f"{name}={value}")) + 1
+
+
+def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: Option,
+             passed: "list[str]") -> Plan:
+    """The plan of one binding (``passed``: why each earlier one would not hold); raises ResolveError when
+    a value would be too long for any exec."""
+    llp = option.ld_library_path
+    said = _binding_words(option, runtime, build) + (f" (not {'; not '.join(passed)})" if passed else "")
+    plan = Plan(os.path.realpath(build.path), option.ld_preload,
+                llp if llp != env.get("LD_LIBRARY_PATH", "") else None, runtime, binding=said,
+                added=_added(env, option))
+    for name, value in plan.changes().items():
+        if value != env.get(name) and env_string_size(name, value) > MAX_ARG_STRLEN:
+            raise ResolveError(
+                f"{name} would be {env_string_size(name, value)} bytes with the hook's entries "
+                f"({len(env.get(name, ''))} now), over the kernel's limit of {MAX_ARG_STRLEN} bytes for one "
+                f"environment string (MAX_ARG_STRLEN): no program could be started with it",
+                fix=f"shorten {name} (drop entries this process does not need) and start again",
+                cause=CAUSE_ENV_TOO_LARGE)
+    return plan
+
+
+def _added(env: "Mapping[str, str]", option: Option) -> "tuple[tuple[str, ...], tuple[str, ...]]":
+    """What ``option`` adds to ``env``'s LD_PRELOAD (the hook aside: every torch_memory_saver entry is the
+    plan's) and LD_LIBRARY_PATH, counting an entry an earlier plan added (``env``'s record) as added."""
+    earlier_preload, earlier_path = read_added(env.get(ADDED_VAR, ""))
+    had_preload, had_path = split_preload(env.get("LD_PRELOAD", "")), split_search_path(env.get("LD_LIBRARY_PATH", ""))
+    preload = tuple(e for e in split_preload(option.ld_preload)
+                    if not is_tms_entry(e) and (e not in had_preload or e in earlier_preload))
+    path = tuple(d for d in split_search_path(option.ld_library_path) if d not in had_path or d in earlier_path)
+    return preload, path
+
+
+def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, executable: str,
+             trace_it: bool = True, package_dir: str | None = None,
+             children: "list[tuple[str, DynamicInfo]] | None" = None) -> Verdict:
+    """Plan one build with the first binding the loader model predicts holds, then trace the planned
+    start with the real loader (the interpreter and the non-Python ``children`` at once) and judge.
+
+    With no binding predicted to hold, the first is traced anyway, so the loader's own words say why,
+    followed by each other binding's reason. ``trace_it=False`` plans without the trace, for a caller
+    whose own ``dlopen`` of the plan is the real loader's answer (:mod:`tms_autopreload.inprocess`);
+    ``loader_ok`` is then None. The verdict is LOADS (with its plan) or REJECTED.
+    """
+    cannot = _unwritable(build.path)
+    if cannot is not None:
+        return Verdict(build, REJECTED, cannot, CAUSE_UNSAFE_PATH,
+                       fix="install torch_memory_saver under a path without spaces or colons")
+    entry, entry_dir = _preload_entry(build.path)
+    kids = children or []
+    written: list[Option] = []  # the bindings written so far: up to the chosen one, else all
+    why_not: list[str] = []
+    chosen = None
+    for option in _options(build, runtime, env, loader, package_dir, entry, entry_dir):
+        written.append(option)
+        why = option.refused or option.predict(build, runtime, loader, kids)
+        if why is None:
+            chosen = option
+            break
+        why_not.append(f"{option.binding}: {why}")
+    planned = _plan_of(build, runtime, env, chosen or written[0], why_not if chosen else [])
+    if not trace_it:
+        if chosen is None:
+            return Verdict(build, REJECTED, "; ".join(why_not), CAUSE_NO_BINDING, fix=_no_binding_fix(written))
+        return Verdict(build, LOADS, "chosen without a loader trace: to be loaded in-process", plan=planned)
+    planned_env = {**env, **planned.changes()}
+    added = _added_dirs(env, planned.ld_library_path or "")
+    # The children whose own problem is plain before the interpreter's trace (a conda interpreter's: its
+    # DT_RPATH) are traced beside it; those only the closure can decide, after it.
+    decided = {kid[0]: _own_problem(loader, kid, added, None) for kid in kids}
+    beside = [path for path, own in decided.items() if own]
+    collect = start_traces([executable, *beside], planned_env)
+    try:
+        ahead = _read_ahead(build, loader, planned) if None in decided.values() else {}
+    finally:
+        trace, *beside_traces = collect()  # in order: the interpreter, then each of ``beside``
+    if isinstance(trace, OSError):
+        raise trace  # the interpreter itself cannot be started: survey's error, not this build's
+    judged = judge(build, planned, trace)
+    if judged.plan is not None:
+        memo: "list[set[str]]" = []
+
+        def closure() -> "set[str]":
+            if not memo:
+                memo.append(_closure(build, trace, ahead))
+            return memo[0]
+
+        after = [kid[0] for kid in kids if decided[kid[0]] is None and _own_problem(loader, kid, added, closure)]
+        answers = dict(zip(beside, beside_traces, strict=True))
+        answers.update(zip(after, run_traces(after, planned_env) if after else [], strict=True))
+        traced = [(kid[0], answers[kid[0]]) for kid in kids if kid[0] in answers]  # in the children's order
+        child_reason = _judge_children(build, traced) if traced else None
+        if child_reason is not None:
+            judged = Verdict(build, REJECTED, child_reason, CAUSE_CHILD_FAILS, loader_ok=False)
+    if judged.plan is not None or chosen is not None:
+        return judged
+    # Nothing was predicted to hold: the loader's words for the plain plan, then why each other binding cannot.
+    reasons = [judged.reason, *why_not[1:]]
+    return Verdict(build, REJECTED, "; ".join(reasons),
+                   CAUSE_NO_DRIVER if judged.cause == CAUSE_NO_DRIVER else CAUSE_NO_BINDING,
+                   loader_ok=judged.loader_ok, fix=judged.fix or _no_binding_fix(written))

@@ -1,0 +1,110 @@
+"""What a survey answers (:func:`tms_autopreload.plan.survey`): each candidate's :class:`Verdict`, the
+:class:`Plan` that makes this process start with the right hook, and the :class:`Report` of it all.
+
+Kept apart from the decision so that a user of the answer (the start-up hook, the commands, ``doctor``'s
+document) reads these types without the steps that produce them.
+"""
+
+from . import ADDED_VAR, STATE_VAR, state_key
+from .builds import Build
+from .errors import ResolveError
+from .ldpaths import added_record
+from .ldso import Loader
+from .runtime import Runtime
+
+__all__ = ["Verdict", "Plan", "Report", "CHOSEN", "LOADS", "REJECTED", "UNTRIED", "STATUSES"]
+
+# Verdict.status values (``doctor --json`` ``candidates[].status``).
+CHOSEN = "chosen"  # the plan's build
+LOADS = "loads"  # fits and loads (the survey makes the most preferred of these CHOSEN)
+REJECTED = "rejected"  # cannot be preloaded here: ``reason`` and ``cause`` say why
+UNTRIED = "untried"  # not judged to the end: no runtime was decided, or a preferred build was chosen first
+STATUSES = (CHOSEN, LOADS, REJECTED, UNTRIED)
+
+
+class Verdict:
+    """What became of one candidate: its status, why (``reason`` for a person, ``cause`` for code, one of
+    :data:`tms_autopreload.errors.CAUSES`; None for the chosen one), the real loader's answer, what would
+    help, and the plan it gives when it loads (each step of the survey returns one)."""
+
+    __slots__ = ("build", "status", "reason", "cause", "loader_ok", "fix", "plan")
+
+    def __init__(self, build: Build, status: str, reason: str, cause: str | None = None, *,
+                 loader_ok: bool | None = None, fix: str | None = None, plan: "Plan | None" = None) -> None:
+        self.build = build
+        self.status = status  # one of STATUSES
+        self.reason = reason
+        self.cause = cause
+        self.loader_ok = loader_ok  # the real loader's answer (``doctor --json`` ``loads``); None when not traced
+        self.fix = fix  # what the user can do, for the error when no build fits
+        self.plan = plan  # the plan with this build, when it loads (LOADS or CHOSEN)
+
+    def __repr__(self) -> str:
+        cause = f", cause={self.cause!r}" if self.cause else ""
+        return f"Verdict(build={self.build.path!r}, status={self.status!r}{cause})"
+
+
+class Plan:
+    """The environment that makes this process start with the right hook."""
+
+    __slots__ = ("build", "ld_preload", "ld_library_path", "runtime", "warnings", "binding", "added")
+
+    def __init__(self, build: str, ld_preload: str, ld_library_path: str | None, runtime: Runtime,
+                 warnings: tuple[str, ...] = (), binding: str = "",
+                 added: "tuple[tuple[str, ...], tuple[str, ...]]" = ((), ())) -> None:
+        self.build = build  # real path of the chosen file
+        self.ld_preload = ld_preload  # the complete new LD_PRELOAD value
+        self.ld_library_path = ld_library_path  # the complete new LD_LIBRARY_PATH, None to leave it
+        self.runtime = runtime
+        self.warnings = warnings
+        self.binding = binding  # how the hook's runtime need binds the runtime library, in words
+        # What the plan adds, besides the hook: (LD_PRELOAD entries, LD_LIBRARY_PATH entries), an earlier
+        # plan's included where they stay; a command run where it is applied takes them out again.
+        self.added = added
+
+    def changes(self) -> dict[str, str]:
+        """Variables to set, and their values."""
+        env = {"LD_PRELOAD": self.ld_preload}
+        if self.ld_library_path is not None:
+            env["LD_LIBRARY_PATH"] = self.ld_library_path
+        return env
+
+    def environment(self) -> dict[str, str]:
+        """What a process applying the plan sets: :meth:`changes`, the state that lets its flagged children
+        skip resolving (what it was resolved for: this prefix, the overrides, the build), and the record of
+        what it added (:mod:`tms_autopreload.applied` reads it back)."""
+        return {**self.changes(), STATE_VAR: state_key(self.build), ADDED_VAR: added_record(*self.added)}
+
+    def __repr__(self) -> str:
+        llp = "" if self.ld_library_path is None else f", ld_library_path={self.ld_library_path!r}"
+        return f"Plan(build={self.build!r}, ld_preload={self.ld_preload!r}{llp})"
+
+
+class Report:
+    """Everything the survey saw; ``plan`` is None exactly when ``failure`` is set (``doctor --json`` is
+    :func:`tms_autopreload.doctor.document`)."""
+
+    __slots__ = ("executable", "package_dir", "runtime", "verdicts", "plan", "failure", "warnings", "loader")
+
+    def __init__(self, executable: str, package_dir: str | None, runtime: Runtime | None,
+                 verdicts: tuple[Verdict, ...], plan: Plan | None, failure: ResolveError | None,
+                 warnings: tuple[str, ...] = (), loader: "Loader | None" = None) -> None:
+        self.executable = executable
+        # The survey's loader model of this process (None: its interpreter could not be read), for whoever
+        # reads the report after the decision (doctor's driver facts and search rule): one per survey.
+        self.loader = loader
+        self.package_dir = package_dir
+        self.runtime = runtime
+        self.verdicts = verdicts
+        self.plan = plan
+        self.failure = failure  # why there is no plan: what resolve() raises, with this report
+        self.warnings = warnings
+
+    @property
+    def error(self) -> str | None:
+        """Why there is no plan, as a person reads it (the message and its fix), or None."""
+        return None if self.failure is None else str(self.failure)
+
+    def __repr__(self) -> str:
+        told = f"plan={self.plan!r}" if self.failure is None else f"cause={self.failure.cause!r}"
+        return f"Report({told}, verdicts={list(self.verdicts)!r})"
