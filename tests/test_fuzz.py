@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload
-from tms_autopreload import (bindings, cli, driver, elf, ldcache, ldpaths, nodes, preflight, runtime,
+from tms_autopreload import (bindings, cli, driver, elf, ldcache, ldso, nodes, preflight, runtime,
                              sitepath, trace)
 from tms_autopreload.rows import document_rows
 
@@ -300,7 +300,7 @@ def test_search_path_prepend_keeps_what_every_other_entry_means(entries, seps, d
     current = "".join(e + sep for e, sep in zip(entries, seps, strict=False))[:-1] if entries else ""
     meant = [e or "." for e in entries] if current else []
     expected = [directory, *(e for e in meant if e != directory)]
-    assert ldpaths.prepend_search_path(current, directory) == ":".join(expected)
+    assert ldso.prepend_search_path(current, directory) == ":".join(expected)
 
 
 _ADDED_ENTRY = st.text(alphabet=st.sampled_from(list("ab/._-")), min_size=1, max_size=12)
@@ -312,8 +312,8 @@ def test_the_added_record_reads_back_and_any_value_reads(junk, preload, library_
     """TMS_AUTOPRELOAD_ADDED (written by a plan, read by every command from an environment anyone may have
     set): what a plan writes reads back as its two lists; any other value reads without raising, as
     entries without separators in them."""
-    assert ldpaths.read_added(ldpaths.added_record(tuple(preload), tuple(library_path))) == (preload, library_path)
-    got = ldpaths.read_added(junk)
+    assert ldso.read_added(ldso.added_record(tuple(preload), tuple(library_path))) == (preload, library_path)
+    got = ldso.read_added(junk)
     assert all(e and ":" not in e for part in got for e in part) and ";" not in "".join(got[0]), (junk, got)
 
 

@@ -52,7 +52,7 @@ ON_ERROR_POLICIES = ("exit", "warn")
 # Written by the hook: what this environment was resolved for, and the PID that re-exec'd.
 STATE_VAR = "TMS_AUTOPRELOAD_STATE"
 EXEC_VAR = "TMS_AUTOPRELOAD_EXEC_PID"
-# Written wherever a plan is applied: the entries it added (tms_autopreload.ldpaths.added_record).
+# Written wherever a plan is applied: the entries it added (tms_autopreload.ldso.added_record).
 ADDED_VAR = "TMS_AUTOPRELOAD_ADDED"
 # Every variable of the package's own, each a row of docs/reference.md's table. The fuzz targets and that
 # table are checked against this tuple, and the tuple against the package's source, so that a new

@@ -20,7 +20,7 @@ it alone, so a flag exported in the caller's shell changes nothing here.)
 import os
 
 from . import ADDED_VAR, EXEC_VAR, STATE_VAR, is_tms_entry, split_preload
-from .ldpaths import read_added, split_search_path
+from .ldso import read_added, split_search_path
 from .plan import survey
 from .results import Report
 

@@ -26,7 +26,7 @@ from .builds import Build
 from .elf import ElfError, read_dynamic
 from .errors import (CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LOAD, CAUSE_ENV_TOO_LARGE, CAUSE_NO_BINDING, CAUSE_NO_DRIVER,
                      CAUSE_NOT_PRELOADED, CAUSE_TWO_RUNTIMES, CAUSE_UNSAFE_PATH, ResolveError)
-from .ldpaths import LD_UNSAFE_CHARS, prepend_search_path, read_added, search_path_unsafe, split_search_path
+from .ldso import LD_UNSAFE_CHARS, prepend_search_path, read_added, search_path_unsafe, split_search_path
 from .ldso import Loader, Object, loaded_as
 from .results import LOADS, REJECTED, Plan, Verdict
 from .runtime import Runtime, install_hint

@@ -21,7 +21,7 @@ finds no plan holds the :class:`~tms_autopreload.errors.ResolveError` that :func
 import os
 import sys
 
-from . import CUDA_MAJOR_VAR, PATH_VAR, locate, split_preload
+from . import CUDA_MAJOR_VAR, PATH_VAR, sitepath, split_preload
 from .attempt import MAX_ARG_STRLEN, attempt, child_programs, env_string_size, readable, trace_the_rest
 from .builds import PRELOAD_PREFIXES, Build, find_builds, read_build
 from .elf import ElfError
@@ -269,7 +269,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     """
     env = dict(os.environ if environ is None else environ)
     exe = executable or sys.executable
-    package_dir = locate.package_dir("torch_memory_saver")
+    package_dir = sitepath.package_dir("torch_memory_saver")
     warnings: list[str] = []
     loader: Loader | None = None
 

@@ -8,7 +8,7 @@ document) reads these types without the steps that produce them.
 from . import ADDED_VAR, STATE_VAR, state_key
 from .builds import Build
 from .errors import ResolveError
-from .ldpaths import added_record
+from .ldso import added_record
 from .ldso import Loader
 from .runtime import Runtime
 

@@ -10,7 +10,7 @@ NVIDIA's pip runtime wheels decide, and only when exactly one major is visible.
 
 import os
 
-from . import CUDA_MAJOR_VAR, locate, read_regular, same_file, torchinit
+from . import CUDA_MAJOR_VAR, read_regular, same_file, sitepath, torchinit
 from .elf import ElfError, read_dynamic
 from .errors import (CAUSE_BAD_VERSION, CAUSE_CPU_ONLY_TORCH, CAUSE_NO_RUNTIME_VISIBLE, CAUSE_SEVERAL_RUNTIMES,
                      CAUSE_TORCH_INCONSISTENT, CAUSE_TORCH_UNREADABLE, ResolveError, shown)
@@ -144,7 +144,7 @@ def _visible(loader: Loader, kind: str, major: int, needed_by: Object | None) ->
     soname = runtime_soname(kind, major)
     found = loader.find(soname, needed_by)
     if found is None and kind == "cuda":
-        pip = locate.pip_runtime_libcudart(major)
+        pip = sitepath.pip_runtime_libcudart(major)
         if pip is not None:
             found = Found(pip, "NVIDIA pip wheel")
     return found
@@ -226,7 +226,7 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
     """
     override_text = environ.get(CUDA_MAJOR_VAR, "").strip()
     override = _major(override_text, CUDA_MAJOR_VAR) if override_text else None
-    torch_dir = locate.package_dir("torch")
+    torch_dir = sitepath.package_dir("torch")
     torch = None
     if torch_dir is not None:
         try:
