@@ -63,6 +63,7 @@ def the_command(text: str, *words: str) -> str:
 
 # ---------------------------------------------------------------- torch_memory_saver
 
+@pytest.mark.slow
 def test_a_removed_build_of_the_installed_release_is_reinstalled_as_that_release(scenario, tmp_path):
     """0.0.10 installed, its cu13 build deleted, on a CUDA 13 torch: the fix forces that release again (a
     ``>=`` requirement would be "already satisfied", installing nothing), and then the start is hooked."""
@@ -76,6 +77,7 @@ def test_a_removed_build_of_the_installed_release_is_reinstalled_as_that_release
     assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
 
 
+@pytest.mark.slow
 def test_a_release_without_any_build_left_is_reinstalled_as_that_release(scenario, tmp_path):
     scn = report_host(scenario, tag="no-builds-reinstall")
     for so in scn.site.glob("torch_memory_saver_*.so"):
@@ -96,6 +98,7 @@ def test_a_cu12_only_release_on_cuda13_is_upgraded(scenario, tmp_path):
     assert version(got) > (0, 0, 9), got["metadata"]
 
 
+@pytest.mark.slow
 def test_no_release_for_the_major_installs_the_driver_only_release(scenario, tmp_path):
     scn = scenario(tms="0.0.10", torch="cu13-sys")
     doc = scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "11"})
@@ -104,6 +107,7 @@ def test_no_release_for_the_major_installs_the_driver_only_release(scenario, tmp
     assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 8)
 
 
+@pytest.mark.slow
 def test_no_torch_memory_saver_installs_it(scenario, tmp_path):
     scn = scenario(tms=None, torch="cu13-sys")
     doc = scn.doctor()
@@ -111,6 +115,7 @@ def test_no_torch_memory_saver_installs_it(scenario, tmp_path):
     assert "torch-memory-saver" in would_install(scn.venv.python, command, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_single_path_release_beside_another_preload_is_upgraded(scenario, tmp_path):
     """0.0.9.post1 with another LD_PRELOAD entry: the warning's fix installs a release that splits on ':'."""
     scn = report_host(scenario)
@@ -122,6 +127,7 @@ def test_a_single_path_release_beside_another_preload_is_upgraded(scenario, tmp_
 
 # ---------------------------------------------------------------- NVIDIA's runtime wheels, Ray, Jupyter
 
+@pytest.mark.slow
 @pytest.mark.parametrize("major, project", [(13, "nvidia-cuda-runtime"), (12, "nvidia-cuda-runtime-cu12")])
 def test_a_missing_runtime_installs_nvidias_wheel_of_that_major(scenario, tmp_path, major, project):
     scn = scenario(tms="0.0.10", torch=f"cu{major}-sys", host=("driver",))
@@ -131,6 +137,7 @@ def test_a_missing_runtime_installs_nvidias_wheel_of_that_major(scenario, tmp_pa
     assert version(got)[0] == major, got["metadata"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("major", [11, 12, 13])
 def test_every_runtime_hint_installs_that_majors_runtime(tmp_path, major):
     """The runtime hint for each major NVIDIA publishes a wheel of (for 11 it is printed only for a source
@@ -143,6 +150,7 @@ def test_every_runtime_hint_installs_that_majors_runtime(tmp_path, major):
     assert entry["metadata"]["name"].startswith("nvidia-cuda-runtime") and version(entry)[0] == major, got
 
 
+@pytest.mark.slow
 def test_no_torch_and_no_runtime_installs_the_cuda13_wheel(scenario, tmp_path):
     scn = scenario(tms="0.0.10", torch=None, host=("driver",))
     doc = scn.doctor()
@@ -150,6 +158,7 @@ def test_no_torch_and_no_runtime_installs_the_cuda13_wheel(scenario, tmp_path):
     assert version(would_install(scn.venv.python, command, tmp_path)["nvidia-cuda-runtime"])[0] == 13
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, projects", [(["doctor", "--ray"], {"ray"}),
                                             (["kernel", "install", "--prefix", "{tmp}"],
                                              {"jupyter-client", "ipykernel"})])
@@ -195,12 +204,14 @@ def assert_installs_from(said: str, source_url: str, tmp: Path) -> None:
     assert got["download_info"]["url"].rstrip("/") == source_url.rstrip("/"), (command, got["download_info"])
 
 
+@pytest.mark.slow
 def test_a_node_without_the_package_is_told_the_wheel_the_driver_installed(parts, tmp_path):
     _, said = installed_from(tmp_path, "--no-index", str(parts.own_wheel))
     assert f"`pip install {parts.own_wheel}`" in said, said
     assert_installs_from(said, parts.own_wheel.as_uri(), tmp_path)
 
 
+@pytest.mark.slow
 def test_without_a_record_the_advice_names_no_package_index_command(parts, tmp_path):
     """A missing record proves nothing (an index, another installer): the advice says to install it as it
     was installed here, and its example commands are templates, not a name on the index."""

@@ -98,6 +98,7 @@ def _wheel(folder: Path, name: str, version: str) -> None:
             zf.writestr(f, text)
 
 
+@pytest.mark.slow  # pip runs
 def test_the_suites_pip_lifts_a_configured_cap_and_keeps_the_rest_of_the_configuration(tmp_path):
     """The suite installs exactly what it pins, whatever cap a machine's pip configuration sets, and still
     reaches the index that configuration names (a mirror, a local folder, a proxy's certificate): with
