@@ -204,13 +204,15 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
     """
     made: dict[tuple, Scenario] = {}
     venvs: dict[tuple, Venv] = {}
+    installed: dict[tuple, Venv] = {}
 
     def make(tms: str | None = "0.0.9.post1", torch: str | None = None, pip: tuple[int, ...] = (),
              host: tuple[str, ...] = ("driver", "cuda13"), python: str = DEFAULT_PYTHON,
              layout: str | None = None, tag: str = "") -> Scenario:
         """``tag`` gives a scenario of its own, for a test that damages its venv on purpose. Scenarios that
-        differ only in ``host`` share one venv (the host is only the loader cache they run under): a venv
-        costs a pip run, a host one ``ldconfig``."""
+        differ only in ``host`` share one venv (the host is only the loader cache they run under), and
+        venvs of the same wheels are copies of one that pip installed them into: a pip run costs seconds,
+        a copy and a host (``ldconfig``) a few milliseconds."""
         key = (tms, torch, pip, host, python, layout, tag)
         if key in made:
             return made[key]
@@ -240,7 +242,11 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
             fs = rootfs(suite)
             venv = need(RootfsVenv, fs, path, need(fs.python, version), wheels)
         else:
-            venv = need(Venv, path, need(support.locate_python, python), wheels)
+            key = (python, *wheels)
+            if key not in installed:
+                installed[key] = need(Venv, tmp_path_factory.mktemp("installed") / "venv",
+                                      need(support.locate_python, python), wheels)
+            venv = need(support.private_copy, installed[key], path, links=False)
         if layout is not None:
             _custom_layout(venv, tms or "0.0.10", layout, own)
         if torch:

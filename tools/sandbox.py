@@ -259,19 +259,20 @@ def cached_venv(name: str, python: str, requirement: str, extras: tuple[str, ...
     return venv
 
 
-def private_copy(venv: Venv, dest: Path) -> Venv:
-    """A venv of this run's own with ``venv``'s files, shared by hard link.
+def private_copy(venv: Venv, dest: Path, links: bool = True) -> Venv:
+    """A venv of this run's own with ``venv``'s files, shared by hard link (or copied: ``links=False``).
 
     A cached venv serves every run on the machine (another checkout's suite may run at the same
     time), so nothing may be installed into it: that would change what the other run tests. pip
     replaces files rather than writing into them, and Python writes bytecode by replace too, so a
-    hard-linked copy (seconds, no space) leaves the cache untouched. The scripts in ``bin/`` name
-    their interpreter by absolute path; they are rewritten (new files) to name the copy's.
+    hard-linked copy (seconds, no space) leaves the cache untouched. A copy is for a venv whose files
+    its users change in place (a mode, a file's bytes). The scripts in ``bin/`` name their interpreter
+    by absolute path; they are rewritten (new files) to name the copy's.
     """
     if dest.exists():
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    run(["cp", "-al", str(venv.path), str(dest)])
+    run(["cp", "-al" if links else "-a", str(venv.path), str(dest)])
     old, new = os.fsencode(venv.path), os.fsencode(dest)
     for script in (dest / "bin").iterdir():
         if script.is_symlink() or not script.is_file():
