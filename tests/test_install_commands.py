@@ -8,6 +8,8 @@ on "Requirement already satisfied", which is how the old fix for a removed build
 
 tms-autopreload is not on the package index: a node without it is told the source pip recorded for the
 driver's copy (PEP 610's ``direct_url.json``), and that line installs that source into a bare venv.
+
+Each case is a pip run against the index (seconds): the fast lane runs one, ``make test`` every one.
 """
 
 from __future__ import annotations
