@@ -385,12 +385,12 @@ def test_search_path_at_an_import_line_is_the_final_path(parts, rootfs, tmp_path
         assert raw == final[:final.index(str(venv.site)) + 1], raw
 
 
+@pytest.mark.slow  # a base interpreter and a venv per case; the fast lane keeps the import line's test above
 @pytest.mark.parametrize("python", [DEFAULT_PYTHON, "sid/3.14"])
 @pytest.mark.parametrize("how, options, extra_env, system_site, left_out", [
     ("-s", ("-s",), None, True, ("user",)),
-    # -I and PYTHONNOUSERSITE set the flag -s sets (sys.flags.no_user_site): make test runs them too.
-    pytest.param("-I", ("-I",), None, True, ("user",), marks=pytest.mark.slow),
-    pytest.param("PYTHONNOUSERSITE", (), {"PYTHONNOUSERSITE": "1"}, True, ("user",), marks=pytest.mark.slow),
+    ("-I", ("-I",), None, True, ("user",)),
+    ("PYTHONNOUSERSITE", (), {"PYTHONNOUSERSITE": "1"}, True, ("user",)),
     ("venv without system site", (), None, False, ("user", "base")),
 ])
 def test_search_path_follows_site_options(parts, rootfs, tmp_path, python, how, options, extra_env, system_site,
