@@ -89,7 +89,7 @@ class Parts:
             self.rt[major] = d
         self.hip = root / "rocm6"
         support.hip_stub(self.hip, 6, arch=arch)
-        self.own_wheel = own_wheel or support.build_own_wheel(root / "dist")
+        self.own_wheel = own_wheel or support.build_own_wheel(root / "dist", isolated=False)
         self._deps: dict[str, Path] = {}
 
     def host_dirs(self, names: tuple[str, ...]) -> list[Path]:
