@@ -89,7 +89,7 @@ class Parts:
             self.rt[major] = d
         self.hip = root / "rocm6"
         support.hip_stub(self.hip, 6, arch=arch)
-        self.own_wheel = own_wheel or support.build_own_wheel(root / "dist")
+        self.own_wheel = own_wheel or support.build_own_wheel(root / "dist", isolated=False)
         self._deps: dict[str, Path] = {}
 
     def host_dirs(self, names: tuple[str, ...]) -> list[Path]:
@@ -203,36 +203,56 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
     another architecture ("trixie-arm64/3.13") every part is that architecture's.
     """
     made: dict[tuple, Scenario] = {}
+    venvs: dict[tuple, Venv] = {}
+    installed: dict[tuple, Venv] = {}
 
     def make(tms: str | None = "0.0.9.post1", torch: str | None = None, pip: tuple[int, ...] = (),
              host: tuple[str, ...] = ("driver", "cuda13"), python: str = DEFAULT_PYTHON,
              layout: str | None = None, tag: str = "") -> Scenario:
-        """``tag`` gives a scenario of its own, for a test that damages its venv on purpose."""
+        """``tag`` gives a scenario of its own, for a test that damages its venv on purpose. Scenarios that
+        differ only in ``host`` share one venv (the host is only the loader cache they run under), and
+        venvs of the same wheels are copies of one that pip installed them into: a pip run costs seconds,
+        a copy and a host (``ldconfig``) a few milliseconds."""
         key = (tms, torch, pip, host, python, layout, tag)
         if key in made:
             return made[key]
-        suite, _, version = python.rpartition("/")
+        suite = python.rpartition("/")[0]
         foreign = arch(suite) if suite else None
         own = arch_parts(foreign) if foreign else parts
         name = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         root = tmp_path_factory.mktemp(f"scn-{name}")
+        venv_key = (tms, torch, pip, python, layout, tag)
+        if venv_key not in venvs:
+            venvs[venv_key] = _scenario_venv(root / "venv", tms, torch, pip, python, layout, own)
+        dirs = own.host_dirs(host)
+        made[key] = Scenario(venvs[venv_key], need(RootfsHost, rootfs(suite), root / "host", dirs) if suite
+                             else need(Host, root / "host", dirs), own)
+        return made[key]
+
+    def _scenario_venv(path: Path, tms: str | None, torch: str | None, pip: tuple[int, ...], python: str,
+                       layout: str | None, own: Parts) -> Venv:
+        """The venv of a scenario: our wheel, NVIDIA's runtime wheels of ``pip``, torch_memory_saver ``tms``
+        (released, or in ``layout``) and a torch stand-in of kind ``torch``, for ``python``."""
+        suite, _, version = python.rpartition("/")
+        foreign = own.arch
         wheels = [own.own_wheel] + [need(support.runtime_wheel, m, foreign) for m in pip]
         if tms and layout is None:
             wheels.append(need(support.tms_wheel, tms, foreign))
         if suite:
             fs = rootfs(suite)
-            venv = need(RootfsVenv, fs, root / "venv", need(fs.python, version), wheels)
+            venv = need(RootfsVenv, fs, path, need(fs.python, version), wheels)
         else:
-            venv = need(Venv, root / "venv", need(support.locate_python, python), wheels)
+            key = (python, *wheels)
+            if key not in installed:
+                installed[key] = need(Venv, tmp_path_factory.mktemp("installed") / "venv",
+                                      need(support.locate_python, python), wheels)
+            venv = need(support.private_copy, installed[key], path, links=False)
         if layout is not None:
             _custom_layout(venv, tms or "0.0.10", layout, own)
         if torch:
             cuda, hip = TORCH_FIELDS[torch]
             support.write_torch_standin(venv.site, cuda=cuda, hip=hip, deps_lib=own.global_deps(torch))
-        dirs = own.host_dirs(host)
-        made[key] = Scenario(venv, need(RootfsHost, fs, root / "host", dirs) if suite
-                             else need(Host, root / "host", dirs), own)
-        return made[key]
+        return venv
 
     return make
 

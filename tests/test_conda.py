@@ -138,7 +138,7 @@ def assert_one_runtime_and_children(r, out: dict, expected_cudart: Path) -> None
     assert out["children"] == {"bash -c true": [0, ""], "/bin/sh -c true": [0, ""]}, out["children"]
 
 
-@pytest.mark.parametrize("major", [12, 13])
+@pytest.mark.parametrize("major", [pytest.param(12, marks=pytest.mark.slow), 13])
 def test_pip_torch_in_conda_binds_torch_runtime_by_path(conda, major, tmp_path):
     """slime's build_conda.sh: conda's libcudart in $PREFIX/lib, pip torch with NVIDIA's runtime wheel.
     With torch_memory_saver 0.0.10 the plan preloads torch's own libcudart by path beside the hook."""
@@ -180,6 +180,7 @@ def test_the_runtime_preloaded_by_path_keeps_the_users_own_preload(conda, tmp_pa
     assert maps.stdout.split() == [f"[{STDBUF!r}]"], (maps.stdout, maps.stderr)
 
 
+@pytest.mark.slow  # a conda prefix of its own
 def test_an_environment_whose_path_names_torch_memory_saver_is_told_to_move(conda):
     """The plan that holds in a conda environment preloads the runtime by path, and torch_memory_saver's check
     counts every LD_PRELOAD entry whose name holds 'torch_memory_saver': in an environment whose path does,
@@ -190,7 +191,7 @@ def test_an_environment_whose_path_names_torch_memory_saver_is_told_to_move(cond
     assert "set TMS_AUTOPRELOAD_PATH to a build that loads" not in message, message
 
 
-@pytest.mark.parametrize("major", [12, 13])
+@pytest.mark.parametrize("major", [pytest.param(12, marks=pytest.mark.slow), 13])
 def test_conda_forge_torch_children_start(conda, major, tmp_path):
     """conda-forge's torch finds the runtime only in $PREFIX/lib: the interpreter finds it by its DT_RPATH,
     a bash child has none. The plan preloads that copy by path (never all of $PREFIX/lib on LD_LIBRARY_PATH)."""
@@ -202,8 +203,8 @@ def test_conda_forge_torch_children_start(conda, major, tmp_path):
     assert str(scn.venv.path / "lib") not in doc["plan"]["env"].get("LD_LIBRARY_PATH", ""), doc["plan"]
 
 
-@pytest.mark.parametrize("torch", ["pip", "conda-forge"])
-@pytest.mark.parametrize("major", [12, 13])
+@pytest.mark.parametrize("torch", ["pip", pytest.param("conda-forge", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("major", [pytest.param(12, marks=pytest.mark.slow), 13])
 def test_no_plan_holds_for_single_path_tms(conda, major, torch, tmp_path):
     """torch_memory_saver 0.0.9.post1 reads LD_PRELOAD as one path, and no other binding holds here:
     exit 78 before any user code, naming the cause and the torch_memory_saver that accepts a plan."""

@@ -53,12 +53,14 @@ def assert_hooked(r, out, scn, build=CU13):
 
 @contextlib.contextmanager
 def mode(path, bits):
-    """``path`` with permission ``bits`` for the duration, restored to 0o755 after."""
+    """``path`` with permission ``bits`` for the duration, its own restored after (so that a scenario other
+    tests share is left as it was)."""
+    before = path.stat().st_mode & 0o7777
     path.chmod(bits)
     try:
         yield path
     finally:
-        path.chmod(0o755)
+        path.chmod(before)
 
 
 def candidate(scn, name, env=None):
@@ -124,7 +126,7 @@ def test_broken_build_files_next_to_good_ones_still_run_hooked(broken):
 
 
 def test_garbage_torch_version_py_stops_clearly(scenario):
-    scn = report_host(scenario, tag="garbage-version")
+    scn = report_host(scenario, tag="no-version")
     (scn.site / "torch" / "version.py").write_bytes(b"\x00\xff garbage = = =\n" * 50)
     r, _ = start(scn)
     assert_stopped(r, "states neither `cuda` nor `hip`", "TMS_AUTOPRELOAD_CUDA_MAJOR")
@@ -144,23 +146,28 @@ def test_override_still_works_with_a_broken_torch(scenario):
     assert_hooked(r, out, scn)
 
 
-def test_package_without_builds_stops_clearly(scenario):
-    scn = report_host(scenario, tag="no-builds")
-    for so in scn.site.glob("torch_memory_saver_*.so"):
-        so.unlink()
-    r, _ = start(scn)
+def test_package_without_builds_stops_clearly(scenario, tmp_path):
+    scn = report_host(scenario)
+    builds = list(scn.site.glob("torch_memory_saver_*.so"))
+    for so in builds:
+        shutil.move(so, tmp_path / so.name)
+    try:
+        r, _ = start(scn)
+    finally:
+        for so in builds:
+            shutil.move(tmp_path / so.name, so)
     assert_stopped(r, "ships no preload build", "pip install --force-reinstall")
 
 
 def test_unreadable_torch_lib_dir_still_decides_from_version_py(scenario):
-    scn = report_host(scenario, tag="unreadable-dir")
+    scn = report_host(scenario)
     with mode(scn.site / "torch" / "lib", 0):
         r, out = start(scn, prefix=NO_DAC)
     assert_hooked(r, out, scn)
 
 
 def test_unreadable_build_file_is_rejected(scenario):
-    scn = report_host(scenario, tag="unreadable-file")
+    scn = report_host(scenario)
     with mode(scn.site / CU13, 0):
         r, _ = start(scn, prefix=NO_DAC)
     assert_stopped(r, "cannot read it: Permission denied")
@@ -245,7 +252,7 @@ def _with_startup_patch(scn, name: str, line: str, env: dict):
 
 
 def test_interpreter_removed_after_start_stops_clearly(scenario):
-    scn = report_host(scenario, tag="exe-removed")
+    scn = report_host(scenario)
     exe = scn.venv.python
     target = os.readlink(exe)
     try:
@@ -256,6 +263,7 @@ def test_interpreter_removed_after_start_stops_clearly(scenario):
     assert_stopped(r, "cannot read the interpreter", "No such file", "tms-autopreload env")
 
 
+@pytest.mark.slow  # a venv of its own (its interpreter a copy); test_exec_failure_stops_clearly keeps the path
 def test_interpreter_no_longer_executable_stops_clearly(scenario):
     scn = report_host(scenario, tag="exec-fails")
     exe = scn.venv.python
@@ -270,7 +278,7 @@ def test_interpreter_no_longer_executable_stops_clearly(scenario):
 
 def test_exec_failure_stops_clearly(scenario):
     """execve itself fails (the interpreter changed between the loader trace and the exec)."""
-    scn = report_host(scenario, tag="exec-fails-late")
+    scn = report_host(scenario)
     r, _ = _with_startup_patch(scn, "execve", "setattr(os, 'execve', lambda *a: (_ for _ in ()).throw("
                                "PermissionError(13, 'Permission denied')))", {})
     assert_stopped(r, "cannot re-execute", "Permission denied", "tms-autopreload env")
@@ -313,7 +321,7 @@ def _signalled_during_the_trace(scn, tmp_path, name, sig, *, before_spawn):
 
 def test_interrupt_during_resolution_exits_130(scenario, tmp_path):
     """A real SIGINT while resolution waits on its loader trace: exit 130 and one message."""
-    scn = report_host(scenario, tag="interrupt")
+    scn = report_host(scenario)
     proc, out, err = _signalled_during_the_trace(scn, tmp_path, "sigint", signal.SIGINT, before_spawn=True)
     assert_stopped(subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
                    "interrupted while resolving", code=130)
@@ -322,7 +330,7 @@ def test_interrupt_during_resolution_exits_130(scenario, tmp_path):
 def test_sigterm_during_start_ends_the_process_and_leaves_nothing(scenario, tmp_path):
     """A real SIGTERM once the loader trace child exists: the process ends by the signal, no user code
     ran, and no process of this venv is left (the trace child included)."""
-    scn = report_host(scenario, tag="interrupt")
+    scn = report_host(scenario)
     proc, out, err = _signalled_during_the_trace(scn, tmp_path, "sigterm", signal.SIGTERM, before_spawn=False)
     assert proc.returncode == -signal.SIGTERM and out == "", (proc.returncode, out, err)
     left = subprocess.run(["pgrep", "-f", str(scn.venv.python)], capture_output=True, text=True, timeout=30)
@@ -364,14 +372,14 @@ def test_unknown_on_error_policy_is_warned_at_start_even_when_nothing_fails(scen
 # ---------------------------------------------------------------- who may be preloaded
 
 def test_world_writable_build_is_refused(scenario):
-    scn = report_host(scenario, tag="world-writable")
+    scn = report_host(scenario)
     with mode(scn.site / CU13, 0o777):
         r, _ = start(scn)
     assert_stopped(r, "writable by every user", "TMS_AUTOPRELOAD_PATH")
 
 
 def test_world_writable_directory_is_refused(scenario, tmp_path):
-    scn = report_host(scenario, tag="world-writable-dir", layout="source13", tms="0.0.10")
+    scn = report_host(scenario, layout="source13", tms="0.0.10")
     pkg = scn.site / "torch_memory_saver"
     build = scn.site / "torch_memory_saver_hook_mode_preload.abi3.so"
     moved = pkg / build.name
@@ -385,7 +393,7 @@ def test_world_writable_directory_is_refused(scenario, tmp_path):
 
 
 def test_world_writable_build_named_explicitly_runs_with_a_warning(scenario):
-    scn = report_host(scenario, tag="world-writable")
+    scn = report_host(scenario)
     with mode(scn.site / CU13, 0o777) as build:
         r, out = start(scn, {"TMS_AUTOPRELOAD_PATH": str(build)})
     assert_hooked(r, out, scn)

@@ -198,6 +198,16 @@ def test_start_up_decision_answers_every_environment(world):
         check()
 
 
+@pytest.mark.parametrize("value", ["ture", "disable", "2", " On "])
+def test_every_word_but_an_off_word_turns_the_kill_switch_on(value):
+    """The kill switch fails safe, a misspelling included (with a warning for an unknown word). The
+    environments generated above reach such a word only by chance: this asks each kind of one every run."""
+    on, warning = tms_autopreload.kill_switch({"TMS_AUTOPRELOAD_DISABLE": value})
+    assert on, value
+    assert (warning is None) is (value.strip().lower() in TRUE_WORDS), (value, warning)
+    assert tms_autopreload.kill_switch({"TMS_AUTOPRELOAD_DISABLE": "off"}) == (False, None)
+
+
 def test_the_three_reported_inputs(world):
     """Three answers that once named the wrong thing: each now names the variable the user set."""
     exe = str(world["scn"].venv.python)

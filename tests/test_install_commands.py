@@ -8,6 +8,8 @@ on "Requirement already satisfied", which is how the old fix for a removed build
 
 tms-autopreload is not on the package index: a node without it is told the source pip recorded for the
 driver's copy (PEP 610's ``direct_url.json``), and that line installs that source into a bare venv.
+
+Each case is a pip run against the index (seconds): the fast lane runs one, ``make test`` every one.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def _from_index(scn) -> None:
         record.unlink()
 
 
+@pytest.mark.slow
 def test_a_removed_build_of_the_installed_release_is_reinstalled_as_that_release(scenario, tmp_path):
     """0.0.10 installed, its cu13 build deleted, on a CUDA 13 torch: the fix forces that release again (a
     ``>=`` requirement would be "already satisfied", installing nothing), and then the start is hooked."""
@@ -95,6 +98,7 @@ def _source_built(scn, record: dict | None) -> None:
     (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_a_removed_build_of_a_release_built_from_source_is_reinstalled_from_that_source(scenario, tmp_path):
     """0.0.10+source.abc123 (what a build of one's own is versioned), installed from a wheel file: its removed
     build is put back by installing that file again (pip's PEP 610 record of it), never by asking the index
@@ -114,6 +118,7 @@ def test_a_removed_build_of_a_release_built_from_source_is_reinstalled_from_that
     assert "==0.0.10+source" not in fix and "reinstall it from the source it was built from" in fix, fix
 
 
+@pytest.mark.slow
 def test_a_removed_build_whose_recorded_wheel_file_is_gone_is_reinstalled_from_the_index(scenario, tmp_path):
     """Installed from a downloaded wheel file that was cleaned since (pip's record names a file no longer there),
     then the cu13 build deleted: the fix installs the release from the index, not the missing file."""
@@ -129,6 +134,7 @@ def test_a_removed_build_whose_recorded_wheel_file_is_gone_is_reinstalled_from_t
     assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
 
 
+@pytest.mark.slow
 def test_an_emptied_build_file_is_reinstalled_as_that_release(scenario, tmp_path):
     """The cu13 build left empty (a full disk, a cut copy): there, but not what pip installed. The fix forces
     the release again; ``>=0.0.9.post1`` would be "already satisfied"."""
@@ -143,6 +149,7 @@ def test_an_emptied_build_file_is_reinstalled_as_that_release(scenario, tmp_path
     assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
 
 
+@pytest.mark.slow
 def test_an_editable_checkout_whose_builds_were_cleaned_is_rebuilt_from_that_checkout(scenario, tmp_path):
     """``pip install -e <checkout>`` (PEP 610: dir_info, editable), the in-place builds cleaned since (``git clean
     -fdx``): pip's record beside the environment lists no build, the checkout holds none. The fix rebuilds that
@@ -165,6 +172,7 @@ def test_an_editable_checkout_whose_builds_were_cleaned_is_rebuilt_from_that_che
     assert the_command(doc["fix"], "torch") == f"pip install --force-reinstall -e {checkout}", doc["fix"]
 
 
+@pytest.mark.slow
 def test_a_removed_build_of_a_target_folder_install_is_reinstalled_into_that_folder(scenario, tmp_path):
     """torch_memory_saver installed with ``pip install --target DIR`` (from the index) and found through
     ``PYTHONPATH=DIR``, its cu13 build deleted: this venv's pip would install into its own site-packages,
@@ -191,6 +199,7 @@ def test_a_removed_build_of_a_target_folder_install_is_reinstalled_into_that_fol
     assert scn.doctor(env)["ok"], scn.doctor(env)["error"]
 
 
+@pytest.mark.slow
 def test_a_release_without_any_build_left_is_reinstalled_as_that_release(scenario, tmp_path):
     scn = report_host(scenario, tag="no-builds-reinstall")
     _from_index(scn)
@@ -212,6 +221,7 @@ def test_a_cu12_only_release_on_cuda13_is_upgraded(scenario, tmp_path):
     assert version(got) > (0, 0, 9), got["metadata"]
 
 
+@pytest.mark.slow
 def test_no_release_for_the_major_installs_the_driver_only_release(scenario, tmp_path):
     """A process without torch told to use CUDA 11 (``tms-autopreload run --`` users): no release ships a CUDA
     11 build, 0.0.8's needs only the driver. (With a torch of another major the fix is to unset the override:
@@ -223,6 +233,7 @@ def test_no_release_for_the_major_installs_the_driver_only_release(scenario, tmp
     assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 8)
 
 
+@pytest.mark.slow
 def test_no_torch_memory_saver_installs_it(scenario, tmp_path):
     scn = scenario(tms=None, torch="cu13-sys")
     doc = scn.doctor()
@@ -230,6 +241,7 @@ def test_no_torch_memory_saver_installs_it(scenario, tmp_path):
     assert "torch-memory-saver" in would_install(scn.venv.python, command, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_single_path_release_beside_another_preload_is_upgraded(scenario, tmp_path):
     """0.0.9.post1 with another LD_PRELOAD entry: the warning's fix installs a release that splits on ':'."""
     scn = report_host(scenario)
@@ -241,6 +253,7 @@ def test_a_single_path_release_beside_another_preload_is_upgraded(scenario, tmp_
 
 # ---------------------------------------------------------------- NVIDIA's runtime wheels, Ray, Jupyter
 
+@pytest.mark.slow
 @pytest.mark.parametrize("major, project", [(13, "nvidia-cuda-runtime"), (12, "nvidia-cuda-runtime-cu12")])
 def test_a_missing_runtime_installs_nvidias_wheel_of_that_major(scenario, tmp_path, major, project):
     scn = scenario(tms="0.0.10", torch=f"cu{major}-sys", host=("driver",))
@@ -250,6 +263,7 @@ def test_a_missing_runtime_installs_nvidias_wheel_of_that_major(scenario, tmp_pa
     assert version(got)[0] == major, got["metadata"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("major", [11, 12, 13])
 def test_every_runtime_hint_installs_that_majors_runtime(tmp_path, major):
     """The runtime hint for each major NVIDIA publishes a wheel of (for 11 it is printed only for a source
@@ -262,6 +276,7 @@ def test_every_runtime_hint_installs_that_majors_runtime(tmp_path, major):
     assert entry["metadata"]["name"].startswith("nvidia-cuda-runtime") and version(entry)[0] == major, got
 
 
+@pytest.mark.slow
 def test_no_torch_and_no_runtime_installs_the_cuda13_wheel(scenario, tmp_path):
     scn = scenario(tms="0.0.10", torch=None, host=("driver",))
     doc = scn.doctor()
@@ -269,6 +284,7 @@ def test_no_torch_and_no_runtime_installs_the_cuda13_wheel(scenario, tmp_path):
     assert version(would_install(scn.venv.python, command, tmp_path)["nvidia-cuda-runtime"])[0] == 13
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, projects", [(["doctor", "--ray"], {"ray"}),
                                             (["kernel", "install", "--prefix", "{tmp}"],
                                              {"jupyter-client", "ipykernel"})])
@@ -314,12 +330,14 @@ def assert_installs_from(said: str, source_url: str, tmp: Path) -> None:
     assert got["download_info"]["url"].rstrip("/") == source_url.rstrip("/"), (command, got["download_info"])
 
 
+@pytest.mark.slow
 def test_a_node_without_the_package_is_told_the_wheel_the_driver_installed(parts, tmp_path):
     _, said = installed_from(tmp_path, "--no-index", str(parts.own_wheel))
     assert f"`pip install {parts.own_wheel}`" in said, said
     assert_installs_from(said, parts.own_wheel.as_uri(), tmp_path)
 
 
+@pytest.mark.slow
 def test_without_a_record_the_advice_names_no_package_index_command(parts, tmp_path):
     """A missing record proves nothing (an index, another installer): the advice says to install it as it
     was installed here, and its example commands are templates, not a name on the index."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import support
 
 TOOL = support.ROOT / "tools" / "mutants.py"
@@ -20,6 +21,7 @@ def patch(why: str, old: str, new: str) -> str:
             + "".join(f"-{line}\n" for line in old.splitlines()) + "".join(f"+{line}\n" for line in new.splitlines()))
 
 
+@pytest.mark.slow  # two pytest sessions
 def test_a_caught_mutant_is_killed_and_a_no_op_survives(tmp_path):
     tree = tmp_path / "tree"
     (tree / "tests").mkdir(parents=True)

@@ -79,7 +79,8 @@ def test_sdist_builds_the_same_wheel(parts, tmp_path):
         assert sorted(a.namelist()) == sorted(b.namelist())
 
 
-@pytest.mark.parametrize("installer", ["pip", "uv"])
+# Every scenario venv is installed by pip; pip's uninstall (seconds) is make test's.
+@pytest.mark.parametrize("installer", [pytest.param("pip", marks=pytest.mark.slow), "uv"])
 def test_install_and_uninstall_leave_nothing_behind(parts, tmp_path, installer):
     venv = Venv(tmp_path / "v", find_python("3.11") or sys.executable, [])
     before = _listing(venv.site)

@@ -44,7 +44,8 @@ def test_this_machine_has_everything(lane):
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
 
 
-@pytest.mark.parametrize("lane", _lanes("check", "test"))
+@pytest.mark.slow  # the fast lane's missing compiler is in the test below, with everything else missing
+@pytest.mark.parametrize("lane", ["check", "test"])
 def test_missing_compiler_is_one_message_naming_gcc(tmp_path, lane):
     """Exactly the compiler's two lines more than this machine's own answer (which is empty here, under
     TMS_TEST_STRICT, by test_this_machine_has_everything)."""
@@ -98,6 +99,7 @@ def _wheel(folder: Path, name: str, version: str) -> None:
             zf.writestr(f, text)
 
 
+@pytest.mark.slow  # pip runs
 def test_the_suites_pip_lifts_a_configured_cap_and_keeps_the_rest_of_the_configuration(tmp_path):
     """The suite installs exactly what it pins, whatever cap a machine's pip configuration sets, and still
     reaches the index that configuration names (a mirror, a local folder, a proxy's certificate): with

@@ -147,6 +147,7 @@ def test_doctor_names_no_runtime_binding_for_a_driver_only_build(scenario):
     assert scn.doctor()["plan"]["runtime_rule"] is None
 
 
+@pytest.mark.slow
 def test_doctor_without_torch_does_not_speak_of_torchs_copy(scenario):
     scn = scenario(tms="0.0.10", torch=None, host=("driver", "cuda13"))
     r = scn.run(["-m", "tms_autopreload", "doctor"])
@@ -155,7 +156,7 @@ def test_doctor_without_torch_does_not_speak_of_torchs_copy(scenario):
     assert why == "why:      no torch here: the copy the hook's build will bind, found by /etc/ld.so.cache", why
 
 
-@pytest.mark.parametrize("major", [12, 13])
+@pytest.mark.parametrize("major", [pytest.param(12, marks=pytest.mark.slow), 13])
 def test_the_driver_only_build_is_chosen_on_either_runtime(scenario, major, mode):
     scn = scenario(tms="0.0.8", torch=f"cu{major}-sys", host=("driver", f"cuda{major}"))
     assert chosen(scn.doctor()) == "torch_memory_saver_cpp.abi3.so"
@@ -165,7 +166,8 @@ def test_the_driver_only_build_is_chosen_on_either_runtime(scenario, major, mode
 @pytest.mark.parametrize("case, kw, words", [
     ("no torch_memory_saver", dict(tms=None, torch="cu13-sys"), ["torch_memory_saver is not installed",
                                                                    "pip install torch-memory-saver"]),
-    ("CPU-only torch", dict(torch="cpu"), ["CPU-only build", "Fix: install a CUDA build of torch"]),
+    pytest.param("CPU-only torch", dict(torch="cpu"), ["CPU-only build", "Fix: install a CUDA build of torch"],
+                 marks=pytest.mark.slow),
     ("no driver", dict(torch="cu13-sys", host=("cuda13",)), ["libcuda.so.1", "install the NVIDIA driver"]),
     ("no torch, no runtime", dict(torch=None, host=("driver",)), ["no CUDA runtime is visible",
                                                                    "TMS_AUTOPRELOAD_CUDA_MAJOR=N"]),
@@ -298,6 +300,7 @@ def test_path_with_space_works_through_library_path(scenario, tmp_path, mode):
     assert not doc["ok"] and "':' or ';'" in doc["error"]
 
 
+@pytest.mark.slow  # builds torch_memory_saver from source on a cold cache
 def test_runpath_build_apart_from_torchs_runtime_still_gets_the_binding(scenario, parts, mode):
     """Split site-packages (torch and its pip runtime in one directory on sys.path, torch_memory_saver in
     the venv): the build's $ORIGIN RUNPATH names a directory without the runtime, so the hook alone
@@ -324,7 +327,7 @@ def test_a_build_for_the_other_machine_is_refused_by_machine_not_traced(scenario
     """A build of the other architecture among the candidates (a wheel copied across machines, a shared
     home directory): refused for its ELF machine before the loader is asked about it; named in
     TMS_AUTOPRELOAD_PATH, the same clear stop."""
-    scn = scenario(tms="0.0.10", torch="cu13-sys", host=("driver", "cuda13"), python=python, tag="other-machine")
+    scn = scenario(tms="0.0.10", torch="cu13-sys", host=("driver", "cuda13"), python=python)
     other, here, theirs = ("arm64", "x86-64", "aarch64") if scn.parts.arch is None else (None, "aarch64", "x86-64")
     import zipfile
 
@@ -332,6 +335,14 @@ def test_a_build_for_the_other_machine_is_refused_by_machine_not_traced(scenario
     with zipfile.ZipFile(support.tms_wheel("0.0.10", other)) as z:
         foreign.write_bytes(z.read(CU13))
     foreign.chmod(0o755)
+    try:
+        _refused_by_machine(scn, foreign, here, theirs)
+    finally:
+        foreign.unlink()  # the scenario is shared
+
+
+def _refused_by_machine(scn, foreign, here, theirs):
+    """The test above, once ``foreign`` (built for ``theirs``) lies among the candidates."""
     doc = scn.doctor()
     assert chosen(doc) == CU13
     refused = verdict(doc, foreign.name)

@@ -15,6 +15,7 @@ The real torch of both releases is in tests/test_real_torch.py.
 from __future__ import annotations
 
 import os
+import shutil
 
 import support
 from support import assert_stopped
@@ -24,7 +25,8 @@ SPLIT = "TMS_AUTOPRELOAD_CUDA_MAJOR"
 
 
 def _second_world(scenario, tag: str = ""):
-    """CUDA 13 torch from pip with its runtime wheel and NVIDIA's CUDA 12 runtime wheel, on a driver-only host."""
+    """CUDA 13 torch from pip with its runtime wheel and NVIDIA's CUDA 12 runtime wheel, on a driver-only host.
+    Shared (without ``tag``): a test that changes it puts it back."""
     return scenario(tms="0.0.10", torch="cu13-pip", pip=(12, 13), host=("driver",), tag=tag)
 
 
@@ -58,9 +60,12 @@ def test_doctor_predicts_the_cu12_wheel_copy_torch_loads_by_path(scenario):
 
 
 def test_no_uninstall_fix_where_an_installed_package_requires_the_wheel(scenario):
-    scn = _second_world(scenario, tag="required")
+    scn = _second_world(scenario)
     _requires(scn.site, "needs-cu12", f"{CU12_WHEEL.upper().replace('-', '_')}>=12; platform_system == 'Linux'")
-    doc = scn.doctor()
+    try:
+        doc = scn.doctor()
+    finally:
+        shutil.rmtree(scn.site / "needs_cu12-1.0.dist-info")
     second = doc["runtime"]["second"]
     assert second["fix"] is None and second["wheel"] == CU12_WHEEL, second
     assert second["required_by"] == ["needs-cu12"], second
@@ -77,15 +82,18 @@ def test_no_uninstall_fix_where_an_installed_package_requires_the_wheel(scenario
 def test_torch_213_stops_its_list_at_a_library_no_wheel_holds(scenario, parts):
     """torch 2.13's _preload_cuda_lib is called required=True: the first library of its list (cuBLAS) that no
     wheel holds stops the list before the runtime, so nothing is loaded by path; 2.14.1's skips it."""
-    scn = _second_world(scenario, tag="2.13")
+    scn = _second_world(scenario)
     deps = parts.global_deps("cu13-pip")
-    for version, second in (("2.13.0", None), ("2.14.1", "libcudart.so.12"), ("2.10.0", None),
-                            ("2.14.0", "libcudart.so.12")):
-        support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=deps, version=version)
-        rt = scn.doctor()["runtime"]
-        assert (rt["second"] and os.path.basename(rt["second"]["path"])) == second, (version, rt)
-    support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=deps, version="2.13.0")
-    assert "_preload_cuda_deps stops at libcublasLt.so.*[0-9]" in scn.doctor()["runtime"]["library_why"]
+    try:
+        for version, second in (("2.13.0", None), ("2.14.1", "libcudart.so.12"), ("2.10.0", None),
+                                ("2.14.0", "libcudart.so.12")):
+            support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=deps, version=version)
+            rt = scn.doctor()["runtime"]
+            assert (rt["second"] and os.path.basename(rt["second"]["path"])) == second, (version, rt)
+        support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=deps, version="2.13.0")
+        assert "_preload_cuda_deps stops at libcublasLt.so.*[0-9]" in scn.doctor()["runtime"]["library_why"]
+    finally:
+        support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=deps)
 
 
 def test_torch_29_and_older_load_no_runtime_by_path(scenario, parts):
@@ -103,10 +111,13 @@ def test_torch_29_and_older_load_no_runtime_by_path(scenario, parts):
 def test_a_library_that_fails_to_load_stops_torchs_list(scenario, parts):
     """One try block: an earlier library of the list that cannot load (here a cuBLAS file that is no ELF
     object) stops the later ones, the runtime's among them."""
-    scn = _second_world(scenario, tag="broken-cublas")
+    scn = _second_world(scenario)
     broken = scn.site / "nvidia" / "cu13" / "lib" / "libcublasLt.so.13"
     broken.write_bytes(b"not an ELF object")
-    rt = scn.doctor()["runtime"]
+    try:
+        rt = scn.doctor()["runtime"]
+    finally:
+        broken.unlink()
     assert rt["second"] is None, rt
     assert f"_preload_cuda_deps stops at {broken}, which would not load" in rt["library_why"], rt
 

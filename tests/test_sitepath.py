@@ -259,8 +259,10 @@ SCENARIO_WORLDS = {
 # The worlds `make check` runs: one of each kind of answer (a system runtime, two of them, torch's own beside a
 # system one, CUDA 12 from pip, no torch, no plan, ROCm, a RUNPATH build); `make test` runs them all. The
 # resolver's tests start most of the others' hosts in the fast lane too.
-FAST_WORLDS = ("0.0.9.post1-cu13-sys", "cu13-sys-two-systems", "0.0.10-cu13-pip-beside-system", "cu12-pip-only",
-               "no-torch-pip13", "no-torch-no-runtime", "rocm-source-layout", "runpath-source-build-cu13-pip")
+# One world of each kind of answer, each on a venv other fast tests make anyway (scenarios that differ only in
+# their host share a venv); the source-build worlds are slow by their name (conftest.py).
+FAST_WORLDS = ("0.0.9.post1-cu13-sys", "cu13-sys-two-systems", "cu13-pip-only", "0.0.10-cu12-pip-only",
+               "no-torch-pip13", "no-torch-no-runtime")
 assert set(FAST_WORLDS) <= set(SCENARIO_WORLDS)
 
 
@@ -383,6 +385,7 @@ def test_search_path_at_an_import_line_is_the_final_path(parts, rootfs, tmp_path
         assert raw == final[:final.index(str(venv.site)) + 1], raw
 
 
+@pytest.mark.slow  # a base interpreter and a venv per case; the fast lane keeps the import line's test above
 @pytest.mark.parametrize("python", [DEFAULT_PYTHON, "sid/3.14"])
 @pytest.mark.parametrize("how, options, extra_env, system_site, left_out", [
     ("-s", ("-s",), None, True, ("user",)),

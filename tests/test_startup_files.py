@@ -206,7 +206,8 @@ def _chosen_by(installer: str, index, target: str, tmp_path) -> str:
     return picked[0]
 
 
-@pytest.mark.parametrize("installer", ["pip", "uv"])
+# pip's choices take a second each: make test asks it, the fast lane uv.
+@pytest.mark.parametrize("installer", [pytest.param("pip", marks=pytest.mark.slow), "uv"])
 @pytest.mark.parametrize("target, offered, chosen", TAG_ORDER)
 def test_installers_choose_a_start_wheel_only_as_cp318_abi3(parts, tmp_path, target, offered, chosen, installer):
     """A second wheel for CPython >= 3.18 can carry the ``.start`` only if installers prefer it there and

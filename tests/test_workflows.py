@@ -80,6 +80,7 @@ def _lint(tool: str, workflow: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # `make lint` runs the same, before the tests of either lane
 @pytest.mark.parametrize("tool", ["check-jsonschema", "zizmor"])
 def test_the_workflows_pass_the_lint(tool):
     for workflow in sorted(WORKFLOWS.glob("*.yml")):
