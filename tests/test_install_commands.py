@@ -73,17 +73,22 @@ def _from_index(scn) -> None:
 
 
 @pytest.mark.slow
-def test_a_removed_build_of_the_installed_release_is_reinstalled_as_that_release(scenario, tmp_path):
-    """0.0.10 installed, its cu13 build deleted, on a CUDA 13 torch: the fix forces that release again (a
-    ``>=`` requirement would be "already satisfied", installing nothing), and then the start is hooked."""
-    scn = scenario(tms="0.0.10", torch="cu13-sys", tag="cu13-removed")
+@pytest.mark.parametrize("damage, said", [(lambda so: so.unlink(), "is missing"),
+                                          (lambda so: so.write_bytes(b""), "is damaged (0 bytes, where pip installed")],
+                         ids=["removed", "emptied"])
+def test_a_removed_or_emptied_build_of_the_installed_release_is_reinstalled_as_that_release(scenario, tmp_path,
+                                                                                            damage, said):
+    """0.0.10 installed, its cu13 build deleted or left empty (a full disk, a cut copy: there, but not what pip
+    installed), on a CUDA 13 torch: the fix forces that release again (a ``>=`` requirement would be "already
+    satisfied", installing nothing)."""
+    scn = scenario(tms="0.0.10", torch="cu13-sys", tag=f"cu13-{said[:10]}")
     _from_index(scn)
-    (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink()
+    damage(scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so")
     doc = scn.doctor()
     assert not doc["ok"]
     command = the_command(doc["fix"], "torch-memory-saver")
     assert command == "pip install --force-reinstall torch-memory-saver==0.0.10", doc["fix"]
-    assert "torch_memory_saver_hook_mode_preload_cu13.abi3.so is missing" in doc["fix"]
+    assert f"torch_memory_saver_hook_mode_preload_cu13.abi3.so {said}" in doc["fix"], doc["fix"]
     assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
 
 
@@ -131,21 +136,6 @@ def test_a_removed_build_whose_recorded_wheel_file_is_gone_is_reinstalled_from_t
     (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink()
     command = the_command(scn.doctor()["fix"], "torch")
     assert command == "pip install --force-reinstall torch-memory-saver==0.0.10", command
-    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
-
-
-@pytest.mark.slow
-def test_an_emptied_build_file_is_reinstalled_as_that_release(scenario, tmp_path):
-    """The cu13 build left empty (a full disk, a cut copy): there, but not what pip installed. The fix forces
-    the release again; ``>=0.0.9.post1`` would be "already satisfied"."""
-    scn = scenario(tms="0.0.10", torch="cu13-sys", tag="emptied")
-    _from_index(scn)
-    (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").write_bytes(b"")
-    doc = scn.doctor()
-    assert not doc["ok"]
-    command = the_command(doc["fix"], "torch-memory-saver")
-    assert command == "pip install --force-reinstall torch-memory-saver==0.0.10", doc["fix"]
-    assert "torch_memory_saver_hook_mode_preload_cu13.abi3.so is damaged (0 bytes, where pip installed" in doc["fix"]
     assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
 
 
