@@ -19,7 +19,8 @@ from tms_autopreload.builds import Build
 from tms_autopreload.ldso import Found
 from tms_autopreload.runtime import Runtime
 from tms_autopreload.trace import Trace, _parse
-from tms_autopreload.trust import CAUSE_WORLD_WRITABLE, Refusal
+from tms_autopreload.errors import CAUSE_WORLD_WRITABLE
+from tms_autopreload.trust import Refusal
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"

@@ -34,7 +34,7 @@ from .ldso import Loader, Object
 from .results import CHOSEN, REJECTED, UNTRIED, Plan, Report, Verdict
 from .runtime import Runtime, detect, install_hint, split_from_torch
 from .sonames import DRIVER_SONAME
-from .trust import CAUSES as TRUST_CAUSES
+from .trust import TRUST_CAUSES
 from .trust import Trusted, refusal
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path

@@ -41,9 +41,9 @@ if TYPE_CHECKING:
 __all__ = ["reinstall_hint", "build_install_hint", "installed_version",
            "reads_one_path", "counted_by_check", "ONE_PATH_RELEASES", "SPLITTING_INSTALL", "INSTALL", "REINSTALL"]
 
-DISTRIBUTION = "torch-memory-saver"
+TMS_DISTRIBUTION = "torch-memory-saver"
 # How to install it, and how to get back its files.
-INSTALL = f"pip install {DISTRIBUTION}"
+INSTALL = f"pip install {TMS_DISTRIBUTION}"
 REINSTALL = "reinstall torch-memory-saver"
 # The releases that read LD_PRELOAD as one path, in words, and the install of one that splits it.
 ONE_PATH_RELEASES = "0.0.9.post1 and older"
@@ -53,7 +53,7 @@ SPLITTING_INSTALL = "pip install 'torch-memory-saver>=0.0.10'"
 def _is_it(dist: "metadata.Distribution") -> bool:
     """Whether ``dist`` is torch-memory-saver as an installer recorded it (a ``RECORD``: not the ``.egg-info``
     a source tree holds)."""
-    return ((dist.metadata["Name"] or "").lower().replace("_", "-") == DISTRIBUTION
+    return ((dist.metadata["Name"] or "").lower().replace("_", "-") == TMS_DISTRIBUTION
             and dist.read_text("RECORD") is not None)
 
 
@@ -120,7 +120,7 @@ def _command(dist: "metadata.Distribution", site: str) -> str:
     if "+" in version:
         return (f"reinstall it from the source it was built from (its version's local label, "
                 f"+{version.partition('+')[2]}, names a build the package index does not have)")
-    return f"pip install --force-reinstall{target} {DISTRIBUTION}=={version}"
+    return f"pip install --force-reinstall{target} {TMS_DISTRIBUTION}=={version}"
 
 
 def reinstall_hint(package_dir: "str | None", major: "int | None" = None) -> "str | None":
@@ -134,7 +134,7 @@ def reinstall_hint(package_dir: "str | None", major: "int | None" = None) -> "st
     dist, site = found
     damage = [d for d in _damage(dist) if _may_be_for(d.split(" ", 1)[0], major)]
     if damage:
-        return f"{DISTRIBUTION} {dist.version} is installed but its {', '.join(damage)}: {_command(dist, site)}"
+        return f"{TMS_DISTRIBUTION} {dist.version} is installed but its {', '.join(damage)}: {_command(dist, site)}"
     from .origin import record_of
 
     checkout = os.path.dirname(os.path.abspath(package_dir or ""))
@@ -142,7 +142,7 @@ def reinstall_hint(package_dir: "str | None", major: "int | None" = None) -> "st
     if record is not None and _editable(record) and not any(
             n.startswith(PRELOAD_PREFIXES) and n.endswith(".so")
             for d in (checkout, os.path.join(checkout, "torch_memory_saver")) for n in _names(d)):
-        return (f"{DISTRIBUTION} {dist.version} is installed editable from {checkout}, which holds no preload "
+        return (f"{TMS_DISTRIBUTION} {dist.version} is installed editable from {checkout}, which holds no preload "
                 f"build (cleaned since it was built): {_command(dist, site)}")
     return None
 

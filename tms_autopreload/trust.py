@@ -34,11 +34,10 @@ if TYPE_CHECKING:
 
     Writer = tuple[str, int]  # ("uid", N), ("gid", N) or EVERYONE
 
-__all__ = ["Grant", "Refusal", "Trusted", "writers", "refusal", "CAUSE_WORLD_WRITABLE",
-           "CAUSE_UNTRUSTED_WRITER", "CAUSE_UNCHECKED", "CAUSES"]
+__all__ = ["Grant", "Refusal", "Trusted", "writers", "refusal", "TRUST_CAUSES"]
 
 # Refusal.cause values (``doctor --json`` ``candidates[].cause``), named with every other cause in errors.py.
-CAUSES = (CAUSE_WORLD_WRITABLE, CAUSE_UNTRUSTED_WRITER, CAUSE_UNCHECKED)
+TRUST_CAUSES = (CAUSE_WORLD_WRITABLE, CAUSE_UNTRUSTED_WRITER, CAUSE_UNCHECKED)
 
 EVERYONE = ("everyone", -1)  # the writer "every user"
 
