@@ -27,14 +27,26 @@ def _causes() -> dict[str, str]:
 SHARED_WORDS = {"error", "unusable"}
 
 
+# Where a cause is given by position: the classes that carry one, and the index of that argument.
+_CAUSE_POSITIONS = {"Verdict": 3, "Refusal": 0}
+
+
 def _given_as_cause(tree: ast.AST) -> set[int]:
-    """The ids of the string constants given as a cause: ``cause=...`` and ``cause = ...``."""
+    """The ids of the expressions given as a cause: ``cause=...``, ``cause = ...``, ``x.cause = ...``, and a
+    cause given by position to the classes that carry one (:data:`_CAUSE_POSITIONS`)."""
     out: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg == "cause":
             out.add(id(node.value))
-        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "cause" for t in node.targets):
+        elif isinstance(node, ast.Assign) and any(isinstance(t, (ast.Name, ast.Attribute)) and
+                                                  getattr(t, "id", getattr(t, "attr", None)) == "cause"
+                                                  for t in node.targets):
             out.add(id(node.value))
+        elif isinstance(node, ast.Call):
+            name = getattr(node.func, "id", getattr(node.func, "attr", None))
+            at = _CAUSE_POSITIONS.get(name or "")
+            if at is not None and len(node.args) > at:
+                out.add(id(node.args[at]))
     return out
 
 
@@ -48,9 +60,12 @@ def test_every_cause_is_given_by_its_constant():
         tree = ast.parse(path.read_text())
         as_cause = _given_as_cause(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and node.value in causes:
-                if node.value not in SHARED_WORDS or id(node) in as_cause:
-                    found.append(f"{path.name}:{node.lineno}: {node.value!r} (use errors.{causes[node.value]})")
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if id(node) in as_cause and node.value not in causes:  # a word of no vocabulary, given as a cause
+                found.append(f"{path.name}:{node.lineno}: {node.value!r} (name it in errors.py)")
+            elif node.value in causes and (node.value not in SHARED_WORDS or id(node) in as_cause):
+                found.append(f"{path.name}:{node.lineno}: {node.value!r} (use errors.{causes[node.value]})")
     assert not found, "\n".join(found)
 
 
