@@ -475,3 +475,36 @@ def test_storm_of_200_failing_starts_all_stop_clearly(scenario):
     assert [x["rc"] for x in res] == [78] * 200
     for x in res:
         assert_stopped(subprocess.CompletedProcess([], x["rc"], x["out"], x["err"]), "libcuda.so.1")
+
+
+_REAL_CHECK = """
+import os, sys, types
+site = [p for p in sys.path if p.endswith('site-packages')][0]
+package = types.ModuleType('torch_memory_saver')
+package.__path__ = [os.path.join(site, 'torch_memory_saver')]
+sys.modules['torch_memory_saver'] = package
+from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
+try:
+    HookUtilModePreload().get_path_binary()
+    print('accepted')
+except AssertionError:
+    print('refused')
+"""
+
+
+def test_a_kept_preload_entry_that_torch_memory_saver_counts_as_its_own_is_warned(scenario, tmp_path):
+    """0.0.10's check counts every LD_PRELOAD entry whose path holds "torch_memory_saver" (its own
+    ``get_path_binary``, run here) and refuses more than one. A user's entry kept after the hook from such a
+    path (a work directory named after it) is warned at the start and by doctor, with the fix; the same file
+    elsewhere is not."""
+    scn = report_host(scenario, tms="0.0.10")
+    for folder, counted in (("torch_memory_saver_work", True), ("work", False)):
+        (tmp_path / folder).mkdir()
+        entry = tmp_path / folder / "libstdbuf.so"
+        shutil.copy("/usr/libexec/coreutils/libstdbuf.so", entry)
+        r = scn.flagged(_REAL_CHECK, {"LD_PRELOAD": str(entry)})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip().splitlines()[-1] == ("refused" if counted else "accepted"), (folder, r.stdout)
+        warned = [w for w in scn.doctor({"LD_PRELOAD": str(entry)})["warnings"] if "counts every entry" in w]
+        assert bool(warned) is counted, (folder, warned)
+        assert (f"warning: LD_PRELOAD keeps {entry} after the hook, and torch_memory_saver at" in r.stderr) is counted

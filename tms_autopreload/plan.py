@@ -165,20 +165,28 @@ def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Ma
     return plan, verdicts
 
 
-def _with_single_path_warning(plan: Plan, package_dir: str | None, forced: str | None) -> Plan:
-    """The plan, warned when it keeps other LD_PRELOAD entries that torch_memory_saver's Python side refuses."""
+def _with_check_warning(plan: Plan, package_dir: str | None, forced: str | None) -> Plan:
+    """The plan, warned when it keeps other LD_PRELOAD entries that torch_memory_saver's Python side refuses:
+    any, where it reads the variable as one path; those it counts as its own builds (a path holding
+    ``torch_memory_saver``: :func:`tms_autopreload.releases.counted_by_check`), where it splits it."""
     kept = split_preload(plan.ld_preload)[1:]
     if not kept or forced:
         return plan
-    from .releases import ONE_PATH_RELEASES, SPLITTING_INSTALL, reads_one_path
+    from .releases import ONE_PATH_RELEASES, SPLITTING_INSTALL, counted_by_check, reads_one_path
 
-    if not reads_one_path(package_dir):
+    if reads_one_path(package_dir):
+        warning = (f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
+                   f"reads LD_PRELOAD as a single path ({ONE_PATH_RELEASES}), so its Python side will refuse "
+                   f"this process; drop those entries or {SPLITTING_INSTALL}")
+    elif counted := [entry for entry in kept if counted_by_check(entry)]:
+        warning = (f"LD_PRELOAD keeps {':'.join(counted)} after the hook, and torch_memory_saver at {package_dir} "
+                   f"counts every entry whose path holds \"torch_memory_saver\" as one of its builds, so its Python "
+                   f"side will refuse this process (more than one); drop that entry or move the file to a path "
+                   f"without that name")
+    else:
         return plan
     return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, binding=plan.binding,
-                added=plan.added, warnings=(
-        f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
-        f"reads LD_PRELOAD as a single path ({ONE_PATH_RELEASES}), so its Python side will refuse "
-        f"this process; drop those entries or {SPLITTING_INSTALL}",))
+                added=plan.added, warnings=(warning,))
 
 
 def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int], forced: str | None,
@@ -317,7 +325,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     ordered = tuple(verdicts[i] for i in range(len(builds)))
     if plan is not None:
         said = split_warning(plan.runtime, next(v.build for v in ordered if v.status == CHOSEN), env)
-        return Report(exe, package_dir, runtime, ordered, _with_single_path_warning(plan, package_dir, forced),
+        return Report(exe, package_dir, runtime, ordered, _with_check_warning(plan, package_dir, forced),
                       None, tuple(warnings) + ((said,) if said else ()), loader)
     if runtime is None:
         return fail(runtime_error, None, ordered)  # type: ignore[arg-type]  # set exactly when detect raised
