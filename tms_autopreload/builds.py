@@ -11,10 +11,16 @@ from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbol
 from .sonames import DRIVER_SONAME, runtime_name, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
-__all__ = ["Build", "read_build", "find_builds", "interposed", "PRELOAD_PREFIXES"]
+__all__ = ["Build", "read_build", "find_builds", "interposed", "is_preload_name", "PRELOAD_PREFIXES"]
 
 # The file-name prefixes of the preload builds torch_memory_saver's releases ship.
 PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")
+
+
+def is_preload_name(name: str) -> bool:
+    """Whether a file of this name is one of torch_memory_saver's preload builds, by its name: where they
+    are found, and which files of its install record are builds."""
+    return name.startswith(PRELOAD_PREFIXES) and name.endswith(".so")
 
 
 class Build:
@@ -102,7 +108,7 @@ def find_builds(package_dir: str, want: DynamicInfo, trusted: Trusted) -> list[B
         except OSError:
             continue
         for name in names:
-            if name.startswith(PRELOAD_PREFIXES) and name.endswith(".so"):
+            if is_preload_name(name):
                 path = os.path.join(d, name)
                 try:
                     st = os.stat(path)

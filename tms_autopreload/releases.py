@@ -30,7 +30,7 @@ runtime by path never imports this module (each module costs that start about 0.
 import os
 
 from . import read_regular
-from .builds import PRELOAD_PREFIXES
+from .builds import is_preload_name
 from .sonames import DRIVER_SONAME, RELEASED_CUDA_MAJORS, release
 
 TYPE_CHECKING = False
@@ -80,17 +80,18 @@ def _editable(record: "dict[str, Any]") -> bool:
     return isinstance(info, dict) and bool(info.get("editable"))
 
 
-def _damage(dist: "metadata.Distribution") -> "list[str]":
-    """Each preload build pip's RECORD lists that is gone or not the size it recorded, said as such."""
+def _damage(dist: "metadata.Distribution") -> "list[tuple[str, str]]":
+    """(file name, what is wrong with it) of each preload build pip's RECORD lists that is gone or not the
+    size it recorded."""
     out = []
     for f in dist.files or ():
-        if not (f.name.startswith(PRELOAD_PREFIXES) and f.name.endswith(".so")):
+        if not is_preload_name(f.name):
             continue
         path = str(dist.locate_file(f))
         if not os.path.lexists(path):
-            out.append(f"{f.name} is missing")
+            out.append((f.name, "is missing"))
         elif f.size is not None and os.path.getsize(path) != f.size:
-            out.append(f"{f.name} is damaged ({os.path.getsize(path)} bytes, where pip installed {f.size})")
+            out.append((f.name, f"is damaged ({os.path.getsize(path)} bytes, where pip installed {f.size})"))
     return out
 
 
@@ -132,7 +133,7 @@ def reinstall_hint(package_dir: "str | None", major: "int | None" = None) -> "st
     if found is None:
         return None
     dist, site = found
-    damage = [d for d in _damage(dist) if _may_be_for(d.split(" ", 1)[0], major)]
+    damage = [f"{name} {wrong}" for name, wrong in _damage(dist) if _may_be_for(name, major)]
     if damage:
         return f"{TMS_DISTRIBUTION} {dist.version} is installed but its {', '.join(damage)}: {_command(dist, site)}"
     from .origin import record_of
@@ -140,8 +141,7 @@ def reinstall_hint(package_dir: "str | None", major: "int | None" = None) -> "st
     checkout = os.path.dirname(os.path.abspath(package_dir or ""))
     record = record_of(dist)
     if record is not None and _editable(record) and not any(
-            n.startswith(PRELOAD_PREFIXES) and n.endswith(".so")
-            for d in (checkout, os.path.join(checkout, "torch_memory_saver")) for n in _names(d)):
+            is_preload_name(n) for d in (checkout, os.path.join(checkout, "torch_memory_saver")) for n in _names(d)):
         return (f"{TMS_DISTRIBUTION} {dist.version} is installed editable from {checkout}, which holds no preload "
                 f"build (cleaned since it was built): {_command(dist, site)}")
     return None
