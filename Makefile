@@ -11,13 +11,21 @@ VENV ?= .venv-test
 # green means every scenario ran.
 test: $(VENV)/.ready lint
 	$(VENV)/bin/python tools/prereqs.py test
-	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs
+	TMS_TEST_STRICT=1 $(PYTEST)
 
 # The fast lane for the edit loop: every test not marked slow (slow: real torch or Ray, other
 # interpreters, root file systems, builds from the package index; see tests/conftest.py), after the lint.
 check: $(VENV)/.ready lint
 	$(VENV)/bin/python tools/prereqs.py check
-	TMS_TEST_STRICT=1 $(VENV)/bin/python -m pytest -q -rs -m "not slow"
+	TMS_TEST_STRICT=1 $(PYTEST) -m "not slow"
+
+# The lanes run their tests on JOBS pytest-xdist workers, by default one more than this machine's CPUs: the
+# suite spends part of its time waiting on the processes it starts (Ray's daemons, pip, the loader's
+# children). Each test module's tests go to one worker (`--dist loadscope`), so that the scenarios and
+# clusters a module shares are made once. `make check JOBS=0` runs them in this one process (a debugger,
+# `pdb`, reading one failure's output in order).
+JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
+PYTEST = $(VENV)/bin/python -m pytest -q -rs -n $(JOBS) --dist loadscope
 
 # ruff over everything (the rules in pyproject.toml: the package and tools/ annotated, tests/ without),
 # mypy over the package and tools/, and the GitHub workflows against GitHub's schema (check-jsonschema's
@@ -37,7 +45,7 @@ lint: $(VENV)/.ready
 # programs run by qemu-user-static through a binfmt_misc private to the test's user namespace.
 aarch64: $(VENV)/.ready
 	$(VENV)/bin/python tools/prereqs.py aarch64
-	TMS_TEST_STRICT=1 nice -n 10 $(VENV)/bin/python -m pytest -q -rs -m aarch64
+	TMS_TEST_STRICT=1 nice -n 10 $(PYTEST) -m aarch64
 
 # The sdist and the wheel built from it, in dist/ (tools/dist.py): the same bytes on every build of the same
 # source and SOURCE_DATE_EPOCH (the last commit's time unless set), checked with twine and

@@ -8,7 +8,9 @@ needs a GPU on a machine without one.
 
 A pytest plugin of its own (``tests/conftest.py`` registers its hooks; ``tests/test_strict.py`` loads
 it with ``-p strict`` into a pytest run of made-up test files) so that its effect on pytest's exit
-status is tested, not only on the summary line.
+status is tested, not only on the summary line. The lanes run on pytest-xdist's workers: the hooks run in
+each worker, and the reports they change travel to the main process, whose exit status counts them
+(``tests/test_strict.py`` runs each case both ways).
 """
 
 from __future__ import annotations

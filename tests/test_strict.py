@@ -8,6 +8,7 @@ that says "failed" beside an exit status of 0 is a green that lies.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -36,22 +37,42 @@ CASES = {
 }
 
 
-# The fast lane runs the case `make check` itself cannot show (a skip fails it: the lane has none); the GPU
-# check's allowed skip it meets itself (tests/test_cli.py, under TMS_TEST_STRICT=1). `make test` runs every
-# case (each is a pytest run of its own).
-FAST = ("a_skip",)
-assert set(FAST) <= set(CASES)
+# The lanes run their tests on pytest-xdist's workers (the Makefile's `JOBS`), where the plugin's hooks run in
+# each worker and the reports travel to the main process; `JOBS=0`, which docs/development.md offers for a
+# debugger, runs them in one process. Each case runs both ways, with the options `make check` passes. Under
+# xdist an error while collecting is a failed run (1), not an interrupted one.
+WORKERS = {"in-process": "0", "two-workers": "2"}
+XDIST_STATUS = {"a_skip_at_collection": 1}
+
+# The fast lane runs the case `make check` itself cannot show (a skip fails it: the lane has none), as the lane
+# runs it; the GPU check's allowed skip it meets itself (tests/test_cli.py, under TMS_TEST_STRICT=1). `make test`
+# runs every case both ways (each is a pytest run of its own).
+FAST = (("a_skip", "two-workers"),)
 
 
-@pytest.mark.parametrize("case", [c if c in FAST else pytest.param(c, marks=pytest.mark.slow) for c in CASES])
-def test_the_exit_status_fails_every_outcome_but_a_pass(case, tmp_path):
+def lane_options(jobs: str) -> list[str]:
+    """The pytest options of ``make check JOBS=<jobs>``, read from the commands ``make -n`` prints, but its
+    ``-m "not slow"`` (the made-up files have no slow test)."""
+    r = subprocess.run(["make", "-n", "-s", "check", f"JOBS={jobs}"], cwd=TESTS.parent, capture_output=True,
+                       text=True, check=True)
+    line = next(line for line in r.stdout.splitlines() if " -m pytest " in line)
+    options = shlex.split(line.partition(" -m pytest ")[2])
+    assert options[-2:] == ["-m", "not slow"], line
+    return options[:-2]
+
+
+@pytest.mark.parametrize(("case", "workers"), [
+    pytest.param(c, w, marks=() if (c, w) in FAST else pytest.mark.slow) for c in CASES for w in WORKERS])
+def test_the_exit_status_fails_every_outcome_but_a_pass(case, workers, tmp_path):
     """Beside a passing test, each case fails the run, but a pass and an allowed skip."""
     body, status, words = CASES[case]
+    if workers != "in-process":
+        status = XDIST_STATUS.get(case, status)
     (tmp_path / "test_zz_case.py").write_text(textwrap.dedent(body))
     (tmp_path / "test_zz_ok.py").write_text("def test_ok():\n    pass\n")
     env = {**os.environ, "TMS_TEST_STRICT": "1", "PYTHONPATH": str(TESTS)}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "strict", "-p", "no:cacheprovider",
-                        "--rootdir", str(tmp_path), "test_zz_case.py", "test_zz_ok.py"],
+    r = subprocess.run([sys.executable, "-m", "pytest", *lane_options(WORKERS[workers]), "-p", "strict",
+                        "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "test_zz_case.py", "test_zz_ok.py"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert (r.returncode, words in r.stdout) == (status, True), r.stdout + r.stderr
 
