@@ -132,6 +132,31 @@ def test_torch_memory_saver_patches_apply_to_its_released_source(tmp_path):
             assert git(src, "apply", str(patch)).returncode == 0, (name, patch.name)
 
 
+
+def test_the_sdist_unpacks_alike_where_tarfile_has_no_extraction_filters(tmp_path, monkeypatch):
+    """CPython before 3.11.4 (Debian bookworm's 3.11.2, CI's image) has no ``tarfile`` filters: the source
+    builds unpack the same tree there, and a member the "data" filter would refuse stops with the cause."""
+    import tarfile
+
+    import support  # noqa: F401 - puts tools/ on sys.path
+    import tms_source
+    from basics import SetupError
+
+    def tree(root: Path) -> list[tuple[str, int]]:
+        return sorted((str(f.relative_to(root)), f.stat().st_size) for f in root.rglob("*") if f.is_file())
+
+    filtered = tree(tms_source.unpack(tmp_path / "filtered"))
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    assert tree(tms_source.unpack(tmp_path / "plain")) == filtered and filtered
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as tar:
+        tar.add(ROOT / "README.md", arcname="../outside")
+    monkeypatch.setattr(tms_source, "sdist", lambda: bad)
+    with pytest.raises(SetupError, match=r"holds members an sdist should not: \.\./outside"):
+        tms_source.unpack(tmp_path / "bad")
+    assert not (tmp_path / "outside").exists()
+
+
 # ---------------------------------------------------------------- AReaL and miles
 
 def test_there_are_patches_for_every_areal_and_miles_shape():

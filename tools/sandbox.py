@@ -228,7 +228,9 @@ def base_python(python: str, dest: Path) -> Venv:
     os.link(os.path.realpath(exe), dest / "bin" / name)
     for alias in ("python3", "python"):
         (dest / "bin" / alias).symlink_to(name)
-    entries = [str(stdlib / e) for e in os.listdir(stdlib) if e != "site-packages"]
+    # Not Debian's EXTERNALLY-MANAGED marker (PEP 668): an image's own prefix has none, and with it pip
+    # refuses to install into the base.
+    entries = [str(stdlib / e) for e in os.listdir(stdlib) if e not in ("site-packages", "EXTERNALLY-MANAGED")]
     run(["cp", "-al", *entries, str(lib)])
     (lib / "site-packages").mkdir()
     return Venv(dest)

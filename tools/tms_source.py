@@ -66,9 +66,19 @@ def sdist() -> Path:
 
 
 def unpack(dest: Path) -> Path:
-    """The sdist's source tree under ``dest``."""
+    """The sdist's source tree under ``dest``: its files and directories only, each below ``dest``."""
     with tarfile.open(sdist()) as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:
+            # CPython before 3.10.12 and 3.11.4 (Debian bookworm's 3.11.2 among them) has no extraction
+            # filters; an sdist needs no more than the plain members the "data" filter would let through.
+            members = tar.getmembers()
+            odd = [m.name for m in members if not (m.isfile() or m.isdir()) or m.name.startswith("/")
+                   or ".." in Path(m.name).parts]
+            if odd:
+                raise SetupError(f"{sdist()} holds members an sdist should not: {', '.join(odd[:5])}")
+            tar.extractall(dest, members)
     return dest / f"torch_memory_saver-{SDIST_VERSION}"
 
 
