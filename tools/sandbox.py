@@ -213,7 +213,7 @@ class Venv:
 def base_python(python: str, dest: Path) -> Venv:
     """An interpreter prefix of its own, as an image's ``/usr/local`` or ``/opt/python`` is: ``python``'s
     binary and standard library hard-linked (seconds, no space) under ``dest``, with an empty
-    site-packages of its own. Its ``sys.prefix`` is ``dest`` (the interpreter finds its prefix from
+    site directory of its own. Its ``sys.prefix`` is ``dest`` (the interpreter finds its prefix from
     its own location), so packages installed into it are a base interpreter's, which a venv made
     with ``--system-site-packages`` sees after its own."""
     facts = run([python, "-S", "-c", "import sys, sysconfig; print(sys.executable); "
@@ -232,8 +232,11 @@ def base_python(python: str, dest: Path) -> Venv:
     # refuses to install into the base.
     entries = [str(stdlib / e) for e in os.listdir(stdlib) if e not in ("site-packages", "EXTERNALLY-MANAGED")]
     run(["cp", "-al", *entries, str(lib)])
-    (lib / "site-packages").mkdir()
-    return Venv(dest)
+    # Its own site directory where its sysconfig puts packages: lib/pythonX.Y/site-packages, but
+    # local/lib/pythonX.Y/dist-packages for Debian's python3, whose site.py reads that instead.
+    base = Venv(dest)
+    base.site.mkdir(parents=True, exist_ok=True)
+    return base
 
 
 def cached_venv(name: str, python: str, requirement: str, extras: tuple[str, ...] = ()) -> Venv:
