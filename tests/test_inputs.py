@@ -220,6 +220,13 @@ def test_the_three_reported_inputs(world):
         error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_CUDA_MAJOR": "9" * 5000}, executable=exe).error
         assert error.startswith("TMS_AUTOPRELOAD_CUDA_MAJOR='9999") and "(5000 characters)" in error
         assert "internal error" not in error and len(error) < 400
+        # A deep path (a conda env's site-packages, 180 characters here) is quoted whole, as the user copies
+        # it; a path no file system holds (5000 characters) is cut.
+        deep = "/home/a-user/miniconda3/envs/" + "x" * 80 + "/lib/python3.11/site-packages/torch_memory_saver_hook.so"
+        error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": deep}, executable=exe).error
+        assert error.startswith(f"TMS_AUTOPRELOAD_PATH={deep!r} does not exist."), error
+        error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": "/" + "x" * 4999}, executable=exe).error
+        assert "(5000 characters)" in error and len(error) < 1500, error
     fifo = next(p for p in world["paths"] if p.endswith("_fifo.so"))
     scn = world["scn"]
     link = scn.site / "torch_memory_saver_hook_mode_preload_cu14.abi3.so"

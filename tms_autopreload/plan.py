@@ -29,7 +29,7 @@ from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DO
                      CAUSE_LESS_PREFERRED, CAUSE_NO_BINDING, CAUSE_NO_BUILD_FITS, CAUSE_NO_BUILDS, CAUSE_NO_DRIVER,
                      CAUSE_NO_EXECUTABLE, CAUSE_NO_PACKAGE, CAUSE_NO_RUNTIME, CAUSE_PREFERRED_CHOSEN,
                      CAUSE_UNREADABLE_INTERPRETER, CAUSE_UNTRUSTED_BUILDS, CAUSE_UNUSABLE, CAUSE_WRONG_RUNTIME,
-                     ResolveError, shown)
+                     PATH_SHOWN, ResolveError, shown)
 from .ldso import Loader, Object
 from .results import CHOSEN, REJECTED, UNTRIED, Plan, Report, Verdict
 from .runtime import Runtime, detect, install_hint, split_from_torch
@@ -86,15 +86,16 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, pro
     want = program.info
     forced = env.get(PATH_VAR, "").strip() or None
     if forced:
+        named = f"{PATH_VAR}={shown(forced, PATH_SHOWN)}"
         what = ("is not an absolute path" if not os.path.isabs(forced) else
                 "does not exist" if not os.path.exists(forced) else
                 "is not a regular file" if not os.path.isfile(forced) else None)
         if what:
-            raise ResolveError(f"{PATH_VAR}={shown(forced)} {what}", fix="point it at a preload build or unset it",
+            raise ResolveError(f"{named} {what}", fix="point it at a preload build or unset it",
                                cause=CAUSE_BAD_FORCED_PATH)
         build = read_build(forced, want)
         if build.problem:
-            raise ResolveError(f"{PATH_VAR}={shown(forced)} does not name a torch_memory_saver preload build for "
+            raise ResolveError(f"{named} does not name a torch_memory_saver preload build for "
                                f"this interpreter: {build.problem}", cause=CAUSE_BAD_FORCED_PATH,
                                fix=f"point {PATH_VAR} at one (`tms-autopreload doctor` lists the installed builds) "
                                    f"or unset it")
@@ -218,7 +219,7 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
         return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_UNTRUSTED_BUILDS,
                             fix="; or ".join(fixes) + f"; or name the build in {PATH_VAR} to preload it anyway")
     if eligible and all(ordered[i].cause == CAUSE_NO_DRIVER for i in eligible):
-        where = (f"LD_LIBRARY_PATH={shown(ld_library_path)}, /etc/ld.so.cache and the default directories"
+        where = (f"LD_LIBRARY_PATH={shown(ld_library_path, PATH_SHOWN)}, /etc/ld.so.cache and the default directories"
                  if ld_library_path else "/etc/ld.so.cache and the default directories")
         head = (f"the NVIDIA driver library {DRIVER_SONAME} is not found by the loader (it searched {where}), "
                 f"so no torch_memory_saver preload build can load for {runtime.describe()}")
@@ -230,7 +231,7 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
         return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_NO_BINDING,
                             fix="; or ".join(dict.fromkeys(fixes)) if fixes else reasons_above)
     if forced:
-        head = f"{PATH_VAR}={shown(forced)} names a build that does not fit {runtime.describe()}"
+        head = f"{PATH_VAR}={shown(forced, PATH_SHOWN)} names a build that does not fit {runtime.describe()}"
         return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_FORCED_DOES_NOT_FIT,
                             fix=f"unset {CUDA_MAJOR_VAR} and {PATH_VAR} to use torch's runtime ({built})" if built
                             else f"point {PATH_VAR} at a build for {runtime.name}, or unset it to choose among the "
@@ -244,7 +245,8 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
 def split_overrides(env: "Mapping[str, str]") -> "list[str]":
     """The override variables set in ``env`` (``NAME=value``), which can make the hook use another runtime
     than torch (:func:`tms_autopreload.runtime.split_from_torch`)."""
-    return [f"{name}={shown(env[name])}" for name in (CUDA_MAJOR_VAR, PATH_VAR) if env.get(name, "").strip()]
+    return [f"{name}={shown(env[name], PATH_SHOWN) if name == PATH_VAR else shown(env[name])}"
+            for name in (CUDA_MAJOR_VAR, PATH_VAR) if env.get(name, "").strip()]
 
 
 def split_fix(env: "Mapping[str, str]") -> str:
