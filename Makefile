@@ -21,12 +21,11 @@ check: $(VENV)/.ready lint
 
 # The lanes run their tests on JOBS pytest-xdist workers, by default one more than this machine's CPUs: the
 # suite spends part of its time waiting on the processes it starts (Ray's daemons, pip, the loader's
-# children). Each test module's tests go to one worker, so that the scenarios and clusters a module shares
-# are made once, and the modules that start Ray clusters share one (tests/conftest.py gives the groups
-# `--dist loadgroup` reads). `make check JOBS=0` runs them in this one process (a debugger, `pdb`,
-# reading one failure's output in order).
+# children). Each test module's tests go to one worker (`--dist loadscope`), so that the scenarios and
+# clusters a module shares are made once. `make check JOBS=0` runs them in this one process (reading one
+# failure's output in order).
 JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
-PYTEST = $(VENV)/bin/python -m pytest -q -rs -n $(JOBS) --dist loadgroup
+PYTEST = $(VENV)/bin/python -m pytest -q -rs -n $(JOBS) --dist loadscope
 
 # ruff over everything (the rules in pyproject.toml: the package and tools/ annotated, tests/ without),
 # mypy over the package and tools/, and the GitHub workflows against GitHub's schema (check-jsonschema's

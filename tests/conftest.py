@@ -50,23 +50,11 @@ SLOW_FIXTURES = {"real_torch", "ray_cluster", "field", "client", "gpuless_cluste
                  "source_files", "peer", "jobs_node"}  # real torch, Ray, Slurm, source builds
 
 
-def xdist_group(module) -> str:
-    """The pytest-xdist group of a test module's tests (see below)."""
-    return "ray-clusters" if hasattr(module, "RayCluster") else module.__name__
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Mark slow what needs the whole suite's set-up, before ``-m "not slow"`` deselects; mark the
-    aarch64 lane (interpreters of an arm64 root file system), which ``-m aarch64`` selects; and give each
-    test its pytest-xdist group (the Makefile's ``--dist loadgroup``): its module, so that what a module
-    shares is made once, but one group for every module that starts Ray clusters (those that import
-    ``RayCluster``), so that no two clusters start at once: on two cores, a node starting beside another
-    run's cluster overran Ray's fixed 30 s wait for it to register."""
+    """Mark slow what needs the whole suite's set-up, before ``-m "not slow"`` deselects; and mark the
+    aarch64 lane (interpreters of an arm64 root file system), which ``-m aarch64`` selects."""
     for item in items:
-        module = getattr(item, "module", None)
-        if module is not None:
-            item.add_marker(pytest.mark.xdist_group(xdist_group(module)))
         params = getattr(item, "callspec", None)
         python = params.params.get("python", DEFAULT_PYTHON) if params else DEFAULT_PYTHON
         source_build = params is not None and any("-source" in str(v) for v in params.params.values())

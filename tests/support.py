@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from basics import CACHE, clean_env, run  # noqa: E402,F401
+from basics import CACHE, cache_lock, clean_env, run  # noqa: E402,F401
 from downloads import RUNTIME_WHEELS, extract, runtime_wheel, wheel  # noqa: E402,F401
 from sandbox import (TORCH_VERSION, TORCH_VERSIONS, Venv, base_python, build_own_wheel,  # noqa: E402,F401
                      check_namespaces, find_python, ld_cache, locate_python, private_copy, python_for_every_account,
@@ -280,8 +280,11 @@ class RayCluster:
         board = (["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}"]
                  if dashboard else ["--include-dashboard=false"])
         where = ["--head", f"--port={self.port}", *board] if head else [f"--address={self.address}"]
-        r = host.run([str(venv_path / "bin" / "ray"), "start", *where, f"--temp-dir={self.temp / name}", *RAY_NODE,
-                      *worker_ports(), *args], self.env(**(env or {})), timeout=timeout, cwd=cwd)
+        # One node starts at a time on this machine (the lanes run modules on parallel workers): on two cores
+        # a node starting beside another cluster's overran Ray's fixed 30 s wait for it to register.
+        with cache_lock("ray-start"):
+            r = host.run([str(venv_path / "bin" / "ray"), "start", *where, f"--temp-dir={self.temp / name}",
+                          *RAY_NODE, *worker_ports(), *args], self.env(**(env or {})), timeout=timeout, cwd=cwd)
         if r.returncode != 0:
             raise AssertionError(f"ray start failed:\n{r.stdout}\n{r.stderr}")
 

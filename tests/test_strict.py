@@ -77,20 +77,6 @@ def test_the_exit_status_fails_every_outcome_but_a_pass(case, workers, tmp_path)
     assert (r.returncode, words in r.stdout) == (status, True), r.stdout + r.stderr
 
 
-def test_the_modules_that_start_ray_clusters_share_one_worker():
-    """The lanes' groups: a module's own, but one for every module that starts a Ray cluster."""
-    import conftest
-    import test_hook
-    import test_miles
-    import test_preflight
-    import test_ray
-
-    starters = {p.stem for p in TESTS.glob("test_*.py") if "RayCluster(" in p.read_text() and p.stem != __name__}
-    assert starters == {"test_ray", "test_preflight", "test_miles"}, starters
-    assert {conftest.xdist_group(m) for m in (test_ray, test_preflight, test_miles)} == {"ray-clusters"}
-    assert conftest.xdist_group(test_hook) == "test_hook"
-
-
 @pytest.mark.slow  # a pytest run of its own
 def test_without_strict_an_xfail_is_only_an_xfail(tmp_path):
     """The plugin changes nothing unless ``TMS_TEST_STRICT=1``: the edit loop keeps pytest's own meaning."""

@@ -65,19 +65,26 @@ def sdist() -> Path:
     return target
 
 
+# CPython before 3.10.12 and 3.11.4 (Debian bookworm's 3.11.2 among them) has no tarfile extraction filters.
+TAR_FILTERS = hasattr(tarfile, "data_filter")
+
+
 def unpack(dest: Path) -> Path:
     """The sdist's source tree under ``dest``: its files and directories only, each below ``dest``."""
     with tarfile.open(sdist()) as tar:
-        if hasattr(tarfile, "data_filter"):
+        if TAR_FILTERS:
             tar.extractall(dest, filter="data")
         else:
-            # CPython before 3.10.12 and 3.11.4 (Debian bookworm's 3.11.2 among them) has no extraction
-            # filters; an sdist needs no more than the plain members the "data" filter would let through.
+            # What the "data" filter does, for the plain members an sdist needs: refuse any other member
+            # and any path outside ``dest``; owner this process, no special or group/other-write bits.
             members = tar.getmembers()
             odd = [m.name for m in members if not (m.isfile() or m.isdir()) or m.name.startswith("/")
                    or ".." in Path(m.name).parts]
             if odd:
                 raise SetupError(f"{sdist()} holds members an sdist should not: {', '.join(odd[:5])}")
+            for m in members:
+                m.uid, m.gid, m.uname, m.gname = os.getuid(), os.getgid(), "", ""
+                m.mode &= 0o755
             tar.extractall(dest, members)
     return dest / f"torch_memory_saver-{SDIST_VERSION}"
 
