@@ -11,19 +11,20 @@ VENV ?= .venv-test
 # green means every scenario ran.
 test: $(VENV)/.ready lint
 	$(VENV)/bin/python tools/prereqs.py test
-	TMS_TEST_STRICT=1 $(PYTEST)
+	TMS_TEST_STRICT=1 $(PYTEST) $(PYTEST_ARGS)
 
 # The fast lane for the edit loop: every test not marked slow (slow: real torch or Ray, other
 # interpreters, root file systems, builds from the package index; see tests/conftest.py), after the lint.
 check: $(VENV)/.ready lint
 	$(VENV)/bin/python tools/prereqs.py check
-	TMS_TEST_STRICT=1 $(PYTEST) -m "not slow"
+	TMS_TEST_STRICT=1 $(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 # The lanes run their tests on JOBS pytest-xdist workers, by default one more than this machine's CPUs: the
 # suite spends part of its time waiting on the processes it starts (Ray's daemons, pip, the loader's
 # children). Each test module's tests go to one worker (`--dist loadscope`), so that the scenarios and
-# clusters a module shares are made once. `make check JOBS=0` runs them in this one process (reading one
-# failure's output in order).
+# clusters a module shares are made once. PYTEST_ARGS goes to pytest after the lane's own options:
+# `make check JOBS=0 PYTEST_ARGS="-x --pdb tests/test_ldso.py"` runs one file in this one process, into
+# the debugger at its first failure.
 JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST = $(VENV)/bin/python -m pytest -q -rs -n $(JOBS) --dist loadscope
 
@@ -45,7 +46,7 @@ lint: $(VENV)/.ready
 # programs run by qemu-user-static through a binfmt_misc private to the test's user namespace.
 aarch64: $(VENV)/.ready
 	$(VENV)/bin/python tools/prereqs.py aarch64
-	TMS_TEST_STRICT=1 nice -n 10 $(PYTEST) -m aarch64
+	TMS_TEST_STRICT=1 nice -n 10 $(PYTEST) -m aarch64 $(PYTEST_ARGS)
 
 # The sdist and the wheel built from it, in dist/ (tools/dist.py): the same bytes on every build of the same
 # source and SOURCE_DATE_EPOCH (the last commit's time unless set), checked with twine and

@@ -8,6 +8,7 @@ that says "failed" beside an exit status of 0 is a green that lies.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -50,15 +51,32 @@ XDIST_STATUS = {"a_skip_at_collection": 1}
 FAST = (("a_skip", "two-workers"),)
 
 
-def lane_options(jobs: str) -> list[str]:
-    """The pytest options of ``make check JOBS=<jobs>``, read from the commands ``make -n`` prints, but its
-    ``-m "not slow"`` (the made-up files have no slow test)."""
-    r = subprocess.run(["make", "-n", "-s", "check", f"JOBS={jobs}"], cwd=TESTS.parent, capture_output=True,
-                       text=True, check=True)
+def lane_options(jobs: str, args: str = "") -> list[str]:
+    """The pytest options of ``make check JOBS=<jobs> PYTEST_ARGS=<args>``, read from the commands ``make -n``
+    prints, but its ``-m "not slow"`` (the made-up files have no slow test)."""
+    r = subprocess.run(["make", "-n", "-s", "check", f"JOBS={jobs}", f"PYTEST_ARGS={args}"], cwd=TESTS.parent,
+                       capture_output=True, text=True, check=True)
     line = next(line for line in r.stdout.splitlines() if " -m pytest " in line)
     options = shlex.split(line.partition(" -m pytest ")[2])
-    assert options[-2:] == ["-m", "not slow"], line
-    return options[:-2]
+    where = options.index("not slow")
+    assert options[where - 1] == "-m", line
+    return options[:where - 1] + options[where + 1:]
+
+
+def test_the_makefiles_debugging_example_runs_one_file_in_one_process(tmp_path):
+    """The Makefile's example, ``make check JOBS=0 PYTEST_ARGS="-x --pdb <file>"``, as pytest receives it."""
+    makefile = (TESTS.parent / "Makefile").read_text()
+    example = re.search(r'`make check JOBS=0 PYTEST_ARGS="([^"]*)"`', makefile)
+    assert example, "the Makefile's PYTEST_ARGS example"
+    args = example.group(1).replace("tests/test_ldso.py", "test_zz_one.py")
+    (tmp_path / "test_zz_one.py").write_text("import os\n"
+                                            "def test_x():\n    assert 'PYTEST_XDIST_WORKER' not in os.environ\n")
+    (tmp_path / "test_zz_other.py").write_text("def test_y():\n    pass\n")
+    env = {**os.environ, "TMS_TEST_STRICT": "1", "PYTHONPATH": str(TESTS)}
+    r = subprocess.run([sys.executable, "-m", "pytest", *lane_options("0", args), "-p", "strict",
+                        "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize(("case", "workers"), [
