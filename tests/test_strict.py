@@ -72,7 +72,9 @@ def test_the_makefiles_debugging_example_runs_one_file_in_one_process(tmp_path):
     (tmp_path / "test_zz_one.py").write_text("import os\n"
                                             "def test_x():\n    assert 'PYTEST_XDIST_WORKER' not in os.environ\n")
     (tmp_path / "test_zz_other.py").write_text("def test_y():\n    pass\n")
-    env = {**os.environ, "TMS_TEST_STRICT": "1", "PYTHONPATH": str(TESTS)}
+    # Not this run's own worker variables (this test may itself run on a worker).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | {
+        "TMS_TEST_STRICT": "1", "PYTHONPATH": str(TESTS)}
     r = subprocess.run([sys.executable, "-m", "pytest", *lane_options("0", args), "-p", "strict",
                         "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
