@@ -5,8 +5,8 @@
 # script (scripts/wheels/, made by `scripts/gpu-check.sh --fetch` on a machine with the package
 # index; the GPU machine may have no network) into a venv that sees the system torch. Then runs
 # `tms-autopreload doctor --deep` (where the loader binds torch's cudaMalloc/cudaFree) and, in a
-# process started only with SLIME_OFFLOAD_TRAIN=1: allocate 8 GiB inside a torch_memory_saver
-# region with CPU backup, pause(), check that the GPU's free memory rose by >= 90% of that,
+# process started only with SLIME_OFFLOAD_TRAIN=1 (as slime's train worker: every allocation pauseable
+# from the start, CPU backup on): allocate 8 GiB, pause(), check that the GPU's free memory rose by >= 90% of that,
 # resume(), and check that the tensor's contents survived. Prints first which torch it runs with (version
 # and CUDA), then one table; exit 0 = all passed,
 # 1 = a check failed, 2 = no GPU / no CUDA torch here (said clearly).
@@ -24,6 +24,12 @@ make_venv() {
   ls "$wheels"/torch_memory_saver-0.0.9.post1-*.whl "$wheels"/tms_autopreload-*.whl >/dev/null || {
     echo "gpu-check: wheels missing in $wheels: run 'scripts/gpu-check.sh --fetch' where pip reaches the index" >&2; exit 2; }
   "$python" -m venv --system-site-packages "$1"
+  # --system-site-packages reaches only the base interpreter's site-packages. Where $python is itself a
+  # venv (a GPU image's /opt/torch/.venv holds torch), a path line in the new venv names that venv's own.
+  own="$("$python" -c 'import sys, sysconfig; print(sysconfig.get_paths()["purelib"] if sys.prefix != sys.base_prefix else "")')"
+  if [ -n "$own" ]; then
+    echo "$own" > "$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_gpu_check_outer_venv.pth"
+  fi
   "$1/bin/python" -m pip install -q --no-index --no-deps "$wheels"/torch_memory_saver-0.0.9.post1-*.whl "$wheels"/tms_autopreload-*.whl
 }
 
@@ -92,17 +98,18 @@ check("one libcudart", len(cudart) == 1, ", ".join(cudart))
 check("TMS_INIT_ENABLE_CPU_BACKUP", os.environ.get("TMS_INIT_ENABLE_CPU_BACKUP") == "1", os.environ.get("TMS_INIT_ENABLE_CPU_BACKUP"))
 torch.cuda.init()
 t0 = time.perf_counter()
-with torch_memory_saver.region(tag="check", enable_cpu_backup=True):
-    x = torch.arange(2 * GIB, dtype=torch.float32, device="cuda")  # 8 GiB
+# As slime's train worker: TMS_INIT_ENABLE=1 (set by the flag) makes every allocation pauseable from the
+# start, with CPU backup from TMS_INIT_ENABLE_CPU_BACKUP=1, so no region() (which asserts none is active).
+x = torch.arange(2 * GIB, dtype=torch.float32, device="cuda")  # 8 GiB
 torch.cuda.synchronize()
 expect = x[:: 1 << 20].clone()
 free_before, total = torch.cuda.mem_get_info()
-torch_memory_saver.pause("check")
+torch_memory_saver.pause()
 torch.cuda.synchronize()
 free_paused, _ = torch.cuda.mem_get_info()
 rose = free_paused - free_before
 check("pause frees >= 90% of 8 GiB", rose >= 0.9 * 8 * GIB, f"free +{rose / GIB:.2f} GiB")
-torch_memory_saver.resume("check")
+torch_memory_saver.resume()
 torch.cuda.synchronize()
 same = torch.equal(x[:: 1 << 20], expect)
 check("contents survive resume", same, f"{expect.numel()} sampled values compared")

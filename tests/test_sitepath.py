@@ -287,13 +287,26 @@ def _real_torch_base(root: Path) -> Venv:
     return base
 
 
+def _torch_outer_venv(parts, root: Path) -> Venv:
+    """A python3 that is itself a venv holding a torch stand-in and NVIDIA's runtime wheel, as a GPU image's
+    ``/opt/torch/.venv/bin/python3`` is: ``--system-site-packages`` over it reaches only its base's
+    site-packages, so ``scripts/gpu-check.sh`` adds a path line naming the venv's own."""
+    plain = need(base_python, need(locate_python, DEFAULT_PYTHON), root / "plain")
+    outer = need(Venv, root / "outer", str(plain.python))
+    need(outer.install, runtime_wheel(13))
+    write_torch_standin(outer.site, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
+    return outer
+
+
 @pytest.mark.slow  # the script's layout (system-site) is started in the fast lane by the tests above
-@pytest.mark.parametrize("torch", ["stand-in", "real"])
+@pytest.mark.parametrize("torch", ["stand-in", "real", "stand-in in a venv"])
 def test_gpu_check_layout_up_to_the_gpu(parts, tmp_path, torch):
     """The venv ``scripts/gpu-check.sh`` makes (``--venv``: the same steps, stopped before the GPU):
-    ``--system-site-packages`` over a python3 that carries a CUDA 13 torch. On a pip-only host its
-    flagged start is hooked with the cu13 build and torch's one libcudart, as ``doctor`` says."""
-    base = _real_torch_base(tmp_path) if torch == "real" else _base_with_torch(parts, tmp_path, DEFAULT_PYTHON)
+    ``--system-site-packages`` over a python3 that carries a CUDA 13 torch, in its own site-packages or
+    in a venv of its own. On a pip-only host its flagged start is hooked with the cu13 build and torch's
+    one libcudart, as ``doctor`` says."""
+    base = (_real_torch_base(tmp_path) if torch == "real" else _torch_outer_venv(parts, tmp_path)
+            if torch == "stand-in in a venv" else _base_with_torch(parts, tmp_path, DEFAULT_PYTHON))
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     for w in (parts.own_wheel, tms_wheel("0.0.9.post1")):
