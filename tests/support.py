@@ -217,7 +217,22 @@ def assert_stopped(r, *words: str, code: int = 78, verbose: bool = False) -> str
     message = err[err.index(ours[-1]):]
     for w in words:  # the stop message, or a warning said on the way (a misspelt variable's)
         assert w in err, (w, err[-3000:])
+    if code == 78:  # every stop ends with the way out of it: how to run a command here without the hook
+        assert WAY_OUT in message, message
+        message = message[:message.index(WAY_OUT)]
     return message
+
+
+def pip_fix(python, verb: str, *args: str, options: tuple[str, ...] = ()) -> str:
+    """The fix the package prints for pip's ``verb`` in the suite's venvs, which are made ``--without-pip``
+    (so it runs ensurepip first): that the form runs as printed is tests/test_install_commands.py's."""
+    from tms_autopreload.installer import pip_form
+
+    return pip_form(str(python), verb, list(options), list(args), False, False, True)
+
+
+# The line that ends every stop (tms_autopreload.startup.way_out), and what it says to run.
+WAY_OUT = "\nTo run a command here without the hook: `env TMS_AUTOPRELOAD_DISABLE=1 COMMAND`"
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:

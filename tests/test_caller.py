@@ -153,40 +153,68 @@ def _script(path, body: str = "from tms_autopreload.cli import main\nmain()\n"):
     return str(path)
 
 
-@pytest.mark.parametrize("orig, own", [
-    (["/v/bin/python", "-m", "tms_autopreload", "env"], True),
-    (["/v/bin/python", "-m", "tms_autopreload.__main__", "env"], True),
-    (["/v/bin/python", "-mtms_autopreload", "env"], True),
-    (["/v/bin/python", "-Imtms_autopreload", "env"], True),
-    (["/v/bin/python", "-X", "dev", "-m", "tms_autopreload", "env"], True),
-    (["/v/bin/python", "-m", "json.tool", "env"], False),
-    (["/v/bin/python", "-m", "tms_autopreload.cli", "env"], False),
-    (["/v/bin/python", "-m", "tms_autopreload_x", "env"], False),
-    (["/v/bin/python", "-mxtms_autopreload", "env"], False),
+@pytest.mark.parametrize("orig, program", [
+    (["/v/bin/python", "-m", "tms_autopreload", "env"], "tms-autopreload"),
+    (["/v/bin/python", "-m", "tms_autopreload.__main__", "env"], "tms-autopreload"),
+    (["/v/bin/python", "-mtms_autopreload", "env"], "tms-autopreload"),
+    (["/v/bin/python", "-Imtms_autopreload", "env"], "tms-autopreload"),
+    (["/v/bin/python", "-X", "dev", "-m", "tms_autopreload", "env"], "tms-autopreload"),
+    (["/v/bin/python", "-m", "pip", "env"], "pip"),
+    (["/v/bin/python", "-Impip", "env"], "pip"),
+    (["/v/bin/python", "-m", "ensurepip", "env"], "ensurepip"),
+    (["/v/bin/python", "-m", "venv", "env"], "venv"),
+    (["/v/bin/python", "-m", "virtualenv", "env"], "virtualenv"),
+    (["/v/bin/python", "-m", "json.tool", "env"], None),
+    (["/v/bin/python", "-m", "tms_autopreload.cli", "env"], None),
+    (["/v/bin/python", "-m", "tms_autopreload_x", "env"], None),
+    (["/v/bin/python", "-mxtms_autopreload", "env"], None),
+    (["/v/bin/python", "-m", "pipx", "env"], None),
+    (["/v/bin/python", "-m", "pip.x", "env"], None),
 ], ids=lambda v: " ".join(v[1:]) if isinstance(v, list) else str(v))
-def test_own_command_reads_dash_m_as_site_py_leaves_it(orig, own):
+def test_unhooked_programs_read_dash_m_as_site_py_leaves_it(orig, program):
     """While the ``.pth`` line runs, ``sys.argv`` is ``['-m', *args]``: the module's name is the entry of
     ``sys.orig_argv`` just before the arguments, alone or joined to its option."""
-    from tms_autopreload import own_command
+    from tms_autopreload import unhooked_program
 
-    assert own_command(["-m", "env"], orig) is own
+    assert unhooked_program(["-m", "env"], orig) == program
 
 
-def test_own_command_knows_its_console_script_by_name_and_content(tmp_path):
-    """The console script pip or uv writes (named tms-autopreload, importing the command); a user's own
-    program of that name, or the script under another name, is not the command (it is hooked)."""
-    from tms_autopreload import own_command
+def test_uvs_interpreter_query_is_known_by_its_text():
+    """uv asks an interpreter what it is with ``-I -B -c TEXT`` (its text as uv 0.13.9 writes it, seen in
+    the suite's own uv); another ``-c`` is hooked."""
+    from tms_autopreload import unhooked_program
+
+    query = ('import sys; sys.path = [__import__("os").fsdecode(b"/root/.cache/uv/.tmpukRwJJ")] + sys.path; '
+             'from python.get_interpreter_info import main; main()')
+    assert unhooked_program(["-c"], ["/v/bin/python", "-I", "-B", "-c", query]) == "uv"
+    assert unhooked_program(["-c"], ["/v/bin/python", "-c", "import torch"]) is None
+    assert unhooked_program(["-c", "x"], ["/v/bin/python", "-c", query, "x"]) == "uv"
+
+
+def test_console_scripts_are_known_by_name_and_content(tmp_path):
+    """The console script pip or uv writes (named tms-autopreload, importing the command; pip's, named pip,
+    pip3 or pip3.N, importing pip); a user's own program of that name, or the script under another name,
+    is not the program (it is hooked). pip's runner script is known by its name."""
+    from tms_autopreload import unhooked_program
 
     ours = _script(tmp_path / "tms-autopreload")
     (tmp_path / "user").mkdir()
     theirs = _script(tmp_path / "user" / "tms-autopreload", "print('train')\n")
     renamed = _script(tmp_path / "tap")
-    assert own_command([ours, "env"], []) is True
-    assert own_command([theirs, "env"], []) is False
-    assert own_command([renamed, "env"], []) is False
-    assert own_command([str(tmp_path / "gone" / "tms-autopreload")], []) is False
-    assert own_command(["-c", "tms-autopreload"], ["/v/bin/python", "-c", "pass", "tms-autopreload"]) is False
-    assert own_command([], []) is False
+    assert unhooked_program([ours, "env"], []) == "tms-autopreload"
+    assert unhooked_program([theirs, "env"], []) is None
+    assert unhooked_program([renamed, "env"], []) is None
+    assert unhooked_program([str(tmp_path / "gone" / "tms-autopreload")], []) is None
+    assert unhooked_program(["-c", "tms-autopreload"], ["/v/bin/python", "-c", "pass", "tms-autopreload"]) is None
+    assert unhooked_program([], []) is None
+    pip = "from pip._internal.cli.main import main\nsys.exit(main())\n"
+    for name in ("pip", "pip3", "pip3.11"):
+        assert unhooked_program([_script(tmp_path / name, pip), "install"], []) == "pip", name
+    assert unhooked_program([_script(tmp_path / "pipx", pip)], []) is None
+    assert unhooked_program([_script(tmp_path / "user" / "pip", "print('train')\n")], []) is None
+    assert unhooked_program(["/v/lib/python3.11/site-packages/pip/__pip-runner__.py", "install"], []) == "pip"
+    assert unhooked_program([_script(tmp_path / "virtualenv", "from virtualenv.__main__ import run\n")]) \
+        == "virtualenv"
 
 
 def test_flagged_joined_dash_m_doctor_reports_where_no_build_fits(scenario):

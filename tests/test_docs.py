@@ -144,19 +144,6 @@ def test_every_variable_of_the_package_is_listed_once_and_documented():
     assert set(tms_autopreload.OWN_VARS) <= rows, set(tms_autopreload.OWN_VARS) - rows
 
 
-def test_the_left_over_pth_handler_reads_the_variables_as_the_package_does():
-    """The ``#: `` lines of tms_autopreload.pth run only when the package is gone, so they spell its words
-    again: they must be the package's (flag words, the kill switch's off words, the warn policy)."""
-    import tms_autopreload
-
-    text = (ROOT / "tms_autopreload.pth").read_text()
-    on = re.search(r'word\("SLIME_OFFLOAD_TRAIN"\) in (\([^)]*\))', text).group(1)
-    off = re.search(r'word\("TMS_AUTOPRELOAD_DISABLE"\) not in (\([^)]*\))', text).group(1)
-    assert set(eval(on)) == set(tms_autopreload.TRUE_WORDS), on
-    assert set(eval(off)) == set(tms_autopreload.FALSE_WORDS), off
-    assert '== "warn"' in text and "warn" in tms_autopreload.ON_ERROR_POLICIES
-
-
 def _causes_given() -> set[str]:
     """Every cause the package's source gives: each call of an :class:`errors.Error` subclass or of
     :class:`results.Verdict` with a literal in its ``cause`` place (by keyword or by position, as the class's

@@ -219,7 +219,9 @@ def test_stdbuf_preload_is_kept_and_old_tms_gets_the_warning_with_the_fix(scenar
     warned = "reads LD_PRELOAD as a single path" in r.stderr
     assert warned is (tms == "0.0.9.post1"), r.stderr
     if warned:
-        assert "drop those entries or pip install 'torch-memory-saver>=0.0.10'" in r.stderr, r.stderr
+        assert (f"drop those entries or `env TMS_AUTOPRELOAD_DISABLE=1 {scn.venv.python} -m ensurepip && env "
+                f"TMS_AUTOPRELOAD_DISABLE=1 {scn.venv.python} -m pip install 'torch-memory-saver>=0.0.10'`") \
+            in r.stderr, r.stderr
 
 
 def test_a_start_without_home_is_hooked(scenario):
@@ -492,19 +494,23 @@ except AssertionError:
 """
 
 
-def test_a_kept_preload_entry_that_torch_memory_saver_counts_as_its_own_is_warned(scenario, tmp_path):
+def test_a_preload_entry_that_torch_memory_saver_counts_as_its_own_is_dropped_and_said(scenario, tmp_path):
     """0.0.10's check counts every LD_PRELOAD entry whose path holds "torch_memory_saver" (its own
-    ``get_path_binary``, run here) and refuses more than one. A user's entry kept after the hook from such a
-    path (a work directory named after it) is warned at the start and by doctor, with the fix; the same file
-    elsewhere is not."""
+    ``get_path_binary``, run here) and refuses more than one: the one answer to "is this a torch_memory_saver
+    build" (tms_autopreload.is_tms_entry). A user's entry from such a path (a work directory named after it)
+    cannot stay beside the hook: the plan drops it, its check accepts the process, and the start and doctor
+    say what was lost, with the fix; the same file elsewhere is kept and nothing is said."""
     scn = report_host(scenario, tms="0.0.10")
     for folder, counted in (("torch_memory_saver_work", True), ("work", False)):
         (tmp_path / folder).mkdir()
         entry = tmp_path / folder / "libstdbuf.so"
         shutil.copy("/usr/libexec/coreutils/libstdbuf.so", entry)
-        r = scn.flagged(_REAL_CHECK, {"LD_PRELOAD": str(entry)})
+        r = scn.flagged(_REAL_CHECK + "print(os.environ['LD_PRELOAD'])", {"LD_PRELOAD": str(entry)})
         assert r.returncode == 0, r.stderr
-        assert r.stdout.strip().splitlines()[-1] == ("refused" if counted else "accepted"), (folder, r.stdout)
+        accepted, preload = r.stdout.strip().splitlines()[-2:]
+        assert accepted == "accepted", (folder, r.stdout)
+        assert (str(entry) in preload.split(":")) is not counted, (folder, preload)
         warned = [w for w in scn.doctor({"LD_PRELOAD": str(entry)})["warnings"] if "counts every entry" in w]
         assert bool(warned) is counted, (folder, warned)
-        assert (f"warning: LD_PRELOAD keeps {entry} after the hook, and torch_memory_saver at" in r.stderr) is counted
+        assert (f"warning: LD_PRELOAD loses {entry}: torch_memory_saver's check counts" in r.stderr) is counted
+        assert ("move that file to a path without those words" in r.stderr) is counted

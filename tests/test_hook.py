@@ -156,7 +156,7 @@ def test_loop_guard_stops_with_a_clear_error(scenario, python):
     argv = ["bash", "-c", f'TMS_AUTOPRELOAD_EXEC_PID=$$ exec "{scn.venv.python}" -c "print(1)"']
     r = subprocess.run(scn.host.wrap(argv, env), env=clean_env(), capture_output=True, text=True, timeout=60)
     # A second exec would start python with the hook mapped, and it would print 1 and exit 0.
-    assert_stopped(r, "still not mapped", "not trying again")
+    assert_stopped(r, "it is not mapped", "no longer names it", "not trying again")
 
 
 @pytest.mark.parametrize("python", PYTHONS)

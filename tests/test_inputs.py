@@ -176,8 +176,8 @@ def test_start_up_decision_answers_every_environment(world):
             on, _slime = tms_autopreload.flags()  # warnings for values it cannot read, never an exception
             startup._choice(tms_autopreload.MODE_VAR, tms_autopreload.MODES)
             startup._choice(tms_autopreload.ON_ERROR_VAR, tms_autopreload.ON_ERROR_POLICIES)
-            tms_autopreload._inherited([])
-            tms_autopreload._inherited([str(world["scn"].site / CU13)])
+            tms_autopreload._inherited([], tms_autopreload.state_build())
+            tms_autopreload._inherited([str(world["scn"].site / CU13)], tms_autopreload.state_build())
             try:
                 startup._apply([])
             except Executed:

@@ -523,4 +523,4 @@ def test_kernel_command_without_jupyter_says_what_to_install(scenario, tmp_path)
     scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
     r = scn.run(["-m", "tms_autopreload", "kernel", "install", "--prefix", str(tmp_path)])
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip().endswith("pip install jupyter_client ipykernel"), r.stderr
+    assert r.stderr.strip().endswith("pip install jupyter_client ipykernel`"), r.stderr

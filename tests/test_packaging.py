@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import tarfile
 import zipfile
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from packaging.metadata import Metadata
-from support import MAPPED, REEXECD, ROOT, SetupError, Venv, execs, fenced_blocks, find_python, run, wheel
+from support import MAPPED, REEXECD, ROOT, SetupError, Venv, clean_env, execs, fenced_blocks, find_python, run, wheel
 from support import uv as sandbox_uv
 
 import dist  # tools/, on the path support puts it
@@ -66,6 +67,20 @@ def test_wheel_carries_the_pth_alone_at_its_root(parts):
     assert "Requires-Dist" not in metadata  # nothing that could swap the user's torch build
 
 
+def test_the_pth_is_what_its_generator_writes_from_the_package(parts):
+    """tms_autopreload.pth is written by tools/pthfile.py from the package's own checked code (its fallback:
+    leftover.left_over and what it uses); the file in the tree and the wheel's member are that output."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import pthfile
+
+    want = pthfile.text()
+    assert (ROOT / "tms_autopreload.pth").read_text() == want, "run `python tools/pthfile.py`"
+    with zipfile.ZipFile(parts.own_wheel) as z:
+        assert z.read("tms_autopreload.pth").decode() == want
+    for name in ("parse_flag", "kill_switch", "unhooked_program", "pip_form", "way_out", "left_over"):
+        assert f"#: def {name}(" in want, name  # the rules it shares with the package, copied whole
+
+
 @pytest.mark.slow  # builds in an isolated environment from the index
 def test_sdist_builds_the_same_wheel(parts, tmp_path):
     run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path), str(ROOT)])
@@ -73,6 +88,9 @@ def test_sdist_builds_the_same_wheel(parts, tmp_path):
     with tarfile.open(sdist) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     assert STARTUP <= names and "setup.py" in names
+    with tarfile.open(sdist) as t:
+        member = next(m for m in t.getmembers() if m.name.endswith("/tms_autopreload.pth"))
+        assert t.extractfile(member).read() == (ROOT / "tms_autopreload.pth").read_bytes()
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "w"), str(sdist)])
     rebuilt = next((tmp_path / "w").glob("*.whl"))
     with zipfile.ZipFile(rebuilt) as a, zipfile.ZipFile(parts.own_wheel) as b:
@@ -145,9 +163,19 @@ def test_editable_install_whose_checkout_moved(scenario, tmp_path):
     assert (r.returncode, r.stdout, r.stderr) == (0, "user code ran\n", ""), r.stderr
     r = scn.flagged("print('user code ran')")
     assert (r.returncode, r.stdout) == (78, ""), r.stderr
-    assert r.stderr.splitlines() == [
+    # No command can reinstall from a checkout that is gone: the message says so, and what will.
+    python = scn.venv.python
+    assert r.stderr.splitlines()[0] == (
         f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so this "
-        f"process is not hooked. Fix: reinstall tms-autopreload for {scn.venv.python}, or remove {pth}"], r.stderr
+        f"process is not hooked. Fix: its editable checkout {src} is gone (moved or deleted): install it again from "
+        f"where the checkout is now, `env TMS_AUTOPRELOAD_DISABLE=1 {python} -m ensurepip && env "
+        f"TMS_AUTOPRELOAD_DISABLE=1 {python} -m pip install -e /path/to/checkout` with that path; or remove it "
+        f"(`env TMS_AUTOPRELOAD_DISABLE=1 rm -- {pth}`)"), r.stderr
+    # That command, with the checkout's new path, from the flagged shell: the next start is hooked again.
+    fix = r.stderr.splitlines()[0].split("`")[1].replace("/path/to/checkout", str(tmp_path / "moved"))
+    assert subprocess.run(["sh", "-c", fix], env={**clean_env(), "SLIME_OFFLOAD_TRAIN": "1"}, capture_output=True,
+                          timeout=600).returncode == 0
+    assert_hooked(scn, scn.flagged(PROBE))
 
 
 # ---------------------------------------------------------------- what a packager expects

@@ -86,7 +86,8 @@ def test_node_without_the_package_and_a_cpu_only_node(field, parts, capsys):
     missing = rows[str(bare.path)]
     assert not missing["ok"] and missing["gpus"] == 1 and missing["answer"]["missing"]
     assert missing["error"].startswith(f"tms_autopreload is not installed for {bare_python}: the flag does nothing "
-                                       f"there") and f"`pip install {parts.own_wheel}`" in missing["error"]
+                                       f"there") and (f"`env TMS_AUTOPRELOAD_DISABLE=1 {bare_python} -m pip install "
+                                                      f"{parts.own_wheel}`") in missing["error"]
     assert missing["answer"]["versions"] == {"tms_autopreload": None, "torch_memory_saver": None}
     assert rows[str(stale.venv.path)]["ok"]
     gpuless = rows[str(cpu.venv.path)]

@@ -263,7 +263,7 @@ def test_preflight_without_ray_says_what_to_install(scenario):
     scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
     r = scn.run(["-m", "tms_autopreload", "doctor", "--ray"])
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip().endswith("pip install ray"), r.stderr
+    assert r.stderr.strip().endswith(f"env TMS_AUTOPRELOAD_DISABLE=1 {scn.venv.python} -m pip install ray`"), r.stderr
 
 
 def test_preflight_shows_progress_on_a_terminal(ray_cluster):

@@ -17,7 +17,7 @@ import os
 
 import pytest
 from conftest import TORCH_CUDA, TORCHES, assert_applied, mode_env
-from support import MAPPED, REEXECD, allocator_bindings
+from support import MAPPED, REEXECD, allocator_bindings, pip_fix
 
 PROBE = REEXECD + MAPPED + r"""
 import ctypes, json, os
@@ -180,8 +180,9 @@ def test_second_runtime_torch_maps_by_path_is_predicted_and_takes_no_binding(rea
     doc = scn.doctor()
     assert doc["ok"], doc["error"]
     assert doc["runtime"]["library"] == cu13 and doc["runtime"]["second"]["path"] == cu12, doc["runtime"]
-    assert doc["runtime"]["second"]["fix"] == "pip uninstall nvidia-cuda-runtime-cu12"
-    assert any(cu12 in w and "pip uninstall nvidia-cuda-runtime-cu12" in w for w in doc["warnings"]), doc["warnings"]
+    fix = pip_fix(scn.venv.python, "uninstall", "nvidia-cuda-runtime-cu12")
+    assert doc["runtime"]["second"]["fix"] == fix
+    assert any(cu12 in w and fix in w for w in doc["warnings"]), doc["warnings"]
     unflagged = scn.run(["-c", CUDART_AFTER_IMPORT])
     assert json.loads(unflagged.stdout.strip().splitlines()[-1]) == sorted([cu12, cu13]), unflagged.stderr[-3000:]
     r = scn.flagged(PROBE)
@@ -192,11 +193,11 @@ def test_second_runtime_torch_maps_by_path_is_predicted_and_takes_no_binding(rea
     r = deep(scn, None, "--json", tmp=tmp_path)
     ev = json.loads(r.stdout)
     assert r.returncode == 0 and ev["ok"], ev["verdict"]
-    assert ev["cause"] == "idle-runtime" and ev["fix"] == "pip uninstall nvidia-cuda-runtime-cu12", ev
+    assert ev["cause"] == "idle-runtime" and ev["fix"] == fix, ev
     assert [i["path"] for i in ev["idle_runtimes"]] == [cu12] and ev["runtime_bound_by"][cu12] == [], ev
     assert any(os.path.basename(b) == "libc10_cuda.so" for b in ev["runtime_bound_by"][cu13]), ev
     text = deep(scn, None, tmp=tmp_path).stdout
-    assert "cause:    idle-runtime; fix: pip uninstall nvidia-cuda-runtime-cu12" in text, text
+    assert f"cause:    idle-runtime; fix: {fix}" in text, text
 
 
 def test_override_to_the_cu12_wheel_splits_the_hook_from_torch_and_is_said(real_torch, tmp_path):

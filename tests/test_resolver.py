@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 
 import pytest
@@ -245,19 +246,24 @@ def test_no_message_names_a_build_no_release_ships(scenario):
     fix = f"Fix: unset TMS_AUTOPRELOAD_CUDA_MAJOR (torch at {scn.site / 'torch'} is built for CUDA 13.0)"
     assert doc["error"].splitlines()[-1] == fix, doc["error"]
     assert_stopped(scn.flagged("print('user code ran')", env), fix)
-    # Without torch, CUDA 11 is the process's own: what exists for it is said.
+    # Without torch, CUDA 11 is the process's own: what exists for it is said (the scenarios' venvs have no
+    # pip of their own: made --without-pip, so the command installs it first).
+    scn10 = scenario(tms="0.0.10", torch=None)
     fix = ("Fix: no torch_memory_saver release ships a CUDA 11 build (releases ship CUDA 12 and 13 builds); "
            "torch_memory_saver 0.0.8's build needs only the driver (libcuda.so.1), not a CUDA 11 runtime: "
-           "pip install 'torch-memory-saver==0.0.8'")
-    assert scenario(tms="0.0.10", torch=None).doctor(env)["error"].splitlines()[-1] == fix
+           "`env TMS_AUTOPRELOAD_DISABLE=1 " + shlex.quote(str(scn10.venv.python)) + " -m ensurepip && env "
+           "TMS_AUTOPRELOAD_DISABLE=1 " + shlex.quote(str(scn10.venv.python)) + " -m pip install "
+           "torch-memory-saver==0.0.8`")
+    assert scn10.doctor(env)["error"].splitlines()[-1] == fix
     driver_only = scenario(tms="0.0.8", torch="cu13-sys")
     assert chosen(driver_only.doctor(env)) == "torch_memory_saver_cpp.abi3.so"
     hooked(driver_only, driver_only.site / "torch_memory_saver_cpp.abi3.so", "exec", env)
+    pip = f"`env TMS_AUTOPRELOAD_DISABLE=1 {shlex.quote(sys.executable)} -m pip install"
     assert [install_hint("cuda", m) for m in (10, 11, 12, 13, 14)] == [
         "install a CUDA 10 toolkit (NVIDIA publishes no pip wheel of its runtime)",
-        "pip install nvidia-cuda-runtime-cu11 (or a CUDA 11 toolkit)",
-        "pip install nvidia-cuda-runtime-cu12 (or a CUDA 12 toolkit)",
-        "pip install 'nvidia-cuda-runtime==13.*' (or a CUDA 13 toolkit)",
+        f"{pip} nvidia-cuda-runtime-cu11` (or a CUDA 11 toolkit)",
+        f"{pip} nvidia-cuda-runtime-cu12` (or a CUDA 12 toolkit)",
+        f"{pip} 'nvidia-cuda-runtime==13.*'` (or a CUDA 13 toolkit)",
         "install a CUDA 14 toolkit (NVIDIA publishes no pip wheel of its runtime)"]
 
 

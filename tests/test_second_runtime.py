@@ -18,7 +18,7 @@ import os
 import shutil
 
 import support
-from support import assert_stopped
+from support import assert_stopped, pip_fix
 
 CU12_WHEEL = "nvidia-cuda-runtime-cu12"
 SPLIT = "TMS_AUTOPRELOAD_CUDA_MAJOR"
@@ -52,9 +52,9 @@ def test_doctor_predicts_the_cu12_wheel_copy_torch_loads_by_path(scenario):
     assert f"also loads {cu12} by path" in rt["library_why"], rt["library_why"]
     assert rt["second"] == {"path": cu12, "shared": cu13, "wheel": CU12_WHEEL, "site": str(scn.site),
                             "pip_refuses": None, "required_by": [], "conditions": {}, "cause": "idle-runtime",
-                            "fix": f"pip uninstall {CU12_WHEEL}"}, rt["second"]
+                            "fix": pip_fix(scn.venv.python, "uninstall", CU12_WHEEL)}, rt["second"]
     said = [w for w in doc["warnings"] if cu12 in w]
-    assert len(said) == 1 and "nothing binds to" in said[0] and f"pip uninstall {CU12_WHEEL}" in said[0], said
+    assert len(said) == 1 and "nothing binds to" in said[0] and rt["second"]["fix"] in said[0], said
     text = scn.run(["-m", "tms_autopreload", "doctor"]).stdout
     assert f"warning: {said[0]}" in text.splitlines(), text
 

@@ -21,7 +21,7 @@ import pytest
 from conftest import DEFAULT_PYTHON, ROOTFS_PYTHONS, need, report_host
 from conftest import python_version as version
 from rootfs import RootfsVenv
-from support import MAPPED, REEXECD, Venv, clean_env, execs, locate_python, uv
+from support import MAPPED, REEXECD, WAY_OUT, Venv, clean_env, execs, locate_python, uv
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13", *ROOTFS_PYTHONS]
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -136,15 +136,20 @@ def test_site_options_follow_the_same_rules_on_every_version(scenario, python, h
 
 
 def assert_left_over_said(r, pth, python: str, warn: bool) -> None:
-    """One ``tms-autopreload:`` line naming the left-over ``.pth`` and both fixes, then the policy: exit
-    78 before user code, or (``warn``) user code runs; never site.py's traceback."""
+    """One ``tms-autopreload:`` message naming the left-over ``.pth`` and both fixes (reinstall this package
+    from the wheel pip recorded, for this interpreter, unhooked; or remove the file), then the policy: exit
+    78 before user code, with the way out of a stop, or (``warn``) user code runs; never site.py's traceback.
+    That the fix works as printed: tests/test_install_commands.py."""
     assert "Traceback" not in r.stderr and "Error processing line" not in r.stderr, r.stderr
     lines = r.stderr.splitlines()
-    assert len(lines) == 1, r.stderr  # once, though site.py reads a venv's site-packages twice on 3.10-3.14
-    assert lines[0] == (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be "
-                        f"imported, so this process is not hooked. Fix: reinstall tms-autopreload for {python}, "
-                        f"or remove {pth}" + ("; continuing without the hook (TMS_AUTOPRELOAD_ON_ERROR=warn)"
-                                              if warn else "")), r.stderr
+    # once, though site.py reads a venv's site-packages twice on 3.10-3.14
+    assert len(lines) == (1 if warn else 2) and not (warn and WAY_OUT in r.stderr), r.stderr
+    head = (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so this "
+            f"process is not hooked. Fix: `env TMS_AUTOPRELOAD_DISABLE=1 {python} -m ")
+    assert lines[0].startswith(head) and " -m pip install --force-reinstall /" in lines[0], r.stderr
+    warned = "; continuing without the hook (TMS_AUTOPRELOAD_ON_ERROR=warn)" if warn else ""
+    assert lines[0].endswith(f"; or remove it (`env TMS_AUTOPRELOAD_DISABLE=1 rm -- {pth}`){warned}"), r.stderr
+    assert warn or ("\n" + lines[1]).startswith(WAY_OUT), r.stderr
     assert (r.returncode, r.stdout) == ((0, "user code ran\n") if warn else (78, "")), (r.returncode, r.stdout)
 
 

@@ -39,6 +39,9 @@ SLIME_FLAG = "SLIME_OFFLOAD_TRAIN"  # slime's: the hook, plus SLIME_DEFAULTS
 GENERIC_FLAG = "TMS_AUTOPRELOAD"  # the hook only
 FLAG_VARS = (SLIME_FLAG, GENERIC_FLAG)
 DISABLE_VAR = "TMS_AUTOPRELOAD_DISABLE"
+# What makes a command run unhooked in any shell, flag exported or not (``env`` runs in csh too): every
+# command the package prints starts so (tms_autopreload.installer), and every stop says so.
+NO_HOOK = f"env {DISABLE_VAR}=1"
 VERBOSE_VAR = "TMS_AUTOPRELOAD_VERBOSE"
 # The two overrides the resolver reads (a resolution depends on them, so the state key does too).
 CUDA_MAJOR_VAR = "TMS_AUTOPRELOAD_CUDA_MAJOR"
@@ -110,10 +113,18 @@ def say(message: str) -> None:
         pass
 
 
+TMS_WORDS = "torch_memory_saver"  # what torch_memory_saver's own preload check looks for in LD_PRELOAD
+
+
 def is_tms_entry(entry: str) -> bool:
-    """An LD_PRELOAD entry or mapped path that is (any) torch_memory_saver build, as its own
-    Python side recognises one: the name contains ``torch_memory_saver``."""
-    return "torch_memory_saver" in os.path.basename(entry)
+    """An LD_PRELOAD entry or mapped path that is (any) torch_memory_saver build, as its own Python side
+    recognises one: the words ``torch_memory_saver`` anywhere in the path. 0.0.10's check counts every
+    ``:``-separated entry that holds them and wants exactly one; 0.0.8 to 0.0.9.post1 look for them in the
+    whole value. The one answer to "is this a torch_memory_saver build" for every LD_PRELOAD entry and
+    every name of a file: a build on a path without the words is refused by its check, so by this package
+    too (a forced path: :func:`tms_autopreload.plan.survey`); a planned file mapped under another name (a
+    symbolic link's target) is known by what it is (:func:`mapped_hooks`)."""
+    return TMS_WORDS in entry
 
 
 def split_preload(value: str) -> "list[str]":
@@ -202,22 +213,57 @@ def mapped_objects() -> "list[str]":
     return list(seen)
 
 
-def mapped_hooks() -> "list[str]":
-    """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps.
+def _line_at(data: bytes, at: int) -> "tuple[int, int]":
+    """(start, end) of the line of ``data`` that holds offset ``at``."""
+    end = data.find(b"\n", at)
+    return data.rfind(b"\n", 0, at) + 1, len(data) if end < 0 else end
 
-    Only lines naming torch_memory_saver are cut out and parsed: this runs in every child of a hooked
-    process, and /proc/self/maps holds a hundred other lines.
+
+def _mapped_as(data: bytes, planned: str) -> "str | None":
+    """The path under which /proc/self/maps (``data``) shows the file ``planned`` names, or None.
+
+    Known by what it is, as the loader knows an object it has loaded: the device and inode each maps line
+    gives (``major:minor inode``, in hex and decimal), so that a symbolic link, a second hard link or a
+    non-normalised spelling is the same file. Its resolved path too, where a file system shows another
+    device in maps than ``stat`` gives (overlayfs).
+    """
+    try:
+        st = os.stat(planned)
+    except OSError:
+        return None
+    needle = f" {os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x} {st.st_ino} ".encode()
+    at = data.find(needle)
+    if at < 0:
+        real = os.path.realpath(planned).encode("utf-8", "surrogateescape")
+        at = data.find(b" " + real + b"\n")
+        if at < 0 and data.endswith(b" " + real):
+            at = len(data) - len(real)
+    if at < 0:
+        return None
+    start, end = _line_at(data, at)
+    return _maps_path(data[start:end])
+
+
+def mapped_hooks(planned: "str | None" = None) -> "list[str]":
+    """Paths of torch_memory_saver objects mapped into this process, from /proc/self/maps: each file whose
+    path holds its name (:func:`is_tms_entry`), and the file ``planned`` names, whatever its mapped name,
+    given as ``planned`` (:func:`_mapped_as`).
+
+    Only lines naming torch_memory_saver, or the planned file's, are cut out and parsed: this runs in every
+    child of a hooked process, and /proc/self/maps holds a hundred other lines.
     """
     data = read_maps()
     found: "list[str]" = []
-    at = data.find(b"torch_memory_saver")
+    planned_as = _mapped_as(data, planned) if planned else None
+    if planned_as is not None and planned:
+        found.append(planned)
+    at = data.find(TMS_WORDS.encode())
     while at >= 0:
-        start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
-        end = len(data) if end < 0 else end
+        start, end = _line_at(data, at)
         path = _maps_path(data[start:end])
-        if path is not None and is_tms_entry(path) and path not in found:
+        if path is not None and is_tms_entry(path) and path not in found and path != planned_as:
             found.append(path)
-        at = data.find(b"torch_memory_saver", end)
+        at = data.find(TMS_WORDS.encode(), end)
     return found
 
 
@@ -240,10 +286,19 @@ def reexecuted(environ: "Mapping[str, str] | None" = None) -> bool:
     return f"{EXEC_VAR}={os.getpid()}".encode() in started
 
 
-def state_key(build: str) -> str:
-    """What a resolution depends on besides the files: this prefix and the two overrides."""
-    env = os.environ
+def state_key(build: str, env: "Mapping[str, str] | None" = None) -> str:
+    """What a resolution depends on besides the files: this prefix and the two overrides (of ``env``,
+    default this process's environment)."""
+    env = os.environ if env is None else env
     return "::".join((sys.prefix, env.get(CUDA_MAJOR_VAR, ""), env.get(PATH_VAR, ""), build))
+
+
+def state_build(env: "Mapping[str, str] | None" = None) -> "str | None":
+    """The build :data:`STATE_VAR` of ``env`` (default: this process's) says it was resolved for, where it
+    was resolved for this prefix and the overrides as they are now (:func:`state_key`); else None."""
+    env = os.environ if env is None else env
+    state, head = env.get(STATE_VAR, ""), state_key("", env)
+    return state[len(head):] or None if state.startswith(head) else None
 
 
 def kill_switch(env: "Mapping[str, str] | None" = None) -> "tuple[bool, str | None]":
@@ -295,21 +350,20 @@ def same_file(a: "str | None", b: "str | None") -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def _inherited(mapped: "list[str]") -> "tuple[str, str] | None":
+def _inherited(mapped: "list[str]", planned: "str | None") -> "tuple[str, str] | None":
     """(the mapped hook, LD_PRELOAD as this package writes it) when this environment was resolved
-    for that hook here and every torch_memory_saver entry of LD_PRELOAD names it; else None.
+    for that hook here (``planned``: :func:`state_build`), it is the one mapped, and every
+    torch_memory_saver entry of LD_PRELOAD names it; else None.
 
     A launcher may rewrite LD_PRELOAD between a hooked parent and its child: torch_memory_saver
     0.0.10's ``configure_subprocess()`` prepends its own pick, so the child gets the same build
     twice, perhaps spelled two ways. Nothing needs resolving then, but the value must be rewritten
     with one entry, or torch_memory_saver's own check refuses the child.
     """
-    if len(mapped) != 1:
-        return None  # none, or two builds fighting over the same symbols: resolve
-    path = mapped[0]
+    if planned is None or mapped != [planned]:
+        return None  # none, another, or two builds fighting over the same symbols: resolve
+    path = planned
     env = os.environ
-    if env.get(STATE_VAR) != state_key(path):
-        return None
     preload = env.get("LD_PRELOAD", "")
     named = [e for e in split_preload(preload) if is_tms_entry(e)]
     if not named or not all(_names(e, path) for e in named):
@@ -318,36 +372,64 @@ def _inherited(mapped: "list[str]") -> "tuple[str, str] | None":
 
 
 COMMAND = "tms-autopreload"  # the console script (pyproject.toml); also ``python -m tms_autopreload``
-_MODULES = (__name__, __name__ + ".__main__")
-_SCRIPT_IMPORT = b"from tms_autopreload.cli import"  # what pip's and uv's console script of it runs
+# The programs a flagged start never hooks, by what site.py leaves in sys.argv while the .pth line runs.
+# This package's own command: it answers for its caller's environment, which the hook would change before
+# its code runs, or stop (exit 78) on the very node ``doctor`` is for. The tools a user repairs an
+# environment with: a fix printed in a flagged shell must run there, and none of them needs the hook; each
+# passes the kill switch to its children (pip's build backends, ``venv``'s ensurepip).
+# Console scripts: the name (``pip3.12`` is ``pip``) and what the script imports (pip's, uv's and
+# setuptools' launchers all write ``from MODULE import``), so that another program of the same name is hooked.
+_SCRIPTS = {COMMAND: b"from tms_autopreload.cli import", "pip": b"from pip", "virtualenv": b"from virtualenv"}
+# ``-m MODULE``, as ``-m MODULE``, ``-mMODULE`` or joined to other options (``-ImMODULE``).
+_MODULES = {"tms_autopreload": COMMAND, "tms_autopreload.__main__": COMMAND, "pip": "pip", "ensurepip": "ensurepip",
+            "venv": "venv", "virtualenv": "virtualenv"}
+# A script file by its name: what ``pip --python PY`` runs in PY (pip 22.3 and later).
+_SCRIPT_FILES = {"__pip-runner__.py": "pip"}
+# ``-c`` text: how uv asks an interpreter what it is (uv 0.4 to 0.13 end it so), before installing into it.
+_COMMANDS = {"from python.get_interpreter_info import main; main()": "uv"}
 
 
-def own_command(argv: "list[str] | None" = None, orig_argv: "list[str] | None" = None) -> bool:
-    """Whether this interpreter runs the ``tms-autopreload`` command, as site.py leaves ``sys.argv`` while
-    the ``.pth`` line runs: the console script first (a file of that name that imports the command), or
-    ``-m`` with the module name cut out of ``sys.argv`` and still in ``sys.orig_argv`` just before the
-    arguments they share (``-m NAME``, or joined: ``-mNAME``, ``-ImNAME``).
+def _script_name(name: str) -> str:
+    """A console script's name as :data:`_SCRIPTS` knows it: pip's versioned names (``pip3``, ``pip3.12``) as pip."""
+    return "pip" if name[:3] == "pip" and name[3:].replace(".", "").isdigit() else name
 
-    The command is never hooked: it needs no hook of its own, and it answers for its caller's
-    environment, which a flag exported in the caller's shell would otherwise change before its code runs
-    (or stop, with exit 78, where no build fits: the very node ``doctor`` is for).
+
+def unhooked_program(argv: "list[str] | None" = None, orig_argv: "list[str] | None" = None) -> "str | None":
+    """The program this interpreter runs when it is one a flagged start never hooks (:data:`COMMAND`, or
+    the name of a repair tool: ``pip``, ``ensurepip``, ``venv``, ``virtualenv``, ``uv``); else None.
+
+    Read as site.py leaves ``sys.argv`` while the ``.pth`` line runs: a console script's path (its name and
+    what it imports), a script file's, ``-m`` with the module name cut out of ``sys.argv`` and still in
+    ``sys.orig_argv`` just before the arguments they share, or ``-c`` likewise with its text. The list cannot
+    be complete (poetry, pdm, a distribution's byte-compiler): docs/troubleshooting.md says how to run any
+    other program without the hook.
     """
     argv = sys.argv if argv is None else argv
     if not argv:
-        return False
-    if argv[0] == "-m":
+        return None
+    first = argv[0]
+    if first in ("-m", "-c"):
         orig = getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv
         if len(orig) <= len(argv):
-            return False
+            return None
         slot = orig[-len(argv)]
-        return slot in _MODULES or (slot[:1] == "-" and slot[1:2] != "-" and
-                                    any(slot.endswith("m" + name) for name in _MODULES))
-    if os.path.basename(argv[0]) != COMMAND:
-        return False
+        if first == "-c":
+            return next((tool for text, tool in _COMMANDS.items() if slot.endswith(text)), None)
+        if slot in _MODULES:
+            return _MODULES[slot]
+        if slot[:1] == "-" and slot[1:2] != "-" and "m" in slot:
+            return _MODULES.get(slot[slot.index("m") + 1:])
+        return None
+    name = os.path.basename(first)
+    if name in _SCRIPT_FILES:
+        return _SCRIPT_FILES[name]
+    marker = _SCRIPTS.get(_script_name(name))
+    if marker is None:
+        return None
     try:
-        return _SCRIPT_IMPORT in read_regular(argv[0], 4096)
+        return _script_name(name) if marker in read_regular(first, 4096) else None
     except OSError:
-        return False
+        return None
 
 
 def process_startup() -> None:
@@ -357,7 +439,12 @@ def process_startup() -> None:
         return
     _started = True
     env = os.environ
-    if sys.platform != "linux" or not any(env.get(name) for name in FLAG_VARS) or own_command():
+    if sys.platform != "linux" or not any(env.get(name) for name in FLAG_VARS):
+        return
+    program = unhooked_program()
+    if program is not None:
+        if program != COMMAND:
+            env[DISABLE_VAR] = "1"  # for its children: a build backend, the pip that ensurepip starts
         return
     try:
         on, slime = flags(warn=not reexecuted(env))  # said once, before the exec
@@ -366,8 +453,9 @@ def process_startup() -> None:
         if slime:
             for name, value in SLIME_DEFAULTS.items():
                 env.setdefault(name, value)
-        mapped = mapped_hooks()
-        inherited = _inherited(mapped)
+        planned = state_build()
+        mapped = mapped_hooks(planned)
+        inherited = _inherited(mapped, planned)
         if inherited is not None:
             path, preload = inherited
             rewritten = preload != env.get("LD_PRELOAD")

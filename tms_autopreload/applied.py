@@ -19,7 +19,8 @@ it alone, so a flag exported in the caller's shell changes nothing here.)
 
 import os
 
-from . import ADDED_VAR, EXEC_VAR, STATE_VAR, is_tms_entry, split_preload
+from . import ADDED_VAR, EXEC_VAR, STATE_VAR, is_tms_entry, split_preload, state_build
+from .builds import is_preload_name
 from .ldso import read_added, split_search_path
 from .plan import survey
 from .results import Report
@@ -54,20 +55,26 @@ def _without(entries: "list[str]", drop: "list[str]") -> "list[str]":
 def before_plan(environ: "Mapping[str, str] | None" = None) -> "dict[str, str]":
     """``environ`` (default: this process's) as it was before a plan of this package was applied to it.
 
-    Taken out: every torch_memory_saver entry of ``LD_PRELOAD`` (each is a plan's, or a launcher's pick
-    that the plan replaces), one occurrence of each entry ``TMS_AUTOPRELOAD_ADDED`` records (the runtime
-    preloaded by path, the directories put on ``LD_LIBRARY_PATH``), and the markers of a hooked process;
-    a variable left empty is unset. Without a torch_memory_saver entry or a record, nothing was applied and
-    ``environ`` is returned as it is; a caller's own entries are never taken out.
+    Taken out: every torch_memory_saver build in ``LD_PRELOAD`` (by its released name, or the one the state
+    names: each is a plan's, or a launcher's pick that the plan replaces), one occurrence of each entry
+    ``TMS_AUTOPRELOAD_ADDED`` records (the runtime preloaded by path, the directories put on
+    ``LD_LIBRARY_PATH``), and the markers of a hooked process; a variable left empty is unset. Without such a
+    build or a record, nothing was applied and ``environ`` is returned as it is; a caller's own entries are
+    never taken out (one in a folder named after torch_memory_saver is the plan's to judge).
     """
     env = dict(os.environ if environ is None else environ)
     preload = split_preload(env.get("LD_PRELOAD", ""))
-    if ADDED_VAR not in env and not any(is_tms_entry(e) for e in preload):
+    planned = state_build(env)
+
+    def applied(entry: str) -> bool:  # a build, not a caller's file in a folder named after torch_memory_saver
+        return is_tms_entry(entry) and (is_preload_name(os.path.basename(entry)) or entry == planned)
+
+    if ADDED_VAR not in env and not any(applied(e) for e in preload):
         return env
     added_preload, added_path = read_added(env.get(ADDED_VAR, ""))
     for name in _MARKERS:
         env.pop(name, None)
-    values = {"LD_PRELOAD": _without([e for e in preload if not is_tms_entry(e)], added_preload)}
+    values = {"LD_PRELOAD": _without([e for e in preload if not applied(e)], added_preload)}
     path = split_search_path(env.get("LD_LIBRARY_PATH", ""))
     if any(d in path for d in added_path):  # else the caller's value, as they spelt it
         values["LD_LIBRARY_PATH"] = _without(path, added_path)

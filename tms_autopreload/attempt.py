@@ -390,12 +390,12 @@ class _RuntimePreloaded(Step):
         library = s.library
         if library is None:
             return None
-        from .releases import ONE_PATH_RELEASES, SPLITTING_INSTALL, counted_by_check, reads_one_path
+        from .releases import ONE_PATH_RELEASES, reads_one_path, splitting_install
 
         fix = None
         if LD_UNSAFE_CHARS & set(library):
             refused = f"{library} has a space, tab, colon or semicolon, which LD_PRELOAD cannot hold"
-        elif counted_by_check(library):
+        elif is_tms_entry(library):
             refused = f"{library} names torch_memory_saver, whose check wants exactly one LD_PRELOAD entry that does"
             fix = (f"reinstall the CUDA runtime (or the environment) under a path without 'torch_memory_saver' in "
                    f"it: torch_memory_saver's check counts every LD_PRELOAD entry whose name holds those words, and "
@@ -403,7 +403,7 @@ class _RuntimePreloaded(Step):
         elif reads_one_path(s.package_dir):
             refused = (f"torch_memory_saver at {s.package_dir} reads LD_PRELOAD as a single path "
                        f"({ONE_PATH_RELEASES}), so its check refuses a second entry")
-            fix = (f"{SPLITTING_INSTALL} (its preload check accepts LD_PRELOAD=<hook>:{library}, the plan that "
+            fix = (f"{splitting_install()} (its preload check accepts LD_PRELOAD=<hook>:{library}, the plan that "
                    f"binds the one runtime copy here)")
         else:
             current = s.current

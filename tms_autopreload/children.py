@@ -13,7 +13,7 @@ import os
 import threading
 import warnings
 
-from . import DISABLE_VAR, kill_switch, mapped_hooks, same_file, say
+from . import DISABLE_VAR, kill_switch, mapped_hooks, say
 from .plan import resolve
 from .results import Plan
 
@@ -90,7 +90,7 @@ def configure_subprocess() -> "Iterator[Plan | None]":
         plan = resolve()
         for warning in plan.warnings:
             warnings.warn(warning, RuntimeWarning, stacklevel=3)
-        hooked = any(same_file(path, plan.build) for path in mapped_hooks())
+        hooked = plan.build in mapped_hooks(plan.build)
         if not hooked and _start_method() == "fork":
             warnings.warn(f"multiprocessing's start method is 'fork': its children (Process, Pool, "
                           f"ProcessPoolExecutor) started in this block are copies of this unhooked process "

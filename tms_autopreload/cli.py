@@ -188,8 +188,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
     current directory)."""
     report = own_plan() if args.json else survey(before_plan())
     if args.json and report.plan is None:
-        print(f"tms-autopreload: for a process started without this shell's LD_PRELOAD and LD_LIBRARY_PATH "
-              f"(a Ray worker, from its raylet's environment): {report.error}", file=sys.stderr)
+        print(f"tms-autopreload: {_json_refused(report)}", file=sys.stderr)
         return EXIT_NO_PLAN
     plan = _plan_or_fail(report)
     if plan is None:
@@ -200,6 +199,27 @@ def _cmd_env(args: argparse.Namespace) -> int:
         for k, v in plan.environment().items():
             print(f"export {k}={shlex.quote(v)}")
     return EXIT_OK
+
+
+def _json_refused(report: Report) -> str:
+    """Why ``env --json`` has no plan: the error of an environment without this shell's ``LD_PRELOAD`` and
+    ``LD_LIBRARY_PATH``. Where this shell has a plan, those variables are what finds its driver or runtime:
+    the workers, which start from their raylet's environment, lack them, and the fix is theirs, not the
+    error's (which speaks of a node without them)."""
+    here = survey(before_plan())
+    head = ("for a process started without this shell's LD_PRELOAD and LD_LIBRARY_PATH (a Ray worker, from its "
+            "raylet's environment)")
+    if here.plan is None or report.failure is None:
+        return f"{head}: {report.error}"
+    from .applied import PLAN_VARS
+    from .errors import PATH_SHOWN, shown
+
+    own = " and ".join(f"{name}={shown(os.environ[name], PATH_SHOWN)}" for name in PLAN_VARS if os.environ.get(name))
+    return (f"{head}: {report.failure.message}. This shell has a plan only through its own {own or 'variables'}, "
+            f"which a worker started from its raylet's environment does not have. Fix: send the flag instead of the "
+            f"variables (runtime_env={{\"env_vars\": {{\"TMS_AUTOPRELOAD\": \"1\"}}}}: each worker resolves "
+            f"on its own node, with the environment its raylet gives it), and start each node's raylet (`ray start`) "
+            f"from a shell whose LD_LIBRARY_PATH finds the driver and the runtime, as this one does")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -348,7 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "not counted)")
     command(sub, "which", _cmd_which, "print the chosen build's path")
     p = command(sub, "env", _cmd_env, "print `export` lines for eval (or --json for a Ray runtime_env)")
-    p.add_argument("--json", action="store_true", help='print {"LD_PRELOAD": ..., ...}')
+    p.add_argument("--json", action="store_true",
+                   help='print {"LD_PRELOAD": ..., ...} for a Ray runtime_env: the plan of this environment without '
+                        "this shell's own LD_PRELOAD and LD_LIBRARY_PATH, which a worker started from its raylet's "
+                        "environment does not have (where only they find the driver or the runtime, there is no such "
+                        "plan: send the flag instead)")
     p = command(sub, "run", _cmd_run, "exec a command with the planned environment")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 

@@ -239,8 +239,8 @@ def text(doc: "dict[str, Any]") -> str:
         rows = [("candidate", "built for", "interposes", "loads?", "verdict", "why")]
         for c in doc["candidates"]:
             loads = {True: "yes", False: "NO", None: "-"}[c["loads"]]
-            rows.append((os.path.basename(c["path"]), c["target"], ", ".join(c["interposes"] or ()) or "-", loads,
-                         c["status"].upper(), c["reason"]))
+            interposes = "unknown" if c["interposes"] is None else ", ".join(c["interposes"]) or "none"
+            rows.append((os.path.basename(c["path"]), c["target"], interposes, loads, c["status"].upper(), c["reason"]))
         out += [table(rows), ""]
     out += [f"warning: {w}" for w in doc["warnings"]]
     if doc["plan"] is not None:

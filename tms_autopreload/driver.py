@@ -156,6 +156,12 @@ def examine(loader: Loader, wanted: "int | None", module_file: str = MODULE_VERS
                      "newer than the module and come first on LD_LIBRARY_PATH")
         return facts
     minimum = MINIMUM_DRIVER.get(wanted) if wanted is not None else None
+    if deciding is not None and (wanted is None or minimum is None):
+        runs = f"CUDA {newest}.x at most" if newest else "no CUDA major this package knows"
+        why = ("no CUDA runtime was decided for this process (see the plan's error), so there is no CUDA major to "
+               "judge it against" if wanted is None else f"this package knows no minimum driver for CUDA {wanted}")
+        facts.message = f"driver {deciding} runs {runs}; not judged: {why}"
+        return facts
     if deciding is None or wanted is None or minimum is None:
         facts.message = ("driver version unknown: " + "; ".join(
             [module_source if not module else f"kernel module {module}",

@@ -159,7 +159,7 @@ def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
     except OSError as exc:
         _ctypes.dlclose(runtime)  # a failure leaves nothing of the plan loaded
         raise InProcessError(f"dlopen failed: {exc}", cause=CAUSE_DLOPEN_FAILED) from None
-    if plan.build not in mapped_hooks():
+    if plan.build not in mapped_hooks(plan.build):
         if not read_maps():
             raise InProcessError("dlopen returned, but /proc/self/maps cannot be read, so that the hook is mapped "
                                  "cannot be confirmed", "mount /proc", CAUSE_NO_PROC_MAPS)
@@ -206,7 +206,7 @@ def activate() -> "Plan | None":
         from .plan import resolve
 
         plan = resolve()
-        if mapped_hooks() != [plan.build]:
+        if mapped_hooks(plan.build) != [plan.build]:
             added = {}
             if parse_flag(SLIME_FLAG, env.get(SLIME_FLAG))[0]:
                 added = {name: value for name, value in SLIME_DEFAULTS.items() if name not in env}

@@ -26,7 +26,12 @@ __all__ = ["install", "uninstall", "MissingJupyter", "InvalidRequest", "KernelNo
 
 DEFAULT_NAME = "python3-tms-autopreload"
 MARKER = "tms_autopreload"  # metadata key: uninstall removes only kernels this package wrote
-INSTALL_HINT = "pip install jupyter_client ipykernel"
+
+
+def _install_hint() -> str:
+    from .installer import pip_command
+
+    return pip_command("install", "jupyter_client", "ipykernel")
 
 
 class MissingJupyter(Error, RuntimeError):
@@ -59,7 +64,7 @@ def _manager() -> "Any":  # noqa: ANN401 - jupyter_client's KernelSpecManager, i
     try:
         from jupyter_client.kernelspec import KernelSpecManager
     except ImportError:
-        raise MissingJupyter(f"jupyter_client is not installed for {sys.executable}", INSTALL_HINT) from None
+        raise MissingJupyter(f"jupyter_client is not installed for {sys.executable}", _install_hint()) from None
     return KernelSpecManager()
 
 
@@ -142,7 +147,7 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
         import ipykernel  # noqa: F401 - the kernel runs `python -m ipykernel_launcher`
     except ImportError:
         raise MissingJupyter(f"ipykernel is not installed for {sys.executable}, which the kernel would run",
-                             INSTALL_HINT, CAUSE_NO_IPYKERNEL) from None
+                             _install_hint(), CAUSE_NO_IPYKERNEL) from None
     name = _checked_name(name)
     spec = kernel_json(display_name, env)
     if not flags(spec["env"], warn=False)[0]:

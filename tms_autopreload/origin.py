@@ -11,7 +11,6 @@ package asks it (today, `doctor --ray`'s row for a node without it).
 
 import json
 import os
-import shlex
 from importlib import metadata
 from urllib.parse import unquote, urlsplit
 
@@ -19,14 +18,23 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["install_command", "install_advice", "command_from", "local_path", "record_of", "source_gone",
-           "UNKNOWN_SOURCE"]
+__all__ = ["install_args", "install_advice", "source_args", "local_path", "record_of", "source_gone",
+           "unknown_source",
+           "WHEEL_TEMPLATE"]
 
 DISTRIBUTION = "tms-autopreload"
 # Where no record says the source: a missing record proves nothing (an index, another installer).
-UNKNOWN_SOURCE = ("the way you installed it on this machine: from its wheel or checkout (`pip install "
-                  "/path/to/tms_autopreload-<version>-py3-none-any.whl` or `pip install /path/to/checkout`; "
-                  "tms-autopreload is not on the package index)")
+WHEEL_TEMPLATE = "/path/to/tms_autopreload-<version>-py3-none-any.whl"
+
+
+def unknown_source(python: str) -> str:
+    """The advice where no record says the source: a missing record proves nothing (an index, another
+    installer); the command with the wheel's path to fill in, for the environment of ``python``."""
+    from . import NO_HOOK
+
+    return (f"the way you installed it on this machine, from its wheel or checkout (`{NO_HOOK} {python} -m pip "
+            f"install --force-reinstall {WHEEL_TEMPLATE}`, with the path of that file; tms-autopreload is not on the "
+            f"package index)")
 
 
 def record_of(dist: "metadata.Distribution") -> "dict[str, Any] | None":
@@ -66,10 +74,9 @@ def source_gone(record: "dict[str, Any]") -> bool:
     return path is not None and not os.path.exists(path)
 
 
-def command_from(record: "dict[str, Any]", options: str = "") -> "str | None":
-    """The ``pip install`` command, with ``options``, that installs what ``record`` (a PEP 610 document)
-    names; None when the record is of no kind PEP 610 defines."""
-    pip = f"pip install {options}" if options else "pip install"
+def source_args(record: "dict[str, Any]") -> "list[str] | None":
+    """The arguments of ``pip install`` that install what ``record`` (a PEP 610 document) names (``-e``
+    before an editable checkout); None when the record is of no kind PEP 610 defines."""
     url = record["url"]
     vcs = record.get("vcs_info")
     if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
@@ -79,30 +86,34 @@ def command_from(record: "dict[str, Any]", options: str = "") -> "str | None":
             spec += f"@{revision}"
         if isinstance(record.get("subdirectory"), str):
             spec += f"#subdirectory={record['subdirectory']}"
-        return f"{pip} {shlex.quote(spec)}"
+        return [spec]
     if isinstance(record.get("dir_info"), dict):
-        editable = "-e " if record["dir_info"].get("editable") else ""
         path = _location(url)
         if isinstance(record.get("subdirectory"), str):
             path = f"{path.rstrip('/')}/{record['subdirectory']}"
-        return f"{pip} {editable}{shlex.quote(path)}"
+        return ["-e", path] if record["dir_info"].get("editable") else [path]
     if isinstance(record.get("archive_info"), dict):
-        return f"{pip} {shlex.quote(_location(url))}"
+        return [_location(url)]
     return None
 
 
-def install_command() -> "str | None":
-    """The command that installs this copy's source again, from its PEP 610 record; None without one."""
+def install_args() -> "list[str] | None":
+    """The arguments of ``pip install`` that install this copy's source again, from its PEP 610 record;
+    None without one."""
     record = _record()
-    return command_from(record) if record is not None else None
+    return source_args(record) if record is not None else None
 
 
-def install_advice(into: str) -> str:
+def install_advice(into: str, python: str) -> str:
     """How to install tms-autopreload ``into`` another environment (in words: a node's, for ``doctor
-    --ray``), with the command where pip recorded this copy's source. The record is this machine's: its
-    path, or a URL that node may not reach, may not exist there, so it is offered as such."""
-    command = install_command()
-    if command is None:
-        return f"install it into {into} {UNKNOWN_SOURCE}"
+    --ray``, whose interpreter is ``python``), with the command where pip recorded this copy's source. The
+    record is this machine's: its path, or a URL that node may not reach, may not exist there, so it is
+    offered as such."""
+    from .installer import pip_command
+
+    args = install_args()
+    if args is None:
+        return f"install it into {into} {unknown_source(python)}"
     return (f"install it into {into} from the wheel or checkout you installed it from: this machine's copy came "
-            f"from `{command}`, a source that may not exist on that node (copy it there first)")
+            f"from {pip_command('install', *args, python=python)}, run on that node, a source that may not exist "
+            f"there (copy it there first)")

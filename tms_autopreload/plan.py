@@ -21,9 +21,9 @@ finds no plan holds the :class:`~tms_autopreload.errors.ResolveError` that :func
 import os
 import sys
 
-from . import CUDA_MAJOR_VAR, PATH_VAR, sitepath, split_preload
+from . import CUDA_MAJOR_VAR, PATH_VAR, TMS_WORDS, is_tms_entry, same_file, sitepath, split_preload
 from .attempt import MAX_ARG_STRLEN, attempt, child_programs, env_string_size, readable, trace_the_rest
-from .builds import PRELOAD_PREFIXES, Build, find_builds, read_build
+from .builds import PRELOAD_PREFIXES, Build, find_builds, interposed, is_preload_name, read_build
 from .elf import ElfError
 from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DOES_NOT_FIT, CAUSE_INTERPRETER_FAILS,
                      CAUSE_LESS_PREFERRED, CAUSE_NO_BINDING, CAUSE_NO_BUILD_FITS, CAUSE_NO_BUILDS, CAUSE_NO_DRIVER,
@@ -99,15 +99,24 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, pro
                                f"this interpreter: {build.problem}", cause=CAUSE_BAD_FORCED_PATH,
                                fix=f"point {PATH_VAR} at one (`tms-autopreload doctor` lists the installed builds) "
                                    f"or unset it")
+        if not is_tms_entry(forced):
+            import shlex
+
+            raise ResolveError(f"{named} has no \"{TMS_WORDS}\" in its path, so torch_memory_saver's own check "
+                               f"(which finds its build in LD_PRELOAD by those words) would refuse every process "
+                               f"preloading it", cause=CAUSE_BAD_FORCED_PATH,
+                               fix=f"name the build by a path that holds them: keep its released file name, or "
+                                   f"link it: `ln -s {shlex.quote(forced)} /some/dir/{TMS_WORDS}_hook.so` and point "
+                                   f"{PATH_VAR} at the link")
         unsafe = refusal(forced, trusted)
         if unsafe:
             warnings.append(f"{PATH_VAR} names a file others can change ({unsafe.message}); preloading it anyway")
         return [build], forced
     if package_dir is None:
-        from .releases import INSTALL
+        from .releases import install_fix
 
         raise ResolveError(f"torch_memory_saver is not installed for {exe}", cause=CAUSE_NO_PACKAGE,
-                           fix=f"{INSTALL} (or set {PATH_VAR}=/abs/path/to/build.so)")
+                           fix=f"{install_fix()} (or set {PATH_VAR}=/abs/path/to/build.so)")
     builds = find_builds(package_dir, want, trusted)
     if not builds:
         from .releases import REINSTALL, reinstall_hint
@@ -118,6 +127,30 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, pro
                            fix=reinstall_hint(package_dir) or REINSTALL,
                            cause=CAUSE_NO_BUILDS)
     return builds, None
+
+
+def _judge_forced(build: Build, runtime: Runtime, warnings: list[str]) -> None:
+    """Refuse the build ``TMS_AUTOPRELOAD_PATH`` names when it defines nothing that the process's runtime
+    library defines (it would intercept no call: a torch_memory_saver build of another mode, such as
+    ``hook_mode_torch``, a pluggable allocator); warn where that cannot be read."""
+    if build.problem or build.kind == "hip":
+        return  # refused or judged elsewhere; a ROCm build's symbols are not CUDA's
+    named = f"{PATH_VAR}={shown(build.path, PATH_SHOWN)}"
+    if runtime.library is None:
+        warnings.append(f"{named}: what it intercepts is unknown (no {runtime.soname} file to compare its symbols "
+                        f"with); preloading it anyway")
+        return
+    try:
+        symbols = interposed(build.path, runtime.library)
+    except (OSError, ElfError) as exc:
+        warnings.append(f"{named}: what it intercepts is unknown ({runtime.library}: {exc}); preloading it anyway")
+        return
+    if not symbols:
+        raise ResolveError(f"{named} defines nothing that {runtime.library} defines, so preloading it intercepts "
+                           f"no call (a torch_memory_saver build of another mode, such as hook_mode_torch, is loaded "
+                           f"by torch_memory_saver itself, not preloaded)", cause=CAUSE_BAD_FORCED_PATH,
+                           fix=f"point {PATH_VAR} at a preload build ({PRELOAD_PREFIXES[0]}*.so; `tms-autopreload "
+                               f"doctor` lists the installed builds) or unset it")
 
 
 def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Verdict], list[int]]":
@@ -166,28 +199,29 @@ def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Ma
     return plan, verdicts
 
 
-def _with_check_warning(plan: Plan, package_dir: str | None, forced: str | None) -> Plan:
-    """The plan, warned when it keeps other LD_PRELOAD entries that torch_memory_saver's Python side refuses:
-    any, where it reads the variable as one path; those it counts as its own builds (a path holding
-    ``torch_memory_saver``: :func:`tms_autopreload.releases.counted_by_check`), where it splits it."""
-    kept = split_preload(plan.ld_preload)[1:]
-    if not kept or forced:
-        return plan
-    from .releases import ONE_PATH_RELEASES, SPLITTING_INSTALL, counted_by_check, reads_one_path
+def _with_check_warning(plan: Plan, package_dir: str | None, forced: str | None, preload: str) -> Plan:
+    """The plan, warned where torch_memory_saver's Python side would refuse what it keeps, or where it drops an
+    entry of ``preload`` (the process's own LD_PRELOAD) that is not a preload build: any entry kept after
+    the hook, where it reads the variable as one path; an entry whose path holds ``torch_memory_saver`` (which
+    its check counts as one of its builds: :func:`tms_autopreload.is_tms_entry`), which the plan drops."""
+    from .releases import ONE_PATH_RELEASES, reads_one_path, splitting_install
 
-    if reads_one_path(package_dir):
-        warning = (f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
-                   f"reads LD_PRELOAD as a single path ({ONE_PATH_RELEASES}), so its Python side will refuse "
-                   f"this process; drop those entries or {SPLITTING_INSTALL}")
-    elif counted := [entry for entry in kept if counted_by_check(entry)]:
-        warning = (f"LD_PRELOAD keeps {':'.join(counted)} after the hook, and torch_memory_saver at {package_dir} "
-                   f"counts every entry whose path holds \"torch_memory_saver\" as one of its builds, so its Python "
-                   f"side will refuse this process (more than one); drop that entry or move the file to a path "
-                   f"without that name")
-    else:
+    kept = split_preload(plan.ld_preload)[1:]
+    dropped = [e for e in split_preload(preload)
+               if is_tms_entry(e) and not is_preload_name(os.path.basename(e)) and not same_file(e, plan.build)]
+    warnings = []
+    if dropped:
+        warnings.append(f"LD_PRELOAD loses {':'.join(dropped)}: torch_memory_saver's check counts every entry whose "
+                        f"path holds \"{TMS_WORDS}\" as one of its builds and refuses more than one, so the plan "
+                        f"keeps only the hook; move that file to a path without those words to keep it preloaded")
+    if kept and not forced and reads_one_path(package_dir):
+        warnings.append(f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
+                        f"reads LD_PRELOAD as a single path ({ONE_PATH_RELEASES}), so its Python side will refuse "
+                        f"this process; drop those entries or {splitting_install()}")
+    if not warnings:
         return plan
     return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, binding=plan.binding,
-                added=plan.added, warnings=(warning,))
+                added=plan.added, warnings=tuple(warnings))
 
 
 def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int], forced: str | None,
@@ -306,6 +340,11 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         runtime: Runtime | None = detect(env, loader, [b.major for b in builds if b.kind == "cuda" and b.major])
     except ResolveError as exc:
         runtime, runtime_error = None, exc
+    if forced and runtime is not None:
+        try:
+            _judge_forced(builds[0], runtime, warnings)
+        except ResolveError as exc:
+            return fail(exc, runtime)
     verdicts, eligible = _screen(builds, runtime)
     plan: Plan | None = None
     if runtime is not None:
@@ -327,7 +366,8 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     ordered = tuple(verdicts[i] for i in range(len(builds)))
     if plan is not None:
         said = split_warning(plan.runtime, next(v.build for v in ordered if v.status == CHOSEN), env)
-        return Report(exe, package_dir, runtime, ordered, _with_check_warning(plan, package_dir, forced),
+        return Report(exe, package_dir, runtime, ordered,
+                      _with_check_warning(plan, package_dir, forced, env.get("LD_PRELOAD", "")),
                       None, tuple(warnings) + ((said,) if said else ()), loader)
     if runtime is None:
         return fail(runtime_error, None, ordered)  # type: ignore[arg-type]  # set exactly when detect raised

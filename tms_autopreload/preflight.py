@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from . import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects, reexecuted
+from . import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects, reexecuted, state_build
 from .errors import CAUSE_CLUSTER_LOST, CAUSE_NO_CLUSTER, CAUSE_NO_RAY, CAUSE_USAGE, Error
 
 TYPE_CHECKING = False
@@ -157,7 +157,7 @@ def node_answer() -> "dict[str, Any]":
     from .plan import survey
     from .sonames import runtime_of
 
-    hooks = mapped_hooks()
+    hooks = mapped_hooks(state_build())
     runtimes = [path for path in mapped_objects() if runtime_of(os.path.basename(path))]
     execs = int(reexecuted())
     env = before_plan()  # the worker is hooked: its survey answers for the environment it was started with
@@ -196,6 +196,12 @@ def _ray_said(log: str) -> str:
     return ""
 
 
+def _no_ray() -> "NoRay":
+    from .installer import pip_command
+
+    return NoRay(f"Ray is not installed for {sys.executable}", fix=pip_command("install", "ray"))
+
+
 def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
         progress: "Callable[[int, int], None] | None" = None) -> "list[dict[str, Any]]":
     """One row per alive node (:func:`tms_autopreload.rows.node_row`), within ``timeout`` seconds in all.
@@ -205,7 +211,7 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:
-        raise NoRay(f"Ray is not installed for {sys.executable}", fix="pip install ray")
+        raise _no_ray()
     start = time.time()
     if address != "auto" and not address.startswith("ray://") and not port_answers(address, min(5.0, timeout)):
         raise Unreachable(f"cannot reach the Ray cluster at {address}: nothing accepts connections there "
@@ -233,7 +239,7 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
             said = _ray_said(stderr)
     kinds = {e["event"]: e for e in events}
     if "noray" in kinds:
-        raise NoRay(f"Ray is not installed for {sys.executable}", fix="pip install ray")
+        raise _no_ray()
     if "badenv" in kinds:
         raise UsageError(f"--runtime-env: Ray refuses it: {kinds['badenv']['why']}")
     if "rows" in kinds:

@@ -38,16 +38,28 @@ if TYPE_CHECKING:
     from importlib import metadata
     from typing import Any
 
-__all__ = ["reinstall_hint", "build_install_hint", "installed_version",
-           "reads_one_path", "counted_by_check", "ONE_PATH_RELEASES", "SPLITTING_INSTALL", "INSTALL", "REINSTALL"]
+__all__ = ["reinstall_hint", "build_install_hint", "installed_version", "reads_one_path", "install_fix",
+           "splitting_install", "ONE_PATH_RELEASES", "REINSTALL"]
 
 TMS_DISTRIBUTION = "torch-memory-saver"
-# How to install it, and how to get back its files.
-INSTALL = f"pip install {TMS_DISTRIBUTION}"
+# How to get back its files where pip's record says nothing of them.
 REINSTALL = "reinstall torch-memory-saver"
-# The releases that read LD_PRELOAD as one path, in words, and the install of one that splits it.
+# The releases that read LD_PRELOAD as one path, in words.
 ONE_PATH_RELEASES = "0.0.9.post1 and older"
-SPLITTING_INSTALL = "pip install 'torch-memory-saver>=0.0.10'"
+
+
+def install_fix() -> str:
+    """The command that installs torch_memory_saver into this environment."""
+    from .installer import pip_command
+
+    return pip_command("install", TMS_DISTRIBUTION)
+
+
+def splitting_install() -> str:
+    """The command that installs a release whose check splits LD_PRELOAD on ':' (:data:`_SPLITS_SINCE`)."""
+    from .installer import pip_command
+
+    return pip_command("install", f"{TMS_DISTRIBUTION}>={'.'.join(map(str, _SPLITS_SINCE))}")
 
 
 def _is_it(dist: "metadata.Distribution") -> bool:
@@ -106,22 +118,19 @@ def _may_be_for(name: str, major: "int | None") -> bool:
 def _command(dist: "metadata.Distribution", site: str) -> str:
     """What installs this copy again, where it lies: its recorded source while that is there, else its
     release from the index; a local build without a record, in words."""
-    import shlex
+    from .installer import pip_command
+    from .origin import record_of, source_args, source_gone
 
-    from .origin import command_from, record_of, source_gone
-    from .wheels import pip_refusal
-
-    target = f" --target {shlex.quote(site)} --upgrade" if pip_refusal(site) else ""
     record = record_of(dist)
     if record is not None and not source_gone(record):
-        command = command_from(record, f"--force-reinstall{target}")
-        if command:
-            return command
+        args = source_args(record)
+        if args:
+            return pip_command("install", *args, site=site, reinstall=True)
     version = dist.version
     if "+" in version:
         return (f"reinstall it from the source it was built from (its version's local label, "
                 f"+{version.partition('+')[2]}, names a build the package index does not have)")
-    return f"pip install --force-reinstall{target} {TMS_DISTRIBUTION}=={version}"
+    return pip_command("install", f"{TMS_DISTRIBUTION}=={version}", site=site, reinstall=True)
 
 
 def reinstall_hint(package_dir: "str | None", major: "int | None" = None) -> "str | None":
@@ -162,12 +171,16 @@ def build_install_hint(kind: str, major: int, package_dir: "str | None" = None) 
         return reinstall
     if kind == "hip":
         return "install a ROCm build of torch_memory_saver (built from source with ROCm)"
+    from .installer import pip_command
+
+    site = os.path.dirname(os.path.abspath(package_dir)) if package_dir else None
     if major in RELEASED_CUDA_MAJORS:
-        return (f"install a torch_memory_saver that ships a CUDA {major} build: "
-                f"pip install 'torch-memory-saver>=0.0.9.post1' (it ships _cu12 and _cu13 builds)")
+        return (f"install a torch_memory_saver that ships a CUDA {major} build (0.0.9.post1 and later ship _cu12 "
+                f"and _cu13 builds): {pip_command('install', f'{TMS_DISTRIBUTION}>=0.0.9.post1', site=site)}")
     return (f"no torch_memory_saver release ships a CUDA {major} build (releases ship CUDA "
             f"{' and '.join(map(str, RELEASED_CUDA_MAJORS))} builds); torch_memory_saver 0.0.8's build needs only the "
-            f"driver ({DRIVER_SONAME}), not a CUDA {major} runtime: pip install 'torch-memory-saver==0.0.8'")
+            f"driver ({DRIVER_SONAME}), not a CUDA {major} runtime: "
+            f"{pip_command('install', f'{TMS_DISTRIBUTION}==0.0.8', site=site)}")
 
 
 # The first torch_memory_saver release whose Python side splits LD_PRELOAD on ':' (and wants one
@@ -212,9 +225,3 @@ def reads_one_path(package_dir: str | None) -> bool:
         return b'.split(":")' not in read_regular(os.path.join(package_dir, "hooks", "mode_preload.py"), 1 << 20)
     except OSError:
         return True
-
-
-def counted_by_check(path: str) -> bool:
-    """Whether its preload check counts ``path`` as one of its own ``LD_PRELOAD`` entries: the path holds
-    ``torch_memory_saver``; a second such entry beside the hook makes the check refuse the process."""
-    return "torch_memory_saver" in path

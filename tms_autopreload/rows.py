@@ -39,7 +39,8 @@ def not_installed(python: str, prefix: "str | None") -> str:
     into = f"the environment Ray starts that node's workers from{where}"
     return str(Error(f"tms_autopreload is not installed for {python}: the flag does nothing there, and the job "
                      f"will die in torch_memory_saver's own check (`TorchMemorySaver observes invalid LD_PRELOAD`)",
-                     fix=f"{install_advice(into)}; or restart the node (`ray start`) from an environment that has it"))
+                     fix=f"{install_advice(into, python)}; or restart the node (`ray start`) from an environment "
+                         f"that has it"))
 
 
 def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer: "dict[str, Any] | None",

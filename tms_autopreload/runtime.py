@@ -35,7 +35,9 @@ def install_hint(kind: str, major: int) -> str:
     if kind == "hip":
         return f"install ROCm {major} ({runtime_soname(kind, major)})"
     if major in CUDA_MAJORS:
-        return f"pip install {CUDA_MAJORS[major][0]} (or a CUDA {major} toolkit)"
+        from .installer import pip_command
+
+        return f"{pip_command('install', CUDA_MAJORS[major][0])} (or a CUDA {major} toolkit)"
     return f"install a CUDA {major} toolkit (NVIDIA publishes no pip wheel of its runtime)"
 
 

@@ -30,7 +30,7 @@ GLIBC_SONAMES = frozenset(("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.s
 CUDA_MAJORS = {
     11: ("nvidia-cuda-runtime-cu11", "450.80.02", False),
     12: ("nvidia-cuda-runtime-cu12", "525.60.13", True),
-    13: ("'nvidia-cuda-runtime==13.*'", "580", True),
+    13: ("nvidia-cuda-runtime==13.*", "580", True),
 }
 # The majors a torch_memory_saver release ships a build for: also the runtimes probed where no torch says which.
 RELEASED_CUDA_MAJORS = tuple(major for major, facts in CUDA_MAJORS.items() if facts[2])

@@ -7,13 +7,12 @@ pip removes it.
 
 import os
 import re
-import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["owner", "required_by", "pip_refusal", "uninstall_advice"]
+__all__ = ["owner", "required_by", "uninstall_advice"]
 
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -54,30 +53,17 @@ def required_by(name: str) -> "dict[str, str]":
     return dict(sorted(out.items()))
 
 
-def pip_refusal(site: str) -> "str | None":
-    """Why this environment's ``pip uninstall`` removes nothing installed in ``site``, in words, or None
-    where it removes it. pip's own rule (``is_local`` and the standard library check of
-    ``UninstallPathSet.from_dist``): in a virtual environment only what lies under ``sys.prefix``, else
-    anything but the standard library; elsewhere it says "Not uninstalling ..." and goes on."""
-    import sysconfig
-
-    real = os.path.realpath(site)
-    if real in {os.path.realpath(sysconfig.get_path(p)) for p in ("stdlib", "platstdlib")}:
-        return "in the standard library directory"
-    if sys.prefix != sys.base_prefix and not real.startswith(os.path.realpath(sys.prefix) + os.sep):
-        return "outside this environment"
-    return None
-
-
 def uninstall_advice(path: str) -> "dict[str, Any]":
     """What removes ``path``: ``wheel`` (the distribution that brings it, or None), ``site`` (where that is
     installed), ``refusal`` (why this environment's pip would not remove it, or None), ``required_by``
     (those that require it, with their conditions) and ``fix`` (``pip uninstall`` only where nothing
     requires it and pip removes it, else None)."""
+    from .installer import pip_command, pip_refusal
+
     found = owner(path)
     if found is None:
         return {"wheel": None, "site": None, "refusal": None, "required_by": {}, "fix": None}
     name, site = found
     needs, refusal = required_by(name), pip_refusal(site)
     return {"wheel": name, "site": site, "refusal": refusal, "required_by": needs,
-            "fix": None if refusal or needs else f"pip uninstall {name}"}
+            "fix": None if refusal or needs else pip_command("uninstall", name)}

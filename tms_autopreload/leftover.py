@@ -1,0 +1,79 @@
+"""What a flagged start does where ``tms_autopreload.pth`` is left over: the package it starts is gone.
+
+The package directory was deleted while the ``.pth`` stayed in site-packages, or an editable install's
+checkout moved. site.py would print a traceback for the failed import and go on unhooked; instead a
+flagged start says so in one message, with a fix that runs from the shell it is read in, and stops as the
+package stops (exit 78), or goes on under ``TMS_AUTOPRELOAD_ON_ERROR=warn``. The programs the package never
+hooks are left alone here too (a ``pip install`` of the fix, from that same shell).
+
+The package cannot import this module where it is needed, so it never does: ``tools/pthfile.py`` writes its
+functions, with every function and constant of the package they use (the flag rules, the programs never
+hooked, the fix's form, the way out), into the ``.pth`` file's ``#: `` lines, which the file's import line
+runs when ``import tms_autopreload`` fails. Those rules are so written once, and checked by ruff and mypy.
+"""
+
+import json
+import os
+import sys
+
+from . import COMMAND, DISABLE_VAR, NO_HOOK, ON_ERROR_VAR, flags, parse_choice, unhooked_program
+from .installer import _has_ensurepip, _made_by_uv, _uv_on_path, pip_form
+from .origin import WHEEL_TEMPLATE, local_path, source_args, source_gone
+from .startup import EXIT_CONFIG, way_out
+
+__all__ = ["left_over"]
+
+
+def _record(site: str) -> "dict[str, object] | None":
+    """The PEP 610 record (``direct_url.json``) of the tms_autopreload distribution installed in ``site``,
+    or None where there is none or it cannot be read."""
+    try:
+        infos = [n for n in os.listdir(site) if n.startswith("tms_autopreload-") and n.endswith(".dist-info")]
+        with open(os.path.join(site, *infos[:1], "direct_url.json"), "rb") as f:
+            record = json.loads(f.read(1 << 16))
+    except (OSError, ValueError):
+        return None
+    return record if len(infos) == 1 and isinstance(record, dict) and isinstance(record.get("url"), str) else None
+
+
+def _fix(pth: str) -> str:
+    """What puts the package back for this interpreter, from the shell this is read in."""
+    site = os.path.dirname(pth)
+    has_pip = any(os.path.isdir(os.path.join(d or ".", "pip")) for d in (site, *sys.path))
+    uv = _made_by_uv() or _uv_on_path()
+    record = _record(site)
+    args = source_args(record) if record is not None else None
+    if record is not None and args and not source_gone(record):
+        return pip_form(sys.executable, "install", ["--force-reinstall"], args, has_pip, uv, _has_ensurepip())
+    if record is not None and args and args[0] == "-e":
+        again = pip_form(sys.executable, "install", ["-e"], ["/path/to/checkout"], has_pip, uv, _has_ensurepip())
+        return (f"its editable checkout {local_path(record)} is gone (moved or deleted): install it again from where "
+                f"the checkout is now, {again} with that path")
+    again = pip_form(sys.executable, "install", ["--force-reinstall"], [WHEEL_TEMPLATE], has_pip, uv,
+                     _has_ensurepip())
+    gone = f"the source it was installed from, {local_path(record)}, is gone; " if record is not None else ""
+    return f"{gone}install it again from its wheel or checkout, {again} with that file's path"
+
+
+def left_over(pth: str) -> None:
+    """Say once that ``pth`` is left over, with the fix, and stop (exit 78) unless told to warn; nothing where
+    no flag is on or the program is one the package never hooks."""
+    if sys.platform != "linux" or hasattr(sys, "tms_autopreload_left_over"):
+        return  # said once: in a venv site.py runs this file twice (3.10-3.14)
+    program = unhooked_program()
+    if program is not None:
+        if program != COMMAND:
+            os.environ[DISABLE_VAR] = "1"  # for its children, as the package does
+        return
+    if not flags(warn=False)[0]:
+        return  # a misspelt flag is the package's to warn about, where it is installed
+    sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start, read above
+    import shlex
+
+    warn = parse_choice(ON_ERROR_VAR, os.environ.get(ON_ERROR_VAR), ("exit", "warn"))[0] == "warn"
+    message = (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so "
+               f"this process is not hooked. Fix: {_fix(pth)}; or remove it (`{NO_HOOK} rm -- {shlex.quote(pth)}`)"
+               + (f"; continuing without the hook ({ON_ERROR_VAR}=warn)" if warn else f"\n{way_out()}") + "\n")
+    os.write(2, message.encode("utf-8", "surrogateescape"))
+    if not warn:
+        os._exit(EXIT_CONFIG)  # EX_CONFIG, as the package stops; a SystemExit here would abort start-up
