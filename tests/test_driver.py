@@ -173,3 +173,19 @@ def test_the_aarch64_module_line_and_driver_in_an_arm64_root(scenario, tmp_path)
     assert driver["module_version"] == NEW and driver["library_version"] == NEW, driver
     assert driver["library"] == str(nvidia / f"libcuda.so.{NEW}") and driver["newest_major"] == 13, driver
     assert driver["verdict"] == "ok", driver
+
+
+def test_without_a_plan_the_driver_line_names_the_driver_and_why_it_is_not_judged(world, scenario, parts):
+    """torch_memory_saver not installed: no runtime is decided, so no CUDA major to judge the driver against.
+    The driver line still names the driver the libcuda line shows, and says why there is no verdict, never
+    blaming the kernel module's file (the verdict stays "unknown")."""
+    _, _, dirs, _ = world
+    bare = scenario(tms=None, torch="cu13-pip", pip=(13,), host=("driver",))
+    scn = Scenario(bare.venv, need(Host, dirs[NEW].parent / "host-no-tms", [dirs[NEW]]), parts)
+    for proc in (module(None), module(NEW)):
+        r = doctor(scn, proc)
+        assert r.returncode == 1, r.stdout + r.stderr
+        line = driver_line(r.stdout)
+        assert line.startswith(f"driver:   UNKNOWN: driver {NEW} runs CUDA 13.x at most; not judged: no CUDA "
+                               f"runtime was decided for this process"), line
+        assert "/proc/driver/nvidia/version" not in line, line

@@ -216,7 +216,7 @@ def test_the_three_reported_inputs(world):
             error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": path}, executable=exe).error
             assert first_line(error).startswith(f"TMS_AUTOPRELOAD_PATH={path!r} does not name a torch_memory_saver "
                                                 f"preload build"), error
-            assert "point TMS_AUTOPRELOAD_PATH at one" in error and "pip install" not in error
+            assert "`unset TMS_AUTOPRELOAD_PATH` (or point it at one" in error and "pip install" not in error
         error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_CUDA_MAJOR": "9" * 5000}, executable=exe).error
         assert error.startswith("TMS_AUTOPRELOAD_CUDA_MAJOR='9999") and "(5000 characters)" in error
         assert "internal error" not in error and len(error) < 400

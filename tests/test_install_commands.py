@@ -1,10 +1,15 @@
-"""Every ``pip install`` command the package prints, run as pip would run it, in the world where it is printed.
+"""Every install command the package prints, run as printed, from a shell with the flag exported, in the world
+where it is printed.
 
 Each case builds the world (a real venv with real torch_memory_saver and NVIDIA wheels, a torch stand-in,
-the host's loader cache), provokes the message with the package's own command, takes the ``pip install``
-line out of it and runs it with pip's ``--dry-run --report`` against that same venv (``--no-deps``: what
-the line itself asks for, no torch). The report says what WOULD be installed: plain ``--dry-run`` exits 0
-on "Requirement already satisfied", which is how the old fix for a removed build failed.
+the host's loader cache), provokes the message with the package's own command, takes the command out of it
+(the backticked span: ``env TMS_AUTOPRELOAD_DISABLE=1 <its python> -m pip install ...``, with ``ensurepip``
+first where the venv has no pip, as the suite's are made) and runs it with ``sh -c`` exactly as printed, with
+``SLIME_OFFLOAD_TRAIN=1`` exported; pip's own variables make the install a dry run that reports what it WOULD
+install (``PIP_DRY_RUN``, ``PIP_REPORT``, ``PIP_NO_DEPS``: what the line itself asks for, no torch). Plain
+``--dry-run`` exits 0 on "Requirement already satisfied", which is how the old fix for a removed build failed.
+That each fix, run for real, makes the retried start go further, in every world a user builds:
+tests/test_way_out.py.
 
 tms-autopreload is not on the package index: a node without it is told the source pip recorded for the
 driver's copy (PEP 610's ``direct_url.json``), and that line installs that source into a bare venv.
@@ -29,23 +34,42 @@ from conftest import report_host
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from support import ROOT, Venv, clean_env, find_python, run
 
-# A `pip install` line as messages write it: tokens up to the first that opens a parenthesis, ends a
-# clause or a code span.
-INSTALL = re.compile(r"pip install(?: (?:'[^']*'|[^\s'();`,]+))+")
+# A printed command: a backticked span that runs pip, or uv's pip.
+FIX = re.compile(r"`([^`]*\bpip (?:install|uninstall)\b[^`]*)`")
 
 
 def commands(text: str) -> list[str]:
-    return [m.group(0).rstrip(".") for m in INSTALL.finditer(text)]
+    return FIX.findall(text)
 
 
-def would_install(python: Path, command: str, tmp: Path) -> dict[str, dict]:
-    """{name: pip's report entry} of what ``command`` would install into the venv of ``python``."""
-    argv = shlex.split(command)
-    assert argv[:2] == ["pip", "install"], command
+def the_command(text: str, *words: str) -> str:
+    """The one printed command in ``text`` that holds every one of ``words``."""
+    found = [c for c in commands(text) if all(w in c for w in words)]
+    assert len(found) == 1, (found, text)
+    return found[0]
+
+
+def pip_args(command: str) -> list[str]:
+    """What the command asks pip to install: the words after ``-m pip install`` (or ``uv pip install``), as the
+    shell splits them; and it names the environment by its interpreter, unhooked."""
+    last = command.split(" && ")[-1]
+    assert last.startswith("env TMS_AUTOPRELOAD_DISABLE=1 "), command
+    words = shlex.split(last)
+    return words[words.index("install") + 1:]
+
+
+def would_install(command: str, tmp: Path, env: dict[str, str] | None = None) -> dict[str, dict]:
+    """{name: pip's report entry} of what ``command``, run as printed from a flagged shell, would install: its
+    last step a dry run (``ensurepip`` before it, where printed, runs for real)."""
+    *first, last = command.split(" && ")
+    shell = clean_env(SLIME_OFFLOAD_TRAIN="1", **(env or {}))
+    if first:
+        r = subprocess.run(["sh", "-c", " && ".join(first)], capture_output=True, text=True, env=shell, timeout=600)
+        assert r.returncode == 0, (command, r.stderr[-2000:])
     report = tmp / f"report-{uuid.uuid4().hex}.json"
-    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run", "--no-deps",
-                        "-q", "--report", str(report), *argv[2:]], capture_output=True, text=True, env=clean_env(),
-                       timeout=600)
+    r = subprocess.run(["sh", "-c", last], capture_output=True, text=True, timeout=600,
+                       env={**shell, "PIP_DRY_RUN": "1", "PIP_REPORT": str(report), "PIP_NO_DEPS": "1",
+                            "PIP_QUIET": "1"})
     assert r.returncode == 0, (command, r.stderr[-2000:])
     out = {e["metadata"]["name"].lower().replace("_", "-"): e for e in json.loads(report.read_text())["install"]}
     report.unlink()
@@ -54,13 +78,6 @@ def would_install(python: Path, command: str, tmp: Path) -> dict[str, dict]:
 
 def version(entry: dict) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.+]", entry["metadata"]["version"]))
-
-
-def the_command(text: str, *words: str) -> str:
-    """The one ``pip install`` line in ``text`` that holds every one of ``words``."""
-    found = [c for c in commands(text) if all(w in c for w in words)]
-    assert len(found) == 1, (found, text)
-    return found[0]
 
 
 # ---------------------------------------------------------------- torch_memory_saver
@@ -87,9 +104,9 @@ def test_a_removed_or_emptied_build_of_the_installed_release_is_reinstalled_as_t
     doc = scn.doctor()
     assert not doc["ok"]
     command = the_command(doc["fix"], "torch-memory-saver")
-    assert command == "pip install --force-reinstall torch-memory-saver==0.0.10", doc["fix"]
+    assert pip_args(command) == ["--force-reinstall", "torch-memory-saver==0.0.10"], doc["fix"]
     assert f"torch_memory_saver_hook_mode_preload_cu13.abi3.so {said}" in doc["fix"], doc["fix"]
-    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
+    assert version(would_install(command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
 
 
 def _source_built(scn, record: dict | None) -> None:
@@ -115,9 +132,9 @@ def test_a_removed_build_of_a_release_built_from_source_is_reinstalled_from_that
     _source_built(scn, {"url": wheel.as_uri(), "archive_info": {}})
     doc = scn.doctor()
     command = the_command(doc["fix"], "torch")
-    assert command == f"pip install --force-reinstall {wheel}", doc["fix"]
+    assert pip_args(command) == ["--force-reinstall", str(wheel)], doc["fix"]
     assert "torch-memory-saver 0.0.10+source.abc123 is installed but its" in doc["fix"], doc["fix"]
-    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
+    assert version(would_install(command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
     _source_built(scn, None)
     fix = scn.doctor()["fix"]
     assert "==0.0.10+source" not in fix and "reinstall it from the source it was built from" in fix, fix
@@ -135,8 +152,8 @@ def test_a_removed_build_whose_recorded_wheel_file_is_gone_is_reinstalled_from_t
         json.dumps({"url": gone.as_uri(), "archive_info": {}}))
     (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink()
     command = the_command(scn.doctor()["fix"], "torch")
-    assert command == "pip install --force-reinstall torch-memory-saver==0.0.10", command
-    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
+    assert pip_args(command) == ["--force-reinstall", "torch-memory-saver==0.0.10"], command
+    assert version(would_install(command, tmp_path)["torch-memory-saver"]) == (0, 0, 10)
 
 
 @pytest.mark.slow
@@ -159,7 +176,7 @@ def test_an_editable_checkout_whose_builds_were_cleaned_is_rebuilt_from_that_che
     assert not doc["ok"] and doc["torch_memory_saver_dir"] == str(checkout / "torch_memory_saver"), doc
     assert doc["fix"].startswith(f"torch-memory-saver 0.0.10 is installed editable from {checkout}, which holds no "
                                  f"preload build"), doc["fix"]
-    assert the_command(doc["fix"], "torch") == f"pip install --force-reinstall -e {checkout}", doc["fix"]
+    assert pip_args(the_command(doc["fix"], "torch")) == ["--force-reinstall", "-e", str(checkout)], doc["fix"]
 
 
 @pytest.mark.slow
@@ -182,10 +199,13 @@ def test_a_removed_build_of_a_target_folder_install_is_reinstalled_into_that_fol
     doc = scn.doctor(env)
     assert not doc["ok"] and doc["torch_memory_saver_dir"] == str(target / "torch_memory_saver"), doc
     command = the_command(doc["fix"], "torch")
-    assert command == f"pip install --force-reinstall --target {target} --upgrade torch-memory-saver==0.0.10", command
-    pip, *args = shlex.split(command)
-    run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), *args, "--no-index", "--find-links",
-         str(support.tms_wheel("0.0.10").parent), "-q"], env=clean_env(**env))
+    assert pip_args(command) == ["--force-reinstall", "--target", str(target), "--upgrade",
+                                 "torch-memory-saver==0.0.10"], command
+    # Run as printed, from a flagged shell, offline from the suite's wheels: doctor then answers ok.
+    r = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=600,
+                       env=clean_env(SLIME_OFFLOAD_TRAIN="1", PIP_NO_INDEX="1", PIP_QUIET="1",
+                                     PIP_FIND_LINKS=str(support.tms_wheel("0.0.10").parent), **env))
+    assert r.returncode == 0, r.stderr
     assert scn.doctor(env)["ok"], scn.doctor(env)["error"]
 
 
@@ -198,16 +218,16 @@ def test_a_release_without_any_build_left_is_reinstalled_as_that_release(scenari
     doc = scn.doctor()
     assert "ships no preload build" in doc["error"], doc["error"]
     command = the_command(doc["fix"], "torch-memory-saver")
-    assert command == "pip install --force-reinstall torch-memory-saver==0.0.9.post1", doc["fix"]
-    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 9, 0)
+    assert pip_args(command) == ["--force-reinstall", "torch-memory-saver==0.0.9.post1"], doc["fix"]
+    assert version(would_install(command, tmp_path)["torch-memory-saver"]) == (0, 0, 9, 0)
 
 
 def test_a_cu12_only_release_on_cuda13_is_upgraded(scenario, tmp_path):
-    scn = scenario(tms="0.0.9", torch="cu13-sys", host=("driver", "cuda13"))
+    scn = scenario(tms="0.0.9", torch="cu13-sys", host=("driver", "cuda13"), tag="cu12-only-upgraded")
     doc = scn.doctor()
     command = the_command(doc["fix"], "torch-memory-saver")
-    assert command == "pip install 'torch-memory-saver>=0.0.9.post1'"
-    got = would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]
+    assert pip_args(command) == ["torch-memory-saver>=0.0.9.post1"], command
+    got = would_install(command, tmp_path)["torch-memory-saver"]
     assert version(got) > (0, 0, 9), got["metadata"]
 
 
@@ -216,29 +236,29 @@ def test_no_release_for_the_major_installs_the_driver_only_release(scenario, tmp
     """A process without torch told to use CUDA 11 (``tms-autopreload run --`` users): no release ships a CUDA
     11 build, 0.0.8's needs only the driver. (With a torch of another major the fix is to unset the override:
     tests/test_second_runtime.py.)"""
-    scn = scenario(tms="0.0.10", torch=None)
+    scn = scenario(tms="0.0.10", torch=None, tag="cuda11-driver-only")
     doc = scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "11"})
     command = the_command(doc["fix"], "torch-memory-saver")
-    assert command == "pip install 'torch-memory-saver==0.0.8'"
-    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) == (0, 0, 8)
+    assert pip_args(command) == ["torch-memory-saver==0.0.8"], command
+    assert version(would_install(command, tmp_path)["torch-memory-saver"]) == (0, 0, 8)
 
 
 @pytest.mark.slow
 def test_no_torch_memory_saver_installs_it(scenario, tmp_path):
-    scn = scenario(tms=None, torch="cu13-sys")
+    scn = scenario(tms=None, torch="cu13-sys", tag="no-tms-installs")
     doc = scn.doctor()
     command = the_command(doc["fix"], "torch-memory-saver")
-    assert "torch-memory-saver" in would_install(scn.venv.python, command, tmp_path)
+    assert "torch-memory-saver" in would_install(command, tmp_path)
 
 
 @pytest.mark.slow
 def test_a_single_path_release_beside_another_preload_is_upgraded(scenario, tmp_path):
     """0.0.9.post1 with another LD_PRELOAD entry: the warning's fix installs a release that splits on ':'."""
-    scn = report_host(scenario)
+    scn = report_host(scenario, tag="single-path-upgraded")
     doc = scn.doctor({"LD_PRELOAD": str(scn.parts.stub / "libcuda.so.1")})
     warning = next(w for w in doc["warnings"] if "reads LD_PRELOAD as a single path" in w)
     command = the_command(warning, "torch-memory-saver")
-    assert version(would_install(scn.venv.python, command, tmp_path)["torch-memory-saver"]) >= (0, 0, 10)
+    assert version(would_install(command, tmp_path)["torch-memory-saver"]) >= (0, 0, 10)
 
 
 # ---------------------------------------------------------------- NVIDIA's runtime wheels, Ray, Jupyter
@@ -246,10 +266,10 @@ def test_a_single_path_release_beside_another_preload_is_upgraded(scenario, tmp_
 @pytest.mark.slow
 @pytest.mark.parametrize("major, project", [(13, "nvidia-cuda-runtime"), (12, "nvidia-cuda-runtime-cu12")])
 def test_a_missing_runtime_installs_nvidias_wheel_of_that_major(scenario, tmp_path, major, project):
-    scn = scenario(tms="0.0.10", torch=f"cu{major}-sys", host=("driver",))
+    scn = scenario(tms="0.0.10", torch=f"cu{major}-sys", host=("driver",), tag=f"runtime-{major}-installs")
     doc = scn.doctor()
     command = the_command(doc["fix"], "nvidia-cuda-runtime")
-    got = would_install(scn.venv.python, command, tmp_path)[project]
+    got = would_install(command, tmp_path)[project]
     assert version(got)[0] == major, got["metadata"]
 
 
@@ -260,18 +280,18 @@ def test_every_runtime_hint_installs_that_majors_runtime(tmp_path, major):
     build that links libcudart.so.11), into a venv without any."""
     from tms_autopreload.runtime import install_hint
 
-    venv = Venv(tmp_path / "venv", find_python(f"{sys.version_info[0]}.{sys.version_info[1]}"))
-    got = would_install(venv.python, the_command(install_hint("cuda", major), "pip install"), tmp_path)
+    # In-process, the hint is for this interpreter: the suite's own venv, where it runs as printed.
+    got = would_install(the_command(install_hint("cuda", major), "pip install"), tmp_path)
     (entry,) = got.values()
     assert entry["metadata"]["name"].startswith("nvidia-cuda-runtime") and version(entry)[0] == major, got
 
 
 @pytest.mark.slow
 def test_no_torch_and_no_runtime_installs_the_cuda13_wheel(scenario, tmp_path):
-    scn = scenario(tms="0.0.10", torch=None, host=("driver",))
+    scn = scenario(tms="0.0.10", torch=None, host=("driver",), tag="no-runtime-installs")
     doc = scn.doctor()
     command = the_command(doc["fix"], "nvidia-cuda-runtime")
-    assert version(would_install(scn.venv.python, command, tmp_path)["nvidia-cuda-runtime"])[0] == 13
+    assert version(would_install(command, tmp_path)["nvidia-cuda-runtime"])[0] == 13
 
 
 @pytest.mark.slow
@@ -279,11 +299,11 @@ def test_no_torch_and_no_runtime_installs_the_cuda13_wheel(scenario, tmp_path):
                                             (["kernel", "install", "--prefix", "{tmp}"],
                                              {"jupyter-client", "ipykernel"})])
 def test_a_missing_tool_installs_it(scenario, tmp_path, argv, projects):
-    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",), tag=f"missing-{argv[0]}")
     r = scn.run(["-m", "tms_autopreload", *(a.format(tmp=tmp_path) for a in argv)])
     assert r.returncode == 2, r.stderr
     command = the_command(r.stderr, "pip install")
-    assert set(would_install(scn.venv.python, command, tmp_path)) == projects
+    assert set(would_install(command, tmp_path)) == projects
 
 
 # ---------------------------------------------------------------- tms-autopreload itself
@@ -316,15 +336,21 @@ def assert_installs_from(said: str, source_url: str, tmp: Path) -> None:
     assert "tms_autopreload is not installed for /node/venv/bin/python" in said
     assert "a source that may not exist on that node" in said, said
     command = the_command(said, "pip install")
-    node = Venv(tmp / f"node-{uuid.uuid4().hex[:8]}", find_python(f"{sys.version_info[0]}.{sys.version_info[1]}"))
-    got = would_install(node.python, command, tmp)["tms-autopreload"]
-    assert got["download_info"]["url"].rstrip("/") == source_url.rstrip("/"), (command, got["download_info"])
+    # The node's venv, with pip (as `python -m venv` makes it), where the printed python is.
+    node = tmp / f"node-{uuid.uuid4().hex[:8]}"
+    run([find_python(f"{sys.version_info[0]}.{sys.version_info[1]}"), "-m", "venv", str(node)], env=clean_env())
+    # Run for real (a dry run's variables would reach the build backend's own pip, which then installs nothing).
+    r = subprocess.run(["sh", "-c", command.replace("/node/venv/bin/python", str(node / "bin" / "python"))],
+                       capture_output=True, text=True, timeout=600, env=clean_env(SLIME_OFFLOAD_TRAIN="1"))
+    assert r.returncode == 0, (command, r.stderr[-2000:])
+    (record,) = node.glob("lib/python*/site-packages/tms_autopreload-*.dist-info/direct_url.json")
+    assert json.loads(record.read_text())["url"].rstrip("/") == source_url.rstrip("/"), command
 
 
 @pytest.mark.slow
 def test_a_node_without_the_package_is_told_the_wheel_the_driver_installed(parts, tmp_path):
     _, said = installed_from(tmp_path, "--no-index", str(parts.own_wheel))
-    assert f"`pip install {parts.own_wheel}`" in said, said
+    assert f"`env TMS_AUTOPRELOAD_DISABLE=1 /node/venv/bin/python -m pip install {parts.own_wheel}`" in said, said
     assert_installs_from(said, parts.own_wheel.as_uri(), tmp_path)
 
 
@@ -337,7 +363,9 @@ def test_without_a_record_the_advice_names_no_package_index_command(parts, tmp_p
         record.unlink()
     said = run([str(venv.python), "-c", NOT_INSTALLED], env=clean_env()).stdout
     assert ("install it into the environment Ray starts that node's workers from (sys.prefix /node/venv) the way "
-            "you installed it on this machine: from its wheel or checkout") in said, said
+            "you installed it on this machine, from its wheel or checkout (`env TMS_AUTOPRELOAD_DISABLE=1 "
+            "/node/venv/bin/python -m pip install --force-reinstall /path/to/tms_autopreload-<version>-py3-none-any"
+            ".whl`, with the path of that file") in said, said
     assert "tms-autopreload is not on the package index" in said
 
 
@@ -354,7 +382,8 @@ def _source(tmp: Path) -> Path:
 def test_a_node_without_the_package_is_told_the_checkout_the_driver_installed(tmp_path, editable):
     src = _source(tmp_path)
     _, said = installed_from(tmp_path, *(["-e"] if editable else []), str(src))
-    assert f"`pip install {'-e ' if editable else ''}{src}`" in said, said
+    assert (f"`env TMS_AUTOPRELOAD_DISABLE=1 /node/venv/bin/python -m pip install {'-e ' if editable else ''}{src}`"
+            in said), said
     assert_installs_from(said, src.as_uri(), tmp_path)
 
 
@@ -365,5 +394,5 @@ def test_a_node_without_the_package_is_told_the_commit_the_driver_installed(tmp_
         run(["git", *args], cwd=src)
     commit = run(["git", "rev-parse", "HEAD"], cwd=src).stdout.strip()
     _, said = installed_from(tmp_path, f"git+{src.as_uri()}")
-    assert f"`pip install git+{src.as_uri()}@{commit}`" in said, said
+    assert f"-m pip install git+{src.as_uri()}@{commit}`" in said, said
     assert_installs_from(said, src.as_uri(), tmp_path)

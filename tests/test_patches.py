@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,9 +268,11 @@ def test_the_driver_still_fails_fast_without_the_packages(patch, tms_package):
     assert before.get("raised") == "ModuleNotFoundError" and "torch_memory_saver" in before["message"], before
     ok = driver_side(patch, "after", tms_package, ROOT)
     assert "raised" not in ok and {"SLIME_OFFLOAD_TRAIN", "TMS_AUTOPRELOAD"} & set(ok["env_vars"]), ok
-    for present, missing, fix in ((tms_package, "tms_autopreload", "Fix: pip install /path/to/tms_autopreload-"),
-                                  (ROOT, "torch_memory_saver", "Fix: pip install torch-memory-saver")):
+    for present, missing, fix in ((tms_package, "tms_autopreload", "-m pip install /path/to/tms_autopreload-"),
+                                  (ROOT, "torch_memory_saver", "-m pip install torch-memory-saver")):
         got = driver_side(patch, "after", present)
+        # The fix runs as printed from a shell with the flag exported, for the driver's own interpreter.
+        fix = f"Fix: env TMS_AUTOPRELOAD_DISABLE=1 {sys.executable} {fix}"
         assert got.get("raised") in ("ModuleNotFoundError", "RuntimeError"), (missing, got)
         assert got["message"].startswith(f"offload needs {missing} on every node; it is not installed for "), got
         assert fix in got["message"], got

@@ -213,6 +213,6 @@ def test_override_to_the_cu12_wheel_splits_the_hook_from_torch_and_is_said(real_
     assert r.returncode == 0 and f"tms-autopreload: warning: {warning}" in r.stderr.splitlines(), r.stderr
     ev = json.loads(deep(scn, env, "--json", tmp=tmp_path).stdout)
     assert not ev["ok"] and ev["cause"] == "second-runtime-bound", ev
-    assert ev["fix"] == "unset TMS_AUTOPRELOAD_CUDA_MAJOR to use torch's runtime", ev
+    assert ev["fix"] == "`unset TMS_AUTOPRELOAD_CUDA_MAJOR` to use torch's runtime", ev
     cu12 = str(scn.site / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12")
     assert ev["hook_bound_to"] == [cu12] and ev["runtime_bound_by"][cu12], ev

@@ -243,7 +243,7 @@ def test_no_message_names_a_build_no_release_ships(scenario):
     scn = scenario(tms="0.0.10", torch="cu13-sys")
     # The override, not a missing build, is the cause here (torch is built for CUDA 13): the one fix, and
     # nothing installed for a CUDA 11 torch does not use.
-    fix = f"Fix: unset TMS_AUTOPRELOAD_CUDA_MAJOR (torch at {scn.site / 'torch'} is built for CUDA 13.0)"
+    fix = f"Fix: `unset TMS_AUTOPRELOAD_CUDA_MAJOR` (torch at {scn.site / 'torch'} is built for CUDA 13.0)"
     assert doc["error"].splitlines()[-1] == fix, doc["error"]
     assert_stopped(scn.flagged("print('user code ran')", env), fix)
     # Without torch, CUDA 11 is the process's own: what exists for it is said (the scenarios' venvs have no

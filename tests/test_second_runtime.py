@@ -130,7 +130,7 @@ def test_override_that_splits_the_hook_from_torch_is_said_and_not_ok(scenario):
     assert not doc["ok"] and doc["plan"] is not None, doc
     assert os.path.basename(doc["plan"]["build"]) == "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
     assert rt["split"] == {"torch_library": "libcudart.so.13", "overrides": [f"{SPLIT}='12'"],
-                           "cause": "split-runtime", "fix": f"unset {SPLIT} to use torch's runtime"}, rt
+                           "cause": "split-runtime", "fix": f"`unset {SPLIT}` to use torch's runtime"}, rt
     said = [w for w in doc["warnings"] if w.startswith(f"{SPLIT}='12' makes the hook use libcudart.so.12")]
     assert len(said) == 1 and "links libcudart.so.13" in said[0], doc["warnings"]
     r = scn.run(["-m", "tms_autopreload", "doctor"], env)
@@ -177,7 +177,7 @@ def test_both_overrides_on_another_major_than_torchs_are_told_to_go(scenario, pa
     env = {SPLIT: "12", "TMS_AUTOPRELOAD_PATH": str(scn.site / "torch_memory_saver_hook_mode_preload_cu12.abi3.so")}
     doc = scn.doctor(env)
     assert not doc["ok"] and doc["plan"] is None, doc
-    assert doc["fix"].startswith(f"unset {SPLIT} and TMS_AUTOPRELOAD_PATH to use torch's runtime (torch at "
+    assert doc["fix"].startswith(f"`unset {SPLIT} TMS_AUTOPRELOAD_PATH` to use torch's runtime (torch at "
                                  f"{scn.site / 'torch'} is built for CUDA 13.0)"), doc["fix"]
     assert "for CUDA 12" not in doc["fix"] and CU12_WHEEL not in doc["fix"], doc["fix"]
 

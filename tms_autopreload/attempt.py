@@ -460,7 +460,7 @@ def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: O
     a value would be too long for any exec."""
     llp = option.ld_library_path
     said = _binding_words(option, runtime, build) + (f" (not {'; not '.join(passed)})" if passed else "")
-    plan = Plan(os.path.realpath(build.path), option.ld_preload,
+    plan = Plan(build.path, option.ld_preload,
                 llp if llp != env.get("LD_LIBRARY_PATH", "") else None, runtime, binding=said,
                 added=_added(env, option))
     for name, value in plan.changes().items():

@@ -120,16 +120,19 @@ def pip_form(exe: str, verb: str, options: "list[str]", args: "list[str]", has_p
     first. (Also the left-over ``.pth``'s fix, which has only ``os`` and ``sys``: no other imports here.)"""
     import shlex
 
-    def line(*words: str) -> str:
-        return " ".join([NO_HOOK, *map(shlex.quote, words)])
+    # pip's own variable, not its option, where the interpreter is externally managed: ensurepip obeys it too.
+    unmanaged = ["PIP_BREAK_SYSTEM_PACKAGES=1"] if "--break-system-packages" in options else []
 
-    own = (["-y"] if verb == "uninstall" else []) + options
+    def line(*words: str) -> str:
+        return " ".join([NO_HOOK, *(unmanaged if words[0] != "uv" else []), *map(shlex.quote, words)])
+
+    own = (["-y"] if verb == "uninstall" else []) + [o for o in options if o != "--break-system-packages"]
     if has_pip:
         return f"`{line(exe, '-m', 'pip', verb, *own, *args)}`"
     uv_options = ["--reinstall" if o == "--force-reinstall" else o for o in options]
     if uv:
         return f"`{line('uv', 'pip', verb, '--python', exe, *uv_options, *args)}`"
-    if has_ensurepip:
+    if has_ensurepip and not unmanaged:  # ensurepip drops every PIP_ variable, so it obeys PEP 668's marker
         return f"`{line(exe, '-m', 'ensurepip')} && {line(exe, '-m', 'pip', verb, *own, *args)}`"
     return (f"{exe} has neither pip nor ensurepip (a distribution's interpreter without its pip package): install "
             f"your distribution's pip for it (Debian: python3-pip) or uv, then "

@@ -17,7 +17,7 @@ import os
 import sys
 
 from . import COMMAND, DISABLE_VAR, NO_HOOK, ON_ERROR_VAR, flags, parse_choice, unhooked_program
-from .installer import _has_ensurepip, _made_by_uv, _uv_on_path, pip_form
+from .installer import _has_ensurepip, _made_by_uv, _user_site, _uv_on_path, pip_form
 from .origin import WHEEL_TEMPLATE, local_path, source_args, source_gone
 from .startup import EXIT_CONFIG, way_out
 
@@ -41,16 +41,16 @@ def _fix(pth: str) -> str:
     site = os.path.dirname(pth)
     has_pip = any(os.path.isdir(os.path.join(d or ".", "pip")) for d in (site, *sys.path))
     uv = _made_by_uv() or _uv_on_path()
+    options = ["--force-reinstall", *(["--user"] if _user_site(site) else [])]
     record = _record(site)
     args = source_args(record) if record is not None else None
     if record is not None and args and not source_gone(record):
-        return pip_form(sys.executable, "install", ["--force-reinstall"], args, has_pip, uv, _has_ensurepip())
+        return pip_form(sys.executable, "install", options, args, has_pip, uv, _has_ensurepip())
     if record is not None and args and args[0] == "-e":
-        again = pip_form(sys.executable, "install", ["-e"], ["/path/to/checkout"], has_pip, uv, _has_ensurepip())
+        editable = pip_form(sys.executable, "install", ["-e"], ["/path/to/checkout"], has_pip, uv, _has_ensurepip())
         return (f"its editable checkout {local_path(record)} is gone (moved or deleted): install it again from where "
-                f"the checkout is now, {again} with that path")
-    again = pip_form(sys.executable, "install", ["--force-reinstall"], [WHEEL_TEMPLATE], has_pip, uv,
-                     _has_ensurepip())
+                f"the checkout is now, {editable} with that path")
+    again = pip_form(sys.executable, "install", options, [WHEEL_TEMPLATE], has_pip, uv, _has_ensurepip())
     gone = f"the source it was installed from, {local_path(record)}, is gone; " if record is not None else ""
     return f"{gone}install it again from its wheel or checkout, {again} with that file's path"
 

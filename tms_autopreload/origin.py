@@ -115,5 +115,5 @@ def install_advice(into: str, python: str) -> str:
     if args is None:
         return f"install it into {into} {unknown_source(python)}"
     return (f"install it into {into} from the wheel or checkout you installed it from: this machine's copy came "
-            f"from {pip_command('install', *args, python=python)}, run on that node, a source that may not exist "
-            f"there (copy it there first)")
+            f"from {pip_command('install', *args, python=python)} (run it on that node), a source that may not "
+            f"exist on that node (copy it there first)")

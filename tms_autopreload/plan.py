@@ -91,14 +91,14 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, pro
                 "does not exist" if not os.path.exists(forced) else
                 "is not a regular file" if not os.path.isfile(forced) else None)
         if what:
-            raise ResolveError(f"{named} {what}", fix="point it at a preload build or unset it",
+            raise ResolveError(f"{named} {what}", fix=f"`unset {PATH_VAR}` (or point it at a preload build)",
                                cause=CAUSE_BAD_FORCED_PATH)
         build = read_build(forced, want)
         if build.problem:
             raise ResolveError(f"{named} does not name a torch_memory_saver preload build for "
                                f"this interpreter: {build.problem}", cause=CAUSE_BAD_FORCED_PATH,
-                               fix=f"point {PATH_VAR} at one (`tms-autopreload doctor` lists the installed builds) "
-                                   f"or unset it")
+                               fix=f"`unset {PATH_VAR}` (or point it at one: `tms-autopreload doctor` lists the "
+                                   f"installed builds)")
         if not is_tms_entry(forced):
             import shlex
 
@@ -149,8 +149,8 @@ def _judge_forced(build: Build, runtime: Runtime, warnings: list[str]) -> None:
         raise ResolveError(f"{named} defines nothing that {runtime.library} defines, so preloading it intercepts "
                            f"no call (a torch_memory_saver build of another mode, such as hook_mode_torch, is loaded "
                            f"by torch_memory_saver itself, not preloaded)", cause=CAUSE_BAD_FORCED_PATH,
-                           fix=f"point {PATH_VAR} at a preload build ({PRELOAD_PREFIXES[0]}*.so; `tms-autopreload "
-                               f"doctor` lists the installed builds) or unset it")
+                           fix=f"`unset {PATH_VAR}` (or point it at a preload build, {PRELOAD_PREFIXES[0]}*.so: "
+                               f"`tms-autopreload doctor` lists the installed builds)")
 
 
 def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Verdict], list[int]]":
@@ -239,7 +239,7 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
         # cause; installing the runtime it names, or a build for it, would only split the hook from torch
         # (split_warning).
         built = f"torch at {torch.dir} " + (f"is built for CUDA {torch.cuda}" if torch.cuda else f"links {split}")
-        fixes = [f"unset {CUDA_MAJOR_VAR} ({built})",
+        fixes = [f"`unset {CUDA_MAJOR_VAR}` ({built})",
                  *(f for f in fixes if f != install_hint(runtime.kind, runtime.major))]
     from .releases import build_install_hint
 
@@ -267,9 +267,9 @@ def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int],
     if forced:
         head = f"{PATH_VAR}={shown(forced, PATH_SHOWN)} names a build that does not fit {runtime.describe()}"
         return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_FORCED_DOES_NOT_FIT,
-                            fix=f"unset {CUDA_MAJOR_VAR} and {PATH_VAR} to use torch's runtime ({built})" if built
-                            else f"point {PATH_VAR} at a build for {runtime.name}, or unset it to choose among the "
-                                 f"installed builds")
+                            fix=f"`unset {CUDA_MAJOR_VAR} {PATH_VAR}` to use torch's runtime ({built})" if built
+                            else f"`unset {PATH_VAR}` to choose among the installed builds (or point it at a build "
+                                 f"for {runtime.name})")
     if not eligible and not built:
         fixes.append(build_install_hint(runtime.kind, runtime.major, package_dir))
     return ResolveError("\n".join([f"no torch_memory_saver preload build fits {runtime.describe()}:", *listing]),
@@ -286,7 +286,7 @@ def split_overrides(env: "Mapping[str, str]") -> "list[str]":
 def split_fix(env: "Mapping[str, str]") -> str:
     """The fix where an override splits the hook from torch: unset the overrides ``env`` sets."""
     names = [o.partition("=")[0] for o in split_overrides(env)] or [CUDA_MAJOR_VAR]
-    return f"unset {' and '.join(names)} to use torch's runtime"
+    return f"`unset {' '.join(names)}` to use torch's runtime"
 
 
 def split_warning(runtime: Runtime, build: Build, env: "Mapping[str, str]") -> "str | None":

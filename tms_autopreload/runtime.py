@@ -137,7 +137,8 @@ def _major(text: str, what: str) -> int:
     major = number(text.strip().split(".", 1)[0])
     if major is None or not 0 < major < 100:
         raise ResolveError(f"{what}={shown(text)} is not a version with a numeric major",
-                           fix=f"set {CUDA_MAJOR_VAR}=N (for example 12 or 13) or unset it", cause=CAUSE_BAD_VERSION)
+                           fix=f"`unset {CUDA_MAJOR_VAR}` (or set it to a CUDA major, for example 12 or 13)",
+                           cause=CAUSE_BAD_VERSION)
     return major
 
 

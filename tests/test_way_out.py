@@ -1,0 +1,380 @@
+"""The way out works from where the user stands: every fix, pasted into the shell that printed it, changes
+the environment the message is about, and the retried command goes further.
+
+A property over worlds x failures x shells. Each cell builds its world, provokes the message the way a user
+meets it (a flagged ``python -c pass`` that stops with exit 78, or ``doctor`` in a shell with no flag), takes
+the fix out of it exactly as printed (the first command in backticks after ``Fix:``), and runs
+``sh -c 'FIX; RETRY'`` in that same shell: the same variables (the flag exported), the same ``PATH``, the venv
+activated or not. Installs are real and offline, from the suite's wheel cache, through the variables pip and
+uv read (``PIP_NO_INDEX``/``PIP_FIND_LINKS``; uv 0.13 has no variable for ``--no-index``, so ``UV_CONFIG_FILE``
+names a ``uv.toml`` that says it, with ``UV_FIND_LINKS``; a fresh ``UV_CACHE_DIR`` per cell). Every retry here
+then passes: the start is hooked, or ``doctor`` has a plan.
+
+Worlds (where torch, torch_memory_saver and this package live):
+
+* ``pip-venv-activated``: a venv with its own pip (``python -m venv``), everything in its site-packages, the
+  venv's ``bin`` first on ``PATH`` and ``VIRTUAL_ENV`` set; commands name ``python``;
+* ``pip-venv-by-path``: the same venv, not activated: ``PATH`` leads to no Python of it;
+* ``without-pip``: a venv made ``--without-pip``, everything in it; another venv's ``pip`` first on ``PATH``;
+* ``uv-venv``: a venv uv made (no pip), everything installed by uv; ``uv`` on ``PATH``;
+* ``user-site``: an interpreter's own prefix with no pip, everything in the user site under ``HOME``;
+* ``target``: torch and this package in a venv with pip, torch_memory_saver in a ``pip install --target``
+  folder on ``PYTHONPATH`` (site.py never reads a ``.pth`` file from there).
+
+Failures: no torch_memory_saver; 0.0.10 with its cu13 build deleted; 0.0.9 (a CUDA 12 build only) under a
+CUDA 13 torch; this package's directory removed (its ``.pth`` left over); ``TMS_AUTOPRELOAD_PATH`` naming
+no file; ``TMS_AUTOPRELOAD_CUDA_MAJOR=12`` under a CUDA 13 torch. Shells: ``TMS_AUTOPRELOAD=1``,
+``SLIME_OFFLOAD_TRAIN=1``, dlopen mode, and no flag (``doctor`` provokes the message; not for a left-over
+``.pth``, where no command of the package can run and nothing is said without a flag).
+
+The host has the driver and CUDA 13 in its loader cache, and torch is the CUDA 13 stand-in. The fast lane
+runs the cells of :data:`FAST`; ``make test`` every one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DEFAULT_PYTHON, need
+from support import (Host, Venv, assert_stopped, base_python, clean_env, locate_python, private_copy, run, tms_wheel,
+                     uv, write_torch_standin)
+
+WORLDS = ["pip-venv-activated", "pip-venv-by-path", "without-pip", "uv-venv", "user-site", "target"]
+FAILURES = ["no-tms", "deleted-build", "cu12-only-release", "package-removed", "bad-path", "cuda12-override"]
+SHELLS = {"TMS_AUTOPRELOAD": {"TMS_AUTOPRELOAD": "1"}, "SLIME_OFFLOAD_TRAIN": {"SLIME_OFFLOAD_TRAIN": "1"},
+          "dlopen": {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_MODE": "dlopen"}, "no-flag": {}}
+# At most five cells in the fast lane: one per world but the activated one, each another failure and shell.
+FAST = {("pip-venv-by-path", "no-tms", "SLIME_OFFLOAD_TRAIN"), ("uv-venv", "deleted-build", "TMS_AUTOPRELOAD"),
+        ("without-pip", "package-removed", "TMS_AUTOPRELOAD"), ("target", "deleted-build", "no-flag"),
+        ("user-site", "cu12-only-release", "dlopen")}
+CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def _cells():
+    for world, failure, shell in itertools.product(WORLDS, FAILURES, SHELLS):
+        if shell == "no-flag" and failure == "package-removed":
+            continue  # no command of the package can run, and without a flag nothing is said
+        marks = () if (world, failure, shell) in FAST else (pytest.mark.slow,)
+        yield pytest.param(world, failure, shell, marks=marks, id=f"{world}-{failure}-{shell}")
+
+
+@pytest.fixture(scope="module")
+def kit(parts, tmp_path_factory):
+    """What every cell builds from: the wheels (offline, one folder), the host, and built-once templates."""
+    root = tmp_path_factory.mktemp("way-out")
+    links = root / "wheels"
+    links.mkdir()
+    for wheel in (parts.own_wheel, need(tms_wheel, "0.0.9"), need(tms_wheel, "0.0.10")):
+        (links / wheel.name).symlink_to(wheel)
+    # uv 0.13 has no variable for --no-index: its configuration file says it (UV_CONFIG_FILE).
+    (root / "uv.toml").write_text(f"no-index = true\nfind-links = [{str(links)!r}]\n")
+    uvbin = root / "uvbin"  # uv alone on PATH: not the test venv's pip or python beside it
+    uvbin.mkdir()
+    (uvbin / "uv").symlink_to(need(_uv))
+    return {"root": root, "links": links, "uvbin": uvbin, "python": need(locate_python, DEFAULT_PYTHON),
+            "host": need(Host, root / "host", parts.host_dirs(("driver", "cuda13"))), "templates": {},
+            "deps": parts.global_deps("cu13-sys"), "own": parts.own_wheel}
+
+
+def _uv() -> str:
+    found = uv()
+    if found is None:
+        from support import SetupError
+
+        raise SetupError("uv is not installed (tests/requirements.txt installs it)")
+    return found
+
+
+def _offline(kit, cell: Path) -> dict[str, str]:
+    """pip's and uv's variables for installs from the suite's wheels only, with a cache of the cell's own."""
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(kit["links"]), "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "UV_CONFIG_FILE": str(kit["root"] / "uv.toml"), "UV_FIND_LINKS": str(kit["links"]),
+            "UV_CACHE_DIR": str(cell / "uv-cache")}
+
+
+def _pip(kit, python: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    """Install with the suite's own pip into the interpreter ``python``'s environment, offline."""
+    run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+         "--disable-pip-version-check", "--no-index", "--find-links", str(kit["links"]), *args],
+        env=clean_env(**(env or {})))
+
+
+def _template(kit, name: str, make) -> Venv:
+    """A venv made once per module by ``make(path)``, which cells copy (scripts rewritten to the copy)."""
+    if name not in kit["templates"]:
+        kit["templates"][name] = make(kit["root"] / "templates" / name)
+    return kit["templates"][name]
+
+
+def _pip_venv(kit, path: Path) -> Venv:
+    run([kit["python"], "-m", "venv", str(path)], env=clean_env())
+    return Venv(path)
+
+
+class World:
+    """One cell's world: how its shell starts the interpreter (``python``), that shell's variables
+    (``env``), and where this package and torch_memory_saver lie."""
+
+    def __init__(self, kit, cell: Path, world: str, tms: str | None) -> None:
+        self.home = cell / "home"
+        self.home.mkdir(parents=True)
+        env = {"HOME": str(self.home), "PATH": SYSTEM_PATH}
+        wheels = [str(kit["own"])] + ([f"torch-memory-saver=={tms}"] if tms and world != "target" else [])
+        if world in ("pip-venv-activated", "pip-venv-by-path", "target"):
+            venv = private_copy(_template(kit, "pip", lambda p: _pip_venv(kit, p)), cell / "venv")
+            _pip(kit, venv.python, *wheels)
+            if world == "pip-venv-activated":
+                env.update(PATH=f"{venv.path / 'bin'}:{SYSTEM_PATH}", VIRTUAL_ENV=str(venv.path))
+            self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
+            if world == "target":
+                self.tms_site = cell / "target"
+                self.tms_site.mkdir()
+                env["PYTHONPATH"] = str(self.tms_site)
+                if tms:
+                    _pip(kit, venv.python, "--target", str(self.tms_site), f"torch-memory-saver=={tms}")
+            if world == "pip-venv-activated":
+                self.python = "python"
+        elif world == "without-pip":
+            venv = Venv(cell / "venv", kit["python"])
+            _pip(kit, venv.python, *wheels)
+            other = _template(kit, "pip", lambda p: _pip_venv(kit, p))
+            env["PATH"] = f"{other.path / 'bin'}:{SYSTEM_PATH}"
+            self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
+        elif world == "uv-venv":
+            run([str(kit["uvbin"] / "uv"), "venv", "-q", "--python", kit["python"], str(cell / "venv")],
+                env=clean_env(UV_CACHE_DIR=str(cell / "uv-cache")))
+            venv = Venv(cell / "venv")
+            run([str(kit["uvbin"] / "uv"), "pip", "install", "-q", "--python", str(venv.python), *wheels],
+                env=clean_env(**_offline(kit, cell)))
+            env["PATH"] = f"{kit['uvbin']}:{SYSTEM_PATH}"
+            self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
+        else:  # user-site
+            base = base_python(kit["python"], cell / "base")
+            _pip(kit, base.python, "--user", *wheels, env={"HOME": str(self.home)})
+            user = run([str(base.python), "-c", "import site; print(site.getusersitepackages())"],
+                       env=clean_env(HOME=str(self.home))).stdout.strip()
+            self.python, self.site, self.tms_site = str(base.python), Path(user), Path(user)
+        self.torch_site = self.site
+        write_torch_standin(self.torch_site, cuda="13.0", hip=None, deps_lib=kit["deps"])
+        self.env = env
+
+
+FAILURE_TMS = {"no-tms": None, "cu12-only-release": "0.0.9"}  # the rest: 0.0.10
+
+
+def _broken(kit, cell: Path, world: str, failure: str) -> tuple[World, dict[str, str]]:
+    """The world with the failure in it, and what the failure adds to the shell's variables."""
+    w = World(kit, cell, world, FAILURE_TMS.get(failure, "0.0.10"))
+    added: dict[str, str] = {}
+    if failure == "deleted-build":
+        (w.tms_site / CU13).unlink()
+    elif failure == "package-removed":
+        shutil.rmtree(w.site / "tms_autopreload")
+    elif failure == "bad-path":
+        added["TMS_AUTOPRELOAD_PATH"] = str(cell / "gone" / "torch_memory_saver_hook_mode_preload_cu13.abi3.so")
+    elif failure == "cuda12-override":
+        added["TMS_AUTOPRELOAD_CUDA_MAJOR"] = "12"
+    return w, added
+
+
+def the_fix(said: str) -> str:
+    """The fix as printed: the first command in backticks after ``Fix:``."""
+    at = said.find("Fix: ")
+    assert at >= 0, said
+    found = re.search(r"`([^`]+)`", said[at:])
+    assert found, said
+    return found.group(1)
+
+
+@pytest.mark.parametrize("world, failure, shell", list(_cells()))
+def test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_path, world, failure, shell):
+    w, added = _broken(kit, tmp_path, world, failure)
+    env = {**w.env, **added, **SHELLS[shell], **_offline(kit, tmp_path)}
+    retry = [w.python, "-m", "tms_autopreload", "doctor"] if shell == "no-flag" else [w.python, "-c", "pass"]
+    before = kit["host"].run(retry, env, timeout=300)
+    said = before.stdout if shell == "no-flag" else before.stderr
+    assert before.returncode == (1 if shell == "no-flag" else 78), (before.returncode, said)
+    fix = the_fix(said)
+    assert fix.startswith(("env TMS_AUTOPRELOAD_DISABLE=1 ", "unset ")), (fix, said)
+    after = kit["host"].run(["sh", "-c", f"{fix}; {shlex.join(retry)}"], env, timeout=600)
+    headline = next(line for line in said.splitlines() if line.startswith(("NO PLAN:", "tms-autopreload: "))
+                    and not line.startswith("tms-autopreload: warning:"))
+    assert after.returncode == 0, (fix, after.stdout[-2000:], after.stderr[-3000:])
+    assert headline not in after.stdout + after.stderr, (fix, headline)
+
+
+@pytest.mark.slow
+def test_where_no_command_can_help_the_message_says_so(parts, tmp_path, kit):
+    """No driver on the host: nothing pip installs puts one there. The stop says what to do in words, and
+    prints no install command."""
+    w = World(kit, tmp_path, "pip-venv-by-path", "0.0.10")
+    host = need(Host, tmp_path / "host", parts.host_dirs(("cuda13",)))
+    r = host.run([w.python, "-c", "pass"], {**w.env, "SLIME_OFFLOAD_TRAIN": "1"})
+    assert r.returncode == 78, r.stderr
+    assert "install the NVIDIA driver" in r.stderr and "pip install" not in r.stderr, r.stderr
+    assert os.path.basename(w.python) == "python"
+
+
+# ---------------------------------------------------------------- a flagged shell never blocks the repair
+
+def _blocked_world(kit, cell: Path) -> World:
+    """A venv with pip where no build fits (no torch_memory_saver): every flagged Python start stops, 78."""
+    return World(kit, cell, "pip-venv-by-path", None)
+
+
+REPAIRS = {  # how a user repairs, from a flagged shell, without the prefix: each is left unhooked
+    "pip console script": "{bin}/pip --version",
+    "pip3.N console script": "{bin}/pip3 --version",
+    "python -m pip": "{python} -m pip --version",
+    "python -Impip": "{python} -Impip --version",
+    "another pip --python": "{other}/pip --python {python} list",
+    "uv pip --python": "uv pip install -q --python {python} torch-memory-saver",
+    "python -m venv": "{python} -m venv {cell}/new-venv",
+    "python -m ensurepip": "{python} -m ensurepip",
+    "a build backend pip runs": "{python} -m pip install -q --no-build-isolation {cell}/project",
+}
+FAST_REPAIRS = {"python -m pip", "a build backend pip runs"}
+
+
+@pytest.mark.parametrize("repair", [pytest.param(r, marks=() if r in FAST_REPAIRS else (pytest.mark.slow,))
+                                    for r in REPAIRS])
+def test_a_flagged_shell_never_blocks_the_tools_a_user_repairs_with(kit, tmp_path, repair):
+    """Where no build fits, a flagged ``python -c pass`` stops (78); pip, ``venv``, ensurepip and uv's
+    interpreter query run, and pip passes the kill switch to what it starts (an in-tree build backend, in a
+    Python child of pip's). Without the prefix every printed fix carries."""
+    w = _blocked_world(kit, tmp_path)
+    env = {**w.env, "SLIME_OFFLOAD_TRAIN": "1", "PATH": f"{kit['uvbin']}:{w.env['PATH']}", **_offline(kit, tmp_path)}
+    project = tmp_path / "project"  # a project whose build backend is in its own tree: no download
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                            'backend-path = ["."]\n')
+    (project / "backend.py").write_text(_BACKEND)
+    other = _template(kit, "pip", lambda p: _pip_venv(kit, p))
+    command = REPAIRS[repair].format(bin=Path(w.python).parent, python=w.python, other=other.path / "bin",
+                                     cell=tmp_path)
+    assert kit["host"].run([w.python, "-c", "pass"], env).returncode == 78  # the shell is blocked
+    r = kit["host"].run(["sh", "-c", command], env, timeout=600)
+    assert r.returncode == 0, (command, r.stdout[-2000:], r.stderr[-3000:])
+    if repair == "uv pip --python":  # and then the start goes on
+        assert kit["host"].run([w.python, "-c", "pass"], env).returncode == 0
+
+
+# A PEP 517 backend that writes a wheel of one module, with the standard library only.
+_BACKEND = '''
+import base64, hashlib, os, zipfile
+
+INFO = "demo-0.1.dist-info"
+FILES = {"demo.py": b"x = 1\\n", INFO + "/METADATA": b"Metadata-Version: 2.1\\nName: demo\\nVersion: 0.1\\n",
+         INFO + "/WHEEL": b"Wheel-Version: 1.0\\nGenerator: t\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
+
+def _digest(data):
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+def _wheel(directory):
+    name = "demo-0.1-py3-none-any.whl"
+    record = "".join(f"{n},sha256={_digest(d)},{len(d)}\\n" for n, d in FILES.items()) + INFO + "/RECORD,,\\n"
+    with zipfile.ZipFile(os.path.join(directory, name), "w") as z:
+        for n, d in FILES.items():
+            z.writestr(n, d)
+        z.writestr(INFO + "/RECORD", record)
+    return name
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    return _wheel(wheel_directory)
+'''
+
+
+def test_a_left_over_pth_never_blocks_pip_either(kit, tmp_path):
+    """The package removed, its ``.pth`` left over: the fallback in the ``.pth`` leaves pip alone too."""
+    w = World(kit, tmp_path, "pip-venv-by-path", "0.0.10")
+    shutil.rmtree(w.site / "tms_autopreload")
+    env = {**w.env, "TMS_AUTOPRELOAD": "1"}
+    assert kit["host"].run([w.python, "-c", "pass"], env).returncode == 78
+    for command in ([str(Path(w.python).parent / "pip"), "--version"], [w.python, "-m", "pip", "--version"]):
+        r = kit["host"].run(command, env)
+        assert r.returncode == 0 and "left over" not in r.stderr, (command, r.stderr)
+
+
+def test_where_a_plan_exists_the_repair_tools_are_not_hooked_either(kit, tmp_path):
+    """The decision, the same where the flag would hook: pip is never re-executed with the hook (it has no
+    use for it, and a start of pip then costs no resolve), and what it starts inherits the kill switch."""
+    w = World(kit, tmp_path, "pip-venv-by-path", "0.0.10")
+    env = {**w.env, "SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_VERBOSE": "1"}
+    hooked = kit["host"].run([w.python, "-c", "pass"], env)
+    assert hooked.returncode == 0 and "re-executing" in hooked.stderr, hooked.stderr
+    r = kit["host"].run([w.python, "-m", "pip", "--version"], env)
+    assert r.returncode == 0 and "tms-autopreload" not in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- what a message says where no command can do it
+
+@pytest.mark.slow
+def test_an_externally_managed_interpreter_is_said_and_its_fix_runs_as_printed(kit, tmp_path):
+    """An interpreter marked EXTERNALLY-MANAGED (PEP 668), everything in its own site-packages: pip refuses
+    to install there unless told to. The message says so, and its command, pasted, tells pip (and the
+    ensurepip before it) with pip's own variable."""
+    base = base_python(kit["python"], tmp_path / "base")
+    stdlib = Path(run([str(base.python), "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+                      env=clean_env()).stdout.strip())
+    run([str(base.python), "-m", "ensurepip"], env=clean_env())  # as a distribution's python3-pip gives it
+    _pip(kit, base.python, str(kit["own"]))
+    write_torch_standin(base.site, cuda="13.0", hip=None, deps_lib=kit["deps"])
+    (stdlib / "EXTERNALLY-MANAGED").write_text("[externally-managed]\nError=use apt\n")
+    env = {"HOME": str(tmp_path), "PATH": SYSTEM_PATH, "SLIME_OFFLOAD_TRAIN": "1", **_offline(kit, tmp_path)}
+    r = kit["host"].run([str(base.python), "-c", "pass"], env)
+    assert r.returncode == 78 and "is marked externally managed" in r.stderr and "PEP 668" in r.stderr, r.stderr
+    fix = the_fix(r.stderr)
+    assert "PIP_BREAK_SYSTEM_PACKAGES=1" in fix, fix
+    after = kit["host"].run(["sh", "-c", f"{fix}; {base.python} -c pass"], env, timeout=600)
+    assert after.returncode == 0, after.stderr[-3000:]
+
+
+@pytest.mark.parametrize("where", ["ray-worker", pytest.param("slurm-step", marks=pytest.mark.slow)])
+def test_a_stop_read_off_the_node_says_where_to_run_the_fix(kit, tmp_path, where):
+    """Read in a Ray worker's log or a Slurm job's output, "this shell" is the node's launcher: the stop names
+    the node and the interpreter there."""
+    w = _blocked_world(kit, tmp_path)
+    script = tmp_path / "default_worker.py"  # the file Ray starts each worker with (ray/_private/workers/)
+    script.write_text("print('worker')\n")
+    env = {**w.env, "SLIME_OFFLOAD_TRAIN": "1"}
+    if where == "slurm-step":
+        env.update(SLURM_JOB_ID="4242", SLURMD_NODENAME="gpu-node-7")
+    r = kit["host"].run([w.python, str(script) if where == "ray-worker" else "-c", *([] if where == "ray-worker"
+                                                                                  else ["pass"])], env)
+    message = assert_stopped(r)
+    full = r.stderr
+    assert message and "without the hook" in full
+    if where == "ray-worker":
+        assert f"This process is a Ray worker on node {os.uname().nodename}: run the fix there, for {w.python}" in full
+    else:
+        assert (f"This process is a step of Slurm job 4242 on node gpu-node-7: run the fix there, for {w.python} "
+                f"(for example `srun --jobid 4242 -w gpu-node-7 --overlap COMMAND`)") in full, full
+
+
+# ---------------------------------------------------------------- env --json where this shell finds the driver
+
+def test_env_json_says_what_the_workers_lack_where_this_shells_path_finds_the_driver(scenario, parts):
+    """NGC containers put the driver's directory on LD_LIBRARY_PATH: this shell has a plan (doctor, env), a
+    worker started from its raylet's environment does not. ``env --json`` says that, and the fix that works
+    there (send the flag); ``env --help`` says what ``--json`` leaves out."""
+    from conftest import report_host
+
+    scn = report_host(scenario, tms="0.0.10", host=("cuda13",))
+    env = {"LD_LIBRARY_PATH": str(parts.stub)}
+    assert scn.run(["-m", "tms_autopreload", "doctor"], env).returncode == 0
+    assert scn.run(["-m", "tms_autopreload", "env"], env).returncode == 0
+    r = scn.run(["-m", "tms_autopreload", "env", "--json"], env)
+    assert r.returncode == 1 and r.stdout == "", r.stderr
+    assert f"This shell has a plan only through its own LD_LIBRARY_PATH={str(parts.stub)!r}" in r.stderr, r.stderr
+    assert 'Fix: send the flag instead of the variables (runtime_env={"env_vars": {"TMS_AUTOPRELOAD": "1"}}' \
+        in r.stderr and "install the NVIDIA driver" not in r.stderr.partition("Fix:")[2], r.stderr
+    helped = scn.run(["-m", "tms_autopreload", "env", "--help"]).stdout
+    assert "without this shell's own LD_PRELOAD and LD_LIBRARY_PATH" in " ".join(helped.split()), helped
