@@ -153,7 +153,7 @@ def test_no_fix_installs_the_runtime_an_override_split_off(scenario):
     env = {SPLIT: "12"}
     doc = scn.doctor(env)
     assert not doc["ok"] and doc["plan"] is None
-    assert doc["fix"].startswith(f"unset {SPLIT} (torch at {scn.site / 'torch'} is built for CUDA 13.0)"), doc["fix"]
+    assert doc["fix"].startswith(f"`unset {SPLIT}` (torch at {scn.site / 'torch'} is built for CUDA 13.0)"), doc["fix"]
     assert CU12_WHEEL not in doc["fix"] and "CUDA 12 toolkit" not in doc["fix"], doc["fix"]
     message = assert_stopped(scn.flagged("print('user code ran')", env), f"unset {SPLIT}")
     assert CU12_WHEEL not in message.splitlines()[-1], message
@@ -187,7 +187,7 @@ def test_an_override_naming_a_major_no_release_ships_offers_no_install(scenario)
     for a CUDA 11 that torch does not use would only split the hook from torch."""
     scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
     doc = scn.doctor({SPLIT: "11"})
-    assert not doc["ok"] and doc["fix"].startswith(f"unset {SPLIT} (torch at"), doc["fix"]
+    assert not doc["ok"] and doc["fix"].startswith(f"`unset {SPLIT}` (torch at"), doc["fix"]
     assert "pip install" not in doc["fix"], doc["fix"]
 
 
