@@ -1,4 +1,4 @@
-"""Ship ``tms_autopreload.pth`` at the root of site-packages.
+"""Ship ``tms_autopreload.pth`` and the two modules it starts at the root of site-packages.
 
 setuptools has no option for a top-level data file in a wheel, so ``build_py`` copies it
 into the build directory and declares it as an output (wheels and sdists), and
@@ -24,7 +24,9 @@ from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 from setuptools.command.sdist import sdist
 
-STARTUP_FILES = ("tms_autopreload.pth",)
+# The start-up files, written by tools/pthfile.py: the .pth line, the entry it imports where a flag is set,
+# and what that entry runs where the package is gone.
+STARTUP_FILES = ("tms_autopreload.pth", "_tms_autopreload_start.py", "_tms_autopreload_left_over.py")
 
 
 class BuildPyWithStartup(build_py):

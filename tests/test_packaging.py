@@ -67,18 +67,23 @@ def test_wheel_carries_the_pth_alone_at_its_root(parts):
     assert "Requires-Dist" not in metadata  # nothing that could swap the user's torch build
 
 
-def test_the_pth_is_what_its_generator_writes_from_the_package(parts):
-    """tms_autopreload.pth is written by tools/pthfile.py from the package's own checked code (its fallback:
-    leftover.left_over and what it uses); the file in the tree and the wheel's member are that output."""
+def test_the_start_up_files_are_what_their_generator_writes_from_the_package(parts):
+    """tms_autopreload.pth, the entry it imports and the left-over fallback are written by tools/pthfile.py from
+    the package's own checked code (the fallback: leftover.left_over and what it uses, copied whole); the files
+    in the tree and the wheel's members are that output, and setup.py ships exactly them."""
     sys.path.insert(0, str(ROOT / "tools"))
     import pthfile
 
-    want = pthfile.text()
-    assert (ROOT / "tms_autopreload.pth").read_text() == want, "run `python tools/pthfile.py`"
+    want = pthfile.texts()
+    assert set(want) == STARTUP
     with zipfile.ZipFile(parts.own_wheel) as z:
-        assert z.read("tms_autopreload.pth").decode() == want
+        for name, text in want.items():
+            assert (ROOT / name).read_text() == text, f"{name}: run `python tools/pthfile.py`"
+            assert z.read(name).decode() == text, name
+    fallback = want["_tms_autopreload_left_over.py"]
     for name in ("parse_flag", "kill_switch", "unhooked_program", "pip_form", "way_out", "left_over"):
-        assert f"#: def {name}(" in want, name  # the rules it shares with the package, copied whole
+        assert f"\ndef {name}(" in fallback, name  # the rules it shares with the package, copied whole
+    assert want["tms_autopreload.pth"].count("\n") == 1  # one line: what every start of the environment reads
 
 
 @pytest.mark.slow  # builds in an isolated environment from the index
@@ -89,8 +94,9 @@ def test_sdist_builds_the_same_wheel(parts, tmp_path):
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     assert STARTUP <= names and "setup.py" in names
     with tarfile.open(sdist) as t:
-        member = next(m for m in t.getmembers() if m.name.endswith("/tms_autopreload.pth"))
-        assert t.extractfile(member).read() == (ROOT / "tms_autopreload.pth").read_bytes()
+        for name in STARTUP:
+            member = next(m for m in t.getmembers() if m.name.endswith(f"/{name}"))
+            assert t.extractfile(member).read() == (ROOT / name).read_bytes(), name
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "w"), str(sdist)])
     rebuilt = next((tmp_path / "w").glob("*.whl"))
     with zipfile.ZipFile(rebuilt) as a, zipfile.ZipFile(parts.own_wheel) as b:

@@ -227,21 +227,19 @@ def test_installers_choose_a_start_wheel_only_as_cp318_abi3(parts, tmp_path, tar
 
 
 @pytest.mark.parametrize("python", [DEFAULT_PYTHON, "sid/3.15"])
-def test_a_left_over_pth_runs_its_own_lines(scenario, tmp_path, python):
-    """Copies of ``tms_autopreload.pth`` in two more directories: one on ``PYTHONPATH`` (ahead of every site
-    directory on ``sys.path``, never processed by site.py) and a second site directory (``site.addsitedir``
-    from a ``.pth`` line, after the venv's). Each copy's handler is marked. The left-over copy that runs names
-    itself and runs its own lines, whatever copy comes first on ``sys.path``; the copy that is processed
-    later says nothing more (one message per process)."""
+def test_a_left_over_pth_names_the_file_site_py_read(scenario, tmp_path, python):
+    """Copies of the start-up files in two more directories: one on ``PYTHONPATH`` (ahead of every site
+    directory on ``sys.path``, its ``.pth`` never processed by site.py, its modules found first) and a second
+    site directory (``site.addsitedir`` from a ``.pth`` line, after the venv's). Whichever copy's modules run,
+    the message names the ``.pth`` site.py read (the venv's, read first) and is said once per process."""
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python,
                    tag="left-over-copies")
     shutil.rmtree(scn.site / "tms_autopreload")
     pth = scn.site / "tms_autopreload.pth"
-    text = pth.read_text()
-    marker = "is left over: the tms_autopreload package"
-    for where, name in ((tmp_path / "pythonpath", "ahead"), (tmp_path / "second-site", "after")):
+    for where in (tmp_path / "pythonpath", tmp_path / "second-site"):
         where.mkdir()
-        (where / "tms_autopreload.pth").write_text(text.replace(marker, f"({name}) {marker}"))
+        for name in ("tms_autopreload.pth", "_tms_autopreload_start.py", "_tms_autopreload_left_over.py"):
+            shutil.copy(scn.site / name, where / name)
     (scn.site / "zz_second_site.pth").write_text(f"import site; site.addsitedir({str(tmp_path / 'second-site')!r})\n")
     r = scn.run(["-c", "print('user code ran')"], {"TMS_AUTOPRELOAD": "1", "PYTHONPATH": str(tmp_path / "pythonpath")})
     assert_left_over_said(r, pth, str(scn.venv.python), False)

@@ -21,7 +21,11 @@ from .installer import _has_ensurepip, _made_by_uv, _user_site, _uv_on_path, pip
 from .origin import WHEEL_TEMPLATE, local_path, source_args, source_gone
 from .startup import EXIT_CONFIG, way_out
 
-__all__ = ["left_over"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+
+__all__ = ["left_over", "processed_pth"]
 
 
 def _record(site: str) -> "dict[str, object] | None":
@@ -53,6 +57,18 @@ def _fix(pth: str) -> str:
     again = pip_form(sys.executable, "install", options, [WHEEL_TEMPLATE], has_pip, uv, _has_ensurepip())
     gone = f"the source it was installed from, {local_path(record)}, is gone; " if record is not None else ""
     return f"{gone}install it again from its wheel or checkout, {again} with that file's path"
+
+
+def processed_pth(default: str) -> str:
+    """The ``.pth`` file whose import line started this (site.py's ``addpackage`` names it ``fullname``, 3.10
+    to 3.17), or ``default`` where no such frame is found: a copy of the start-up files found earlier on
+    ``sys.path`` (a ``PYTHONPATH`` folder) would otherwise name a file site.py never read."""
+    frame: "FrameType | None" = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_name == "addpackage" and isinstance(frame.f_locals.get("fullname"), str):
+            return str(frame.f_locals["fullname"])
+        frame = frame.f_back
+    return default
 
 
 def left_over(pth: str) -> None:

@@ -1,16 +1,24 @@
-"""Write ``tms_autopreload.pth`` from the package's own checked code: ``python tools/pthfile.py`` (``--check``:
-exit 1 where the file in the tree differs from what this writes).
+"""Write the start-up files from the package's own checked code: ``python tools/pthfile.py`` (``--check``: exit
+1 where a file in the tree differs from what this writes).
 
-The file is one import line, which site.py runs in every start of the environment, and ``#: `` comment lines,
-which site.py skips and the import line runs only when a flag is on and ``import tms_autopreload`` fails (the
-file is left over): :func:`tms_autopreload.leftover.left_over`, with every function and constant of the
-package it uses, copied here from the package's source by name, each top-level definition whole. So the
-fallback obeys the same flag rules, kill switch and unhooked programs as the package, from one source that
-ruff and mypy check; tests/test_packaging.py holds this output, the file in the tree, the sdist's and the
-wheel's member identical.
+Three files at the root of site-packages, shipped by setup.py:
+
+* ``tms_autopreload.pth``: one import line, which site.py runs in every start of the environment. It reads
+  the two flags and nothing else, and imports :data:`START` only where one is set: its cost over a ``.pth``
+  of one ``import os`` line is the line's own compile (docs/performance.md).
+* ``_tms_autopreload_start.py`` (:data:`START`): imports the package and runs its entry; where the package
+  is gone (the ``.pth`` left over: its directory deleted, or an editable checkout moved), imports
+  :data:`LEFT_OVER` instead of letting site.py print a traceback.
+* ``_tms_autopreload_left_over.py`` (:data:`LEFT_OVER`): :func:`tms_autopreload.leftover.left_over`, with
+  every function and constant of the package it uses, copied here from the package's source by name, each
+  top-level definition whole. So the fallback obeys the same flag rules, kill switch and unhooked programs
+  as the package, from one source that ruff and mypy check. It is compiled only where it runs.
+
+tests/test_packaging.py holds this output, the files in the tree, the sdist's and the wheel's members
+identical.
 
 Why a generator of our own: coverage.py writes its ``.pth`` from a template string, which would put the
-fallback back outside the checks; what is copied here must be whole definitions of real modules.
+fallback outside the checks; what is copied here must be whole definitions of real modules.
 """
 
 from __future__ import annotations
@@ -21,21 +29,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "tms_autopreload"
-PTH = ROOT / f"{PACKAGE}.pth"
+PTH = f"{PACKAGE}.pth"
+START = f"_{PACKAGE}_start"
+LEFT_OVER = f"_{PACKAGE}_left_over"
+FILES = (PTH, f"{START}.py", f"{LEFT_OVER}.py")
 ENTRY = ("leftover", "left_over")  # (module, function) the fallback calls with the .pth file's path
-# The import line: the flags' names are the package's; it reads nothing else, so a start with no flag pays
-# for one `import os` (already imported by site.py) and two dictionary lookups.
-LINE = ('import os;e=os.environ;({flags})and exec("try:from {package} import process_startup as s\\nexcept '
-        'ImportError:exec(f)\\nelse:s()",{{"e":e,"os":os,"pth":vars().get("fullname"),"f":"pth and exec(\'\'.join('
-        'l[3:]for l in open(pth)if l[:3]==\'#: \'))"}})\n')
-HEADER = """\
-# tms_autopreload start-up hook (tms_autopreload/__init__.py): imports nothing unless a flag variable exists.
-# Written by tools/pthfile.py; do not edit. If the package is gone (this file left over: its directory deleted,
-# or an editable checkout moved), the import line runs the "#: " lines below instead of letting site.py print a
-# traceback (site.py names this file ``fullname`` where it runs import lines, 3.10 to 3.17): tms_autopreload/
-# leftover.py's left_over() with what it uses of the package, copied from its source. Comments cost a start
-# with no flag only their reading; a flagged start compiles them only when the import fails.
-"""
+GENERATED = "# Written by tools/pthfile.py from the tms_autopreload package's source; do not edit.\n"
+START_TEXT = f'''{GENERATED}"""tms_autopreload's start-up entry, imported by tms_autopreload.pth where a flag is set."""
+
+try:
+    from {PACKAGE} import process_startup
+except ImportError:  # the package is gone, its .pth left over: say so once, with the fix
+    import {LEFT_OVER}  # noqa: F401 - it runs on import
+else:
+    process_startup()
+'''
 
 
 class _Module:
@@ -49,7 +57,12 @@ class _Module:
         self.defined: dict[str, ast.stmt] = {}
         self.relative: dict[str, tuple[str, str]] = {}  # name -> (module, name there)
         self.absolute: dict[str, str] = {}  # name -> the import statement that binds it
+        self.typing: list[str] = []  # its TYPE_CHECKING imports, which its string annotations name
         for node in tree.body:
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+                self.typing += [ast.unparse(n) for n in node.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                                and not getattr(n, "level", 0)]
+                continue
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 self.defined[node.name] = node
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -90,7 +103,7 @@ def fallback() -> str:
 
     wanted: dict[str, tuple[str, ast.stmt]] = {}  # name -> (module, definition)
     imports: set[str] = set()
-    todo = [ENTRY]
+    todo = [ENTRY, (ENTRY[0], "processed_pth")]
     while todo:
         mod_name, name = todo.pop()
         mod = module(mod_name)
@@ -110,30 +123,41 @@ def fallback() -> str:
         wanted[name] = (mod_name, node)
         todo.extend((mod_name, n.id) for n in ast.walk(node) if isinstance(n, ast.Name))
     order = sorted(wanted.values(), key=lambda item: (item[0] != "", item[0] == ENTRY[0], item[0], item[1].lineno))
-    parts = sorted(imports) + [module(m).segment(node) for m, node in order] + [f"{ENTRY[1]}(pth)"]
-    return "\n".join(parts) + "\n"
+    typing = sorted({i for m in {m for m, _ in order} for i in module(m).typing})
+    head = "".join(f"{i}\n" for i in sorted(imports, key=lambda i: (i.startswith("from"), i)))
+    head += "\nTYPE_CHECKING = False\nif TYPE_CHECKING:\n" + "".join(f"    {i}\n" for i in typing)
+    body, last = "", None
+    for m, node in order:  # definitions two blank lines apart, a module's constants together
+        plain = isinstance(node, (ast.Assign, ast.AnnAssign))
+        sep = "\n\n" if last is None else "\n" if plain and last == (m, True) else "\n\n\n"
+        body += sep + module(m).segment(node)
+        last = (m, plain)
+    call = f"{ENTRY[1]}(processed_pth(os.path.join(os.path.dirname(__file__), {PTH!r})))"
+    return f"{head}{body}\n\n\n{call}\n"
 
 
-def text() -> str:
-    """The whole ``.pth`` file."""
+def texts() -> dict[str, str]:
+    """Each file's text, by its name."""
     sys.path.insert(0, str(ROOT))
     from tms_autopreload import FLAG_VARS
 
     code = fallback()
-    compile(code, "tms_autopreload.pth fallback", "exec")  # what the import line execs must compile
-    flags = " or".join(f'"{name}"in e' for name in FLAG_VARS)
-    lines = [line for line in code.splitlines() if line.strip()]  # site.py reads every line of it in every start
-    return HEADER + "".join(f"#: {line}\n" for line in lines) + LINE.format(flags=flags, package=PACKAGE)
+    compile(code, LEFT_OVER, "exec")  # what the start imports where the package is gone must compile
+    flags = " or".join(f'"{name}"in os.environ' for name in FLAG_VARS)
+    doc = '"""The start of a process whose tms_autopreload package is gone (tms_autopreload/leftover.py)."""'
+    return {PTH: f'import os;({flags})and __import__("{START}")\n', f"{START}.py": START_TEXT,
+            f"{LEFT_OVER}.py": f"{GENERATED}{doc}\n\n{code}"}
 
 
 def main() -> int:
-    want = text()
+    want = texts()
     if sys.argv[1:] == ["--check"]:
-        if PTH.read_text() != want:
-            print(f"{PTH} is not what tools/pthfile.py writes: run `python tools/pthfile.py`", file=sys.stderr)
-            return 1
-        return 0
-    PTH.write_text(want)
+        stale = [name for name, text in want.items() if (ROOT / name).read_text() != text]
+        for name in stale:
+            print(f"{name} is not what tools/pthfile.py writes: run `python tools/pthfile.py`", file=sys.stderr)
+        return 1 if stale else 0
+    for name, text in want.items():
+        (ROOT / name).write_text(text)
     return 0
 
 
