@@ -53,7 +53,7 @@ def doctor(scn, env, *args):
     return r, (json.loads(r.stdout) if "--json" in args else None)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [MODES[0], pytest.param(MODES[1], marks=pytest.mark.slow)])
 def test_a_copy_without_the_words_in_its_path_is_refused_everywhere(scn, tmp_path, mode):
     forced = tmp_path / "builds" / "hook_cu13.so"
     forced.parent.mkdir()
@@ -72,7 +72,7 @@ def test_a_copy_without_the_words_in_its_path_is_refused_everywhere(scn, tmp_pat
     assert f"tms-autopreload: {headline}" in message and "drops or rewrites LD_PRELOAD" not in message, message
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [MODES[0], pytest.param(MODES[1], marks=pytest.mark.slow)])
 def test_a_link_whose_name_holds_the_words_is_hooked_and_accepted_by_its_check(scn, tmp_path, mode):
     """Its target's path lacks the words (a build kept under another name); /proc/self/maps names the target."""
     target = tmp_path / "builds" / "hook_cu13.so"
@@ -94,7 +94,7 @@ def test_a_link_whose_name_holds_the_words_is_hooked_and_accepted_by_its_check(s
     assert json.loads(deep.stdout)["hook_mapped"], deep.stdout
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [MODES[0], pytest.param(MODES[1], marks=pytest.mark.slow)])
 def test_a_build_that_intercepts_nothing_is_refused(scn, mode):
     """0.0.10's ``hook_mode_torch`` build links libcudart.so.13 but defines none of its symbols."""
     env = {"TMS_AUTOPRELOAD_PATH": str(scn.site / TORCH_MODE), **mode_env(mode)}

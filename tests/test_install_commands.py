@@ -14,7 +14,8 @@ tests/test_way_out.py.
 tms-autopreload is not on the package index: a node without it is told the source pip recorded for the
 driver's copy (PEP 610's ``direct_url.json``), and that line installs that source into a bare venv.
 
-Each case is a pip run against the index (seconds): the fast lane runs one, ``make test`` every one.
+Each case is a pip run (seconds), most against the index: ``make test`` runs them (the fast lane runs printed
+commands for real, offline, in tests/test_way_out.py's cells).
 """
 
 from __future__ import annotations
@@ -222,6 +223,7 @@ def test_a_release_without_any_build_left_is_reinstalled_as_that_release(scenari
     assert version(would_install(command, tmp_path)["torch-memory-saver"]) == (0, 0, 9, 0)
 
 
+@pytest.mark.slow
 def test_a_cu12_only_release_on_cuda13_is_upgraded(scenario, tmp_path):
     scn = scenario(tms="0.0.9", torch="cu13-sys", host=("driver", "cuda13"), tag="cu12-only-upgraded")
     doc = scn.doctor()

@@ -50,10 +50,11 @@ WORLDS = ["pip-venv-activated", "pip-venv-by-path", "without-pip", "uv-venv", "u
 FAILURES = ["no-tms", "deleted-build", "cu12-only-release", "package-removed", "bad-path", "cuda12-override"]
 SHELLS = {"TMS_AUTOPRELOAD": {"TMS_AUTOPRELOAD": "1"}, "SLIME_OFFLOAD_TRAIN": {"SLIME_OFFLOAD_TRAIN": "1"},
           "dlopen": {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_MODE": "dlopen"}, "no-flag": {}}
-# At most five cells in the fast lane: one per world but the activated one, each another failure and shell.
-FAST = {("pip-venv-by-path", "no-tms", "SLIME_OFFLOAD_TRAIN"), ("uv-venv", "deleted-build", "TMS_AUTOPRELOAD"),
-        ("without-pip", "package-removed", "TMS_AUTOPRELOAD"), ("target", "deleted-build", "no-flag"),
-        ("user-site", "cu12-only-release", "dlopen")}
+# At most five cells in the fast lane, the cheapest: a uv venv is made and filled in a second, for five failures
+# and each shell; make test runs every world.
+FAST = {("uv-venv", "deleted-build", "TMS_AUTOPRELOAD"), ("uv-venv", "package-removed", "SLIME_OFFLOAD_TRAIN"),
+        ("uv-venv", "no-tms", "dlopen"), ("uv-venv", "cuda12-override", "no-flag"),
+        ("uv-venv", "cu12-only-release", "SLIME_OFFLOAD_TRAIN")}
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -225,9 +226,9 @@ def test_where_no_command_can_help_the_message_says_so(parts, tmp_path, kit):
 
 # ---------------------------------------------------------------- a flagged shell never blocks the repair
 
-def _blocked_world(kit, cell: Path) -> World:
-    """A venv with pip where no build fits (no torch_memory_saver): every flagged Python start stops, 78."""
-    return World(kit, cell, "pip-venv-by-path", None)
+def _blocked_world(kit, cell: Path, world: str = "uv-venv") -> World:
+    """A venv where no build fits (no torch_memory_saver): every flagged Python start stops, 78."""
+    return World(kit, cell, world, None)
 
 
 REPAIRS = {  # how a user repairs, from a flagged shell, without the prefix: each is left unhooked
@@ -241,7 +242,7 @@ REPAIRS = {  # how a user repairs, from a flagged shell, without the prefix: eac
     "python -m ensurepip": "{python} -m ensurepip",
     "a build backend pip runs": "{python} -m pip install -q --no-build-isolation {cell}/project",
 }
-FAST_REPAIRS = {"python -m pip", "a build backend pip runs"}
+FAST_REPAIRS = {"uv pip --python"}  # the cheapest world, a uv venv (the others need one with pip)
 
 
 @pytest.mark.parametrize("repair", [pytest.param(r, marks=() if r in FAST_REPAIRS else (pytest.mark.slow,))
@@ -250,16 +251,15 @@ def test_a_flagged_shell_never_blocks_the_tools_a_user_repairs_with(kit, tmp_pat
     """Where no build fits, a flagged ``python -c pass`` stops (78); pip, ``venv``, ensurepip and uv's
     interpreter query run, and pip passes the kill switch to what it starts (an in-tree build backend, in a
     Python child of pip's). Without the prefix every printed fix carries."""
-    w = _blocked_world(kit, tmp_path)
+    w = _blocked_world(kit, tmp_path, "uv-venv" if repair.startswith("uv") else "pip-venv-by-path")
     env = {**w.env, "SLIME_OFFLOAD_TRAIN": "1", "PATH": f"{kit['uvbin']}:{w.env['PATH']}", **_offline(kit, tmp_path)}
     project = tmp_path / "project"  # a project whose build backend is in its own tree: no download
     project.mkdir()
     (project / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
                                             'backend-path = ["."]\n')
     (project / "backend.py").write_text(_BACKEND)
-    other = _template(kit, "pip", lambda p: _pip_venv(kit, p))
-    command = REPAIRS[repair].format(bin=Path(w.python).parent, python=w.python, other=other.path / "bin",
-                                     cell=tmp_path)
+    other = _template(kit, "pip", lambda p: _pip_venv(kit, p)).path / "bin" if "{other}" in REPAIRS[repair] else None
+    command = REPAIRS[repair].format(bin=Path(w.python).parent, python=w.python, other=other, cell=tmp_path)
     assert kit["host"].run([w.python, "-c", "pass"], env).returncode == 78  # the shell is blocked
     r = kit["host"].run(["sh", "-c", command], env, timeout=600)
     assert r.returncode == 0, (command, r.stdout[-2000:], r.stderr[-3000:])
@@ -292,17 +292,21 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def test_a_left_over_pth_never_blocks_pip_either(kit, tmp_path):
-    """The package removed, its ``.pth`` left over: the fallback in the ``.pth`` leaves pip alone too."""
-    w = World(kit, tmp_path, "pip-venv-by-path", "0.0.10")
+@pytest.mark.parametrize("world", ["uv-venv", pytest.param("pip-venv-by-path", marks=pytest.mark.slow)])
+def test_a_left_over_pth_never_blocks_the_repair_either(kit, tmp_path, world):
+    """The package removed, its ``.pth`` left over: the fallback leaves uv's query and pip alone too."""
+    w = World(kit, tmp_path, world, "0.0.10")
     shutil.rmtree(w.site / "tms_autopreload")
-    env = {**w.env, "TMS_AUTOPRELOAD": "1"}
+    env = {**w.env, "TMS_AUTOPRELOAD": "1", "PATH": f"{kit['uvbin']}:{w.env['PATH']}", **_offline(kit, tmp_path)}
     assert kit["host"].run([w.python, "-c", "pass"], env).returncode == 78
-    for command in ([str(Path(w.python).parent / "pip"), "--version"], [w.python, "-m", "pip", "--version"]):
+    commands = ([["uv", "pip", "list", "--python", w.python]] if world == "uv-venv" else
+                [[str(Path(w.python).parent / "pip"), "--version"], [w.python, "-m", "pip", "--version"]])
+    for command in commands:
         r = kit["host"].run(command, env)
         assert r.returncode == 0 and "left over" not in r.stderr, (command, r.stderr)
 
 
+@pytest.mark.slow
 def test_where_a_plan_exists_the_repair_tools_are_not_hooked_either(kit, tmp_path):
     """The decision, the same where the flag would hook: pip is never re-executed with the hook (it has no
     use for it, and a start of pip then costs no resolve), and what it starts inherits the kill switch."""
