@@ -150,11 +150,14 @@ class World:
             env["PATH"] = f"{other.path / 'bin'}:{SYSTEM_PATH}"
             self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
         elif world == "uv-venv":
+            # Made with a cache of its own: the shell's is fresh, so that uv queries the interpreter there
+            # (in the flagged shell) instead of reading what it learnt here.
+            build = {**_offline(kit, cell), "UV_CACHE_DIR": str(cell / "uv-build-cache")}
             run([str(kit["uvbin"] / "uv"), "venv", "-q", "--python", kit["python"], str(cell / "venv")],
-                env=clean_env(UV_CACHE_DIR=str(cell / "uv-cache")))
+                env=clean_env(**build))
             venv = Venv(cell / "venv")
             run([str(kit["uvbin"] / "uv"), "pip", "install", "-q", "--python", str(venv.python), *wheels],
-                env=clean_env(**_offline(kit, cell)))
+                env=clean_env(**build))
             env["PATH"] = f"{kit['uvbin']}:{SYSTEM_PATH}"
             self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
         else:  # user-site
