@@ -107,8 +107,8 @@ def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[b
 
 COMMAND = "tms-autopreload"  # the console script (pyproject.toml); also ``python -m tms_autopreload``
 _SCRIPTS = {COMMAND: b"from tms_autopreload.cli import", "pip": b"from pip", "virtualenv": b"from virtualenv"}
-_MODULES = {"tms_autopreload": COMMAND, "tms_autopreload.__main__": COMMAND, "pip": "pip", "ensurepip": "ensurepip",
-            "venv": "venv", "virtualenv": "virtualenv"}
+_MODULES = {"tms_autopreload": COMMAND, "tms_autopreload.__main__": COMMAND, "pip": "pip", "pip.__main__": "pip",
+            "ensurepip": "ensurepip", "venv": "venv", "virtualenv": "virtualenv"}
 _SCRIPT_FILES = {"__pip-runner__.py": "pip"}
 _COMMANDS = {"from python.get_interpreter_info import main; main()": "uv"}
 
@@ -146,11 +146,62 @@ def unhooked_program(argv: "list[str] | None" = None, orig_argv: "list[str] | No
         return None
 
 
+def pip_refusal(site: str) -> "str | None":
+    import sysconfig
+
+    real = os.path.realpath(site)
+    if real in {os.path.realpath(sysconfig.get_path(p)) for p in ("stdlib", "platstdlib")}:
+        return "in the standard library directory"
+    if sys.prefix != sys.base_prefix and not real.startswith(os.path.realpath(sys.prefix) + os.sep):
+        return "outside this environment"
+    return None
+
+
 def _user_site(site: str) -> bool:
     import site as site_module
 
     user = site_module.getusersitepackages()
     return bool(user) and os.path.realpath(site) == os.path.realpath(user)
+
+
+def _externally_managed() -> "str | None":
+    if sys.prefix != sys.base_prefix:
+        return None
+    import sysconfig
+
+    marker = os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")
+    return marker if os.path.isfile(marker) else None
+
+
+def _not_writable(site: str) -> "str | None":
+    if os.access(site, os.W_OK):
+        return None
+    try:
+        import pwd
+
+        owner = pwd.getpwuid(os.stat(site).st_uid).pw_name
+    except (OSError, KeyError):
+        owner = "its owner"
+    return f"{site} is not writable by this account (it belongs to {owner}): run it as {owner}"
+
+
+def where(verb: str, site: "str | None", reinstall: bool) -> "tuple[list[str], list[str]]":
+    words: "list[str]" = []
+    options: "list[str]" = ["--force-reinstall"] if reinstall and verb == "install" else []
+    if verb == "install" and site is not None:
+        if pip_refusal(site):
+            options += ["--target", site, "--upgrade"]
+        elif _user_site(site):
+            options.append("--user")
+        blocked = None if "--target" in options else _not_writable(site)
+        if blocked:
+            words.append(blocked)
+    marker = _externally_managed() if verb == "install" and "--target" not in options else None
+    if marker is not None:
+        options.append("--break-system-packages")
+        words.insert(0, f"this interpreter is marked externally managed ({marker}, PEP 668), so pip installs for "
+                        f"it only when told to (or use a venv)")
+    return words, options
 
 
 def pip_form(exe: str, verb: str, options: "list[str]", args: "list[str]", has_pip: bool, uv: bool,
@@ -174,15 +225,6 @@ def pip_form(exe: str, verb: str, options: "list[str]", args: "list[str]", has_p
     return (f"{exe} has neither pip nor ensurepip (a distribution's interpreter without its pip package): install "
             f"your distribution's pip for it (Debian: python3-pip) or uv, then "
             f"`{line('uv', 'pip', verb, '--python', exe, *uv_options, *args)}`")
-
-
-def _made_by_uv() -> bool:
-    try:
-        with open(os.path.join(sys.prefix, "pyvenv.cfg"), "rb") as cfg:
-            text = cfg.read(1 << 16)
-    except OSError:
-        return False
-    return any(line.split(b"=")[0].strip() == b"uv" for line in text.split(b"\n"))
 
 
 def _uv_on_path() -> bool:
@@ -264,22 +306,33 @@ def _record(site: str) -> "dict[str, object] | None":
     return record if len(infos) == 1 and isinstance(record, dict) and isinstance(record.get("url"), str) else None
 
 
+def _pip_found(site: str) -> bool:
+    dirs = [site, *sys.path]
+    if sys.prefix == sys.base_prefix:
+        import site as site_module
+
+        dirs += site_module.getsitepackages()
+    return any(os.path.isdir(os.path.join(d, "pip")) for d in dirs if d)
+
+
 def _fix(pth: str) -> str:
     site = os.path.dirname(pth)
-    has_pip = any(os.path.isdir(os.path.join(d or ".", "pip")) for d in (site, *sys.path))
-    uv = _made_by_uv() or _uv_on_path()
-    options = ["--force-reinstall", *(["--user"] if _user_site(site) else [])]
+    words, options = where("install", site, True)
+    facts = (_pip_found(site), _uv_on_path(), _has_ensurepip())
     record = _record(site)
     args = source_args(record) if record is not None else None
     if record is not None and args and not source_gone(record):
-        return pip_form(sys.executable, "install", options, args, has_pip, uv, _has_ensurepip())
-    if record is not None and args and args[0] == "-e":
-        editable = pip_form(sys.executable, "install", ["-e"], ["/path/to/checkout"], has_pip, uv, _has_ensurepip())
-        return (f"its editable checkout {local_path(record)} is gone (moved or deleted): install it again from where "
-                f"the checkout is now, {editable} with that path")
-    again = pip_form(sys.executable, "install", options, [WHEEL_TEMPLATE], has_pip, uv, _has_ensurepip())
-    gone = f"the source it was installed from, {local_path(record)}, is gone; " if record is not None else ""
-    return f"{gone}install it again from its wheel or checkout, {again} with that file's path"
+        fix = pip_form(sys.executable, "install", options, args, *facts)
+    elif record is not None and args and args[0] == "-e":
+        editable = pip_form(sys.executable, "install", [o for o in options if o != "--force-reinstall"] + ["-e"],
+                            ["/path/to/checkout"], *facts)
+        fix = (f"its editable checkout {local_path(record)} is gone (moved or deleted): install it again from where "
+               f"the checkout is now, {editable} with that path")
+    else:
+        gone = f"the source it was installed from, {local_path(record)}, is gone; " if record is not None else ""
+        fix = (f"{gone}install it again from its wheel or checkout, "
+               f"{pip_form(sys.executable, 'install', options, [WHEEL_TEMPLATE], *facts)} with that file's path")
+    return f"{'; '.join(words)}: {fix}" if words else fix
 
 
 def processed_pth(default: str) -> str:

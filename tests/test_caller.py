@@ -161,6 +161,7 @@ def _script(path, body: str = "from tms_autopreload.cli import main\nmain()\n"):
     (["/v/bin/python", "-X", "dev", "-m", "tms_autopreload", "env"], "tms-autopreload"),
     (["/v/bin/python", "-m", "pip", "env"], "pip"),
     (["/v/bin/python", "-Impip", "env"], "pip"),
+    (["/v/bin/python", "-m", "pip.__main__", "env"], "pip"),
     (["/v/bin/python", "-m", "ensurepip", "env"], "ensurepip"),
     (["/v/bin/python", "-m", "venv", "env"], "venv"),
     (["/v/bin/python", "-m", "virtualenv", "env"], "virtualenv"),
@@ -170,6 +171,7 @@ def _script(path, body: str = "from tms_autopreload.cli import main\nmain()\n"):
     (["/v/bin/python", "-mxtms_autopreload", "env"], None),
     (["/v/bin/python", "-m", "pipx", "env"], None),
     (["/v/bin/python", "-m", "pip.x", "env"], None),
+    (["/v/bin/python", "-m", "pip._internal", "env"], None),
 ], ids=lambda v: " ".join(v[1:]) if isinstance(v, list) else str(v))
 def test_unhooked_programs_read_dash_m_as_site_py_leaves_it(orig, program):
     """While the ``.pth`` line runs, ``sys.argv`` is ``['-m', *args]``: the module's name is the entry of

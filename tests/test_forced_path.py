@@ -65,11 +65,17 @@ def test_a_copy_without_the_words_in_its_path_is_refused_everywhere(scn, tmp_pat
     assert headline == (f"TMS_AUTOPRELOAD_PATH={str(forced)!r} has no \"torch_memory_saver\" in its path, so "
                         f"torch_memory_saver's own check (which finds its build in LD_PRELOAD by those words) would "
                         f"refuse every process preloading it"), doc["error"]
-    assert f"`ln -s {forced} /some/dir/torch_memory_saver_hook.so`" in doc["fix"], doc["fix"]
+    link = forced.parent / "torch_memory_saver_hook_cu13.so"
+    assert doc["fix"].endswith(f"`ln -s {forced} {link} && export TMS_AUTOPRELOAD_PATH={link}`"), doc["fix"]
     deep = scn.run(["-m", "tms_autopreload", "doctor", "--deep", "--json"], env)
     assert deep.returncode == 1 and "has no \"torch_memory_saver\" in its path" in json.loads(deep.stdout)["error"]
     message = assert_stopped(scn.flagged("print('user code ran')", {**env, **mode_env(mode)}), verbose=True)
     assert f"tms-autopreload: {headline}" in message and "drops or rewrites LD_PRELOAD" not in message, message
+    # The fix, pasted where it was printed (the flag and the path exported), then the start is hooked.
+    fix = doc["fix"].split("`")[-2]
+    r = scn.host.run(["sh", "-c", f"{fix}; {scn.venv.python} -c 'print(1)'"],
+                     clean_env(SLIME_OFFLOAD_TRAIN="1", **env, **mode_env(mode)))
+    assert r.returncode == 0 and r.stdout == "1\n", r.stderr
 
 
 @pytest.mark.parametrize("mode", [MODES[0], pytest.param(MODES[1], marks=pytest.mark.slow)])

@@ -17,6 +17,7 @@ Worlds (where torch, torch_memory_saver and this package live):
 * ``pip-venv-by-path``: the same venv, not activated: ``PATH`` leads to no Python of it;
 * ``without-pip``: a venv made ``--without-pip``, everything in it; another venv's ``pip`` first on ``PATH``;
 * ``uv-venv``: a venv uv made (no pip), everything installed by uv; ``uv`` on ``PATH``;
+* ``uv-venv-without-uv``: the same, ``uv`` not on ``PATH`` (a venv made by a uv the shell does not have);
 * ``user-site``: an interpreter's own prefix with no pip, everything in the user site under ``HOME``;
 * ``target``: torch and this package in a venv with pip, torch_memory_saver in a ``pip install --target``
   folder on ``PYTHONPATH`` (site.py never reads a ``.pth`` file from there).
@@ -46,7 +47,8 @@ from conftest import DEFAULT_PYTHON, need
 from support import (Host, Venv, assert_stopped, base_python, clean_env, locate_python, private_copy, run, tms_wheel,
                      uv, write_torch_standin)
 
-WORLDS = ["pip-venv-activated", "pip-venv-by-path", "without-pip", "uv-venv", "user-site", "target"]
+WORLDS = ["pip-venv-activated", "pip-venv-by-path", "without-pip", "uv-venv", "uv-venv-without-uv", "user-site",
+          "target"]
 FAILURES = ["no-tms", "deleted-build", "cu12-only-release", "package-removed", "bad-path", "cuda12-override"]
 SHELLS = {"TMS_AUTOPRELOAD": {"TMS_AUTOPRELOAD": "1"}, "SLIME_OFFLOAD_TRAIN": {"SLIME_OFFLOAD_TRAIN": "1"},
           "dlopen": {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_MODE": "dlopen"}, "no-flag": {}}
@@ -74,7 +76,7 @@ def kit(parts, tmp_path_factory):
     root = tmp_path_factory.mktemp("way-out")
     links = root / "wheels"
     links.mkdir()
-    for wheel in (parts.own_wheel, need(tms_wheel, "0.0.9"), need(tms_wheel, "0.0.10")):
+    for wheel in (parts.own_wheel, *(need(tms_wheel, v) for v in ("0.0.9", "0.0.9.post1", "0.0.10"))):
         (links / wheel.name).symlink_to(wheel)
     # uv 0.13 has no variable for --no-index: its configuration file says it (UV_CONFIG_FILE).
     (root / "uv.toml").write_text(f"no-index = true\nfind-links = [{str(links)!r}]\n")
@@ -150,7 +152,7 @@ class World:
             other = _template(kit, "pip", lambda p: _pip_venv(kit, p))
             env["PATH"] = f"{other.path / 'bin'}:{SYSTEM_PATH}"
             self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
-        elif world == "uv-venv":
+        elif world in ("uv-venv", "uv-venv-without-uv"):
             # Made with a cache of its own: the shell's is fresh, so that uv queries the interpreter there
             # (in the flagged shell) instead of reading what it learnt here.
             build = {**_offline(kit, cell), "UV_CACHE_DIR": str(cell / "uv-build-cache")}
@@ -159,7 +161,7 @@ class World:
             venv = Venv(cell / "venv")
             run([str(kit["uvbin"] / "uv"), "pip", "install", "-q", "--python", str(venv.python), *wheels],
                 env=clean_env(**build))
-            env["PATH"] = f"{kit['uvbin']}:{SYSTEM_PATH}"
+            env["PATH"] = f"{kit['uvbin']}:{SYSTEM_PATH}" if world == "uv-venv" else SYSTEM_PATH
             self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
         else:  # user-site
             base = base_python(kit["python"], cell / "base")
@@ -342,23 +344,65 @@ def test_where_a_plan_exists_the_repair_tools_are_not_hooked_either(kit, tmp_pat
 # ---------------------------------------------------------------- what a message says where no command can do it
 
 @pytest.mark.slow
-def test_an_externally_managed_interpreter_is_said_and_its_fix_runs_as_printed(kit, tmp_path):
-    """An interpreter marked EXTERNALLY-MANAGED (PEP 668), everything in its own site-packages: pip refuses
-    to install there unless told to. The message says so, and its command, pasted, tells pip (and the
-    ensurepip before it) with pip's own variable."""
+@pytest.mark.parametrize("failure", ["no-tms", "package-removed-from-the-user-site"])
+def test_an_externally_managed_interpreter_is_said_and_its_fix_runs_as_printed(kit, tmp_path, failure):
+    """An interpreter marked EXTERNALLY-MANAGED (PEP 668) with its own pip, as a distribution's python3 with
+    python3-pip: pip refuses to install there unless told to. The message says so, and its command, pasted,
+    tells pip with pip's own variable. Where this package lay in the user site and is gone (its ``.pth`` left
+    over there, run before the system's site-packages is on the path), the fallback says the same."""
     base = base_python(kit["python"], tmp_path / "base")
     stdlib = Path(run([str(base.python), "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
                       env=clean_env()).stdout.strip())
     run([str(base.python), "-m", "ensurepip"], env=clean_env())  # as a distribution's python3-pip gives it
-    _pip(kit, base.python, str(kit["own"]))
-    write_torch_standin(base.site, cuda="13.0", hip=None, deps_lib=kit["deps"])
+    home = tmp_path / "home"
+    home.mkdir()
+    user = failure != "no-tms"
+    _pip(kit, base.python, *(["--user"] if user else []), str(kit["own"]), env={"HOME": str(home)})
+    site = Path(run([str(base.python), "-c", "import site; print(site.getusersitepackages())"],
+                    env=clean_env(HOME=str(home))).stdout.strip()) if user else base.site
+    write_torch_standin(site, cuda="13.0", hip=None, deps_lib=kit["deps"])
+    if user:
+        _pip(kit, base.python, "--user", "torch-memory-saver==0.0.10", env={"HOME": str(home)})
+        shutil.rmtree(site / "tms_autopreload")
     (stdlib / "EXTERNALLY-MANAGED").write_text("[externally-managed]\nError=use apt\n")
-    env = {"HOME": str(tmp_path), "PATH": SYSTEM_PATH, "SLIME_OFFLOAD_TRAIN": "1", **_offline(kit, tmp_path)}
+    env = {"HOME": str(home), "PATH": SYSTEM_PATH, "SLIME_OFFLOAD_TRAIN": "1", **_offline(kit, tmp_path)}
     r = kit["host"].run([str(base.python), "-c", "pass"], env)
     assert r.returncode == 78 and "is marked externally managed" in r.stderr and "PEP 668" in r.stderr, r.stderr
     fix = the_fix(r.stderr)
-    assert "PIP_BREAK_SYSTEM_PACKAGES=1" in fix, fix
+    assert "PIP_BREAK_SYSTEM_PACKAGES=1" in fix and "ensurepip" not in fix, fix
     after = kit["host"].run(["sh", "-c", f"{fix}; {base.python} -c pass"], env, timeout=600)
+    assert after.returncode == 0, after.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_an_old_release_in_a_target_folder_is_upgraded_there(kit, tmp_path):
+    """0.0.9.post1 (which reads LD_PRELOAD as one path) in a ``--target`` folder on PYTHONPATH, with another
+    preload: the warning's fix installs 0.0.10 into that folder, where it shadows nothing, not into the venv."""
+    w = World(kit, tmp_path, "target", "0.0.9.post1")
+    env = {**w.env, "SLIME_OFFLOAD_TRAIN": "1", "LD_PRELOAD": "/usr/libexec/coreutils/libstdbuf.so",
+           **_offline(kit, tmp_path)}
+    r = kit["host"].run([w.python, "-c", "pass"], env)
+    assert r.returncode == 0 and "reads LD_PRELOAD as a single path" in r.stderr, r.stderr
+    fix = re.search(r"drop those entries or `([^`]+)`", r.stderr).group(1)
+    assert f"--target {w.tms_site} --upgrade" in fix, fix
+    after = kit["host"].run(["sh", "-c", f"{fix}; {w.python} -c pass"], env, timeout=600)
+    assert after.returncode == 0 and "reads LD_PRELOAD as a single path" not in after.stderr, after.stderr
+
+
+@pytest.mark.slow
+def test_a_target_folder_upgraded_in_place_is_judged_by_its_newest_record(kit, tmp_path):
+    """``pip install --target DIR --upgrade`` leaves the old release's ``.dist-info`` beside the new one's: the
+    release installed there is the one whose record matches the files, so a deleted build is put back as
+    that release."""
+    w = World(kit, tmp_path, "target", "0.0.9")
+    _pip(kit, Path(w.python), "--target", str(w.tms_site), "--upgrade", "torch-memory-saver==0.0.10")
+    assert len(list(w.tms_site.glob("torch_memory_saver-*.dist-info"))) == 2  # pip's own leftover
+    (w.tms_site / CU13).unlink()
+    env = {**w.env, "SLIME_OFFLOAD_TRAIN": "1", **_offline(kit, tmp_path)}
+    r = kit["host"].run([w.python, "-c", "pass"], env)
+    fix = the_fix(r.stderr)
+    assert r.returncode == 78 and "torch-memory-saver==0.0.10" in fix and "0.0.9" not in fix, r.stderr
+    after = kit["host"].run(["sh", "-c", f"{fix}; {w.python} -c pass"], env, timeout=600)
     assert after.returncode == 0, after.stderr[-3000:]
 
 

@@ -381,8 +381,8 @@ COMMAND = "tms-autopreload"  # the console script (pyproject.toml); also ``pytho
 # setuptools' launchers all write ``from MODULE import``), so that another program of the same name is hooked.
 _SCRIPTS = {COMMAND: b"from tms_autopreload.cli import", "pip": b"from pip", "virtualenv": b"from virtualenv"}
 # ``-m MODULE``, as ``-m MODULE``, ``-mMODULE`` or joined to other options (``-ImMODULE``).
-_MODULES = {"tms_autopreload": COMMAND, "tms_autopreload.__main__": COMMAND, "pip": "pip", "ensurepip": "ensurepip",
-            "venv": "venv", "virtualenv": "virtualenv"}
+_MODULES = {"tms_autopreload": COMMAND, "tms_autopreload.__main__": COMMAND, "pip": "pip", "pip.__main__": "pip",
+            "ensurepip": "ensurepip", "venv": "venv", "virtualenv": "virtualenv"}
 # A script file by its name: what ``pip --python PY`` runs in PY (pip 22.3 and later).
 _SCRIPT_FILES = {"__pip-runner__.py": "pip"}
 # ``-c`` text: how uv asks an interpreter what it is (uv 0.4 to 0.13 end it so), before installing into it.

@@ -403,8 +403,8 @@ class _RuntimePreloaded(Step):
         elif reads_one_path(s.package_dir):
             refused = (f"torch_memory_saver at {s.package_dir} reads LD_PRELOAD as a single path "
                        f"({ONE_PATH_RELEASES}), so its check refuses a second entry")
-            fix = (f"{splitting_install()} (its preload check accepts LD_PRELOAD=<hook>:{library}, the plan that "
-                   f"binds the one runtime copy here)")
+            fix = (f"{splitting_install(s.package_dir)} (its preload check accepts LD_PRELOAD=<hook>:{library}, the "
+                   f"plan that binds the one runtime copy here)")
         else:
             current = s.current
             return Option(self, compose_preload(f"{library}:{current}" if current else library, s.entry),

@@ -9,7 +9,7 @@ writes:
   that nothing it starts is hooked, whatever pip version or launcher runs it (the hook also leaves pip,
   ``venv`` and uv's interpreter query alone: :func:`tms_autopreload.unhooked_program`);
 * names the environment by its interpreter's path (``/venv/bin/python -m pip``), never a bare ``pip``;
-* where that environment has no pip: ``uv pip ... --python`` where uv made it or uv is on ``PATH``, else
+* where that environment has no pip: ``uv pip ... --python`` where uv is on ``PATH``, else
   ``ensurepip`` first; where it has neither, says so;
 * installs where the copy it is about lies: ``--user`` for the user site, ``--target DIR`` for a folder on
   ``PYTHONPATH``, and says before the command what no command can change from here (an interpreter marked
@@ -23,7 +23,7 @@ import sys
 
 from . import NO_HOOK
 
-__all__ = ["pip_command", "pip_form", "pip_refusal"]
+__all__ = ["pip_command", "pip_form", "pip_refusal", "where"]
 
 
 def pip_refusal(site: str) -> "str | None":
@@ -92,6 +92,16 @@ def pip_command(verb: str, *requirements: str, site: "str | None" = None, reinst
     """
     if python is not None:
         return pip_form(python, verb, [], list(requirements), True, False, True)
+    words, options = where(verb, site, reinstall)
+    fix = pip_form(sys.executable, verb, options, list(requirements), _has_pip(), _uv_on_path(), _has_ensurepip())
+    return f"{'; '.join(words)}: {fix}" if words else fix
+
+
+def where(verb: str, site: "str | None", reinstall: bool) -> "tuple[list[str], list[str]]":
+    """(what stands in the way, in words; pip's options) for ``verb`` in this interpreter's environment, the
+    package lying in ``site`` (None: anywhere): forced again, into the user site or the ``--target`` folder it
+    lies in, told that an externally managed interpreter may be changed; whose the environment is where this
+    account cannot write it. (Also the left-over ``.pth``'s: ``os`` and ``sys`` only, the rest imported here.)"""
     words: "list[str]" = []
     options: "list[str]" = ["--force-reinstall"] if reinstall and verb == "install" else []
     if verb == "install" and site is not None:
@@ -107,17 +117,15 @@ def pip_command(verb: str, *requirements: str, site: "str | None" = None, reinst
         options.append("--break-system-packages")
         words.insert(0, f"this interpreter is marked externally managed ({marker}, PEP 668), so pip installs for "
                         f"it only when told to (or use a venv)")
-    fix = pip_form(sys.executable, verb, options, list(requirements), _has_pip(), _made_by_uv() or _uv_on_path(),
-                   _has_ensurepip())
-    return f"{'; '.join(words)}: {fix}" if words else fix
+    return words, options
 
 
 def pip_form(exe: str, verb: str, options: "list[str]", args: "list[str]", has_pip: bool, uv: bool,
              has_ensurepip: bool) -> str:
     """The one command that runs pip's ``verb`` with ``options`` and ``args`` for the interpreter ``exe``,
-    unhooked, in backticks: its own pip where it has one (``has_pip``), else uv's (``uv``: uv made the
-    environment or is on PATH), else pip after ``ensurepip``; where none of them is there, what to install
-    first. (Also the left-over ``.pth``'s fix, which has only ``os`` and ``sys``: no other imports here.)"""
+    unhooked, in backticks: its own pip where it has one (``has_pip``), else uv's (``uv``: on PATH; a venv uv
+    made has no pip, but the command must find uv), else pip after ``ensurepip``; where none of them is there,
+    what to install first. (Also the left-over ``.pth``'s fix, which has only ``os`` and ``sys``.)"""
     import shlex
 
     # pip's own variable, not its option, where the interpreter is externally managed: ensurepip obeys it too.
@@ -137,16 +145,6 @@ def pip_form(exe: str, verb: str, options: "list[str]", args: "list[str]", has_p
     return (f"{exe} has neither pip nor ensurepip (a distribution's interpreter without its pip package): install "
             f"your distribution's pip for it (Debian: python3-pip) or uv, then "
             f"`{line('uv', 'pip', verb, '--python', exe, *uv_options, *args)}`")
-
-
-def _made_by_uv() -> bool:
-    """Whether this environment is a venv uv made (its ``pyvenv.cfg`` names uv), which has no pip of its own."""
-    try:
-        with open(os.path.join(sys.prefix, "pyvenv.cfg"), "rb") as cfg:
-            text = cfg.read(1 << 16)
-    except OSError:
-        return False
-    return any(line.split(b"=")[0].strip() == b"uv" for line in text.split(b"\n"))
 
 
 def _uv_on_path() -> bool:

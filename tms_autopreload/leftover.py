@@ -17,7 +17,7 @@ import os
 import sys
 
 from . import COMMAND, DISABLE_VAR, NO_HOOK, ON_ERROR_VAR, flags, parse_choice, unhooked_program
-from .installer import _has_ensurepip, _made_by_uv, _user_site, _uv_on_path, pip_form
+from .installer import _has_ensurepip, _uv_on_path, pip_form, where
 from .origin import WHEEL_TEMPLATE, local_path, source_args, source_gone
 from .startup import EXIT_CONFIG, way_out
 
@@ -40,23 +40,38 @@ def _record(site: str) -> "dict[str, object] | None":
     return record if len(infos) == 1 and isinstance(record, dict) and isinstance(record.get("url"), str) else None
 
 
+def _pip_found(site: str) -> bool:
+    """Whether this interpreter has pip: in ``site``, on ``sys.path`` as it is, or, outside a venv, in a site
+    directory site.py has still to add (the ``.pth`` of a user site runs before the system's site-packages is
+    on the path). In a venv the base's are left out: while site.py runs, ``site.getsitepackages()`` names
+    them, pip there or not for the venv."""
+    dirs = [site, *sys.path]
+    if sys.prefix == sys.base_prefix:
+        import site as site_module
+
+        dirs += site_module.getsitepackages()
+    return any(os.path.isdir(os.path.join(d, "pip")) for d in dirs if d)
+
+
 def _fix(pth: str) -> str:
     """What puts the package back for this interpreter, from the shell this is read in."""
     site = os.path.dirname(pth)
-    has_pip = any(os.path.isdir(os.path.join(d or ".", "pip")) for d in (site, *sys.path))
-    uv = _made_by_uv() or _uv_on_path()
-    options = ["--force-reinstall", *(["--user"] if _user_site(site) else [])]
+    words, options = where("install", site, True)
+    facts = (_pip_found(site), _uv_on_path(), _has_ensurepip())
     record = _record(site)
     args = source_args(record) if record is not None else None
     if record is not None and args and not source_gone(record):
-        return pip_form(sys.executable, "install", options, args, has_pip, uv, _has_ensurepip())
-    if record is not None and args and args[0] == "-e":
-        editable = pip_form(sys.executable, "install", ["-e"], ["/path/to/checkout"], has_pip, uv, _has_ensurepip())
-        return (f"its editable checkout {local_path(record)} is gone (moved or deleted): install it again from where "
-                f"the checkout is now, {editable} with that path")
-    again = pip_form(sys.executable, "install", options, [WHEEL_TEMPLATE], has_pip, uv, _has_ensurepip())
-    gone = f"the source it was installed from, {local_path(record)}, is gone; " if record is not None else ""
-    return f"{gone}install it again from its wheel or checkout, {again} with that file's path"
+        fix = pip_form(sys.executable, "install", options, args, *facts)
+    elif record is not None and args and args[0] == "-e":
+        editable = pip_form(sys.executable, "install", [o for o in options if o != "--force-reinstall"] + ["-e"],
+                            ["/path/to/checkout"], *facts)
+        fix = (f"its editable checkout {local_path(record)} is gone (moved or deleted): install it again from where "
+               f"the checkout is now, {editable} with that path")
+    else:
+        gone = f"the source it was installed from, {local_path(record)}, is gone; " if record is not None else ""
+        fix = (f"{gone}install it again from its wheel or checkout, "
+               f"{pip_form(sys.executable, 'install', options, [WHEEL_TEMPLATE], *facts)} with that file's path")
+    return f"{'; '.join(words)}: {fix}" if words else fix
 
 
 def processed_pth(default: str) -> str:

@@ -102,12 +102,13 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, pro
         if not is_tms_entry(forced):
             import shlex
 
+            link = os.path.join(os.path.dirname(forced), f"{TMS_WORDS}_{os.path.basename(forced)}")
             raise ResolveError(f"{named} has no \"{TMS_WORDS}\" in its path, so torch_memory_saver's own check "
                                f"(which finds its build in LD_PRELOAD by those words) would refuse every process "
                                f"preloading it", cause=CAUSE_BAD_FORCED_PATH,
-                               fix=f"name the build by a path that holds them: keep its released file name, or "
-                                   f"link it: `ln -s {shlex.quote(forced)} /some/dir/{TMS_WORDS}_hook.so` and point "
-                                   f"{PATH_VAR} at the link")
+                               fix=f"name it by a link that holds them, and point {PATH_VAR} at the link: `ln -s "
+                                   f"{shlex.quote(forced)} {shlex.quote(link)} && export "
+                                   f"{PATH_VAR}={shlex.quote(link)}`")
         unsafe = refusal(forced, trusted)
         if unsafe:
             warnings.append(f"{PATH_VAR} names a file others can change ({unsafe.message}); preloading it anyway")
@@ -217,7 +218,7 @@ def _with_check_warning(plan: Plan, package_dir: str | None, forced: str | None,
     if kept and not forced and reads_one_path(package_dir):
         warnings.append(f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
                         f"reads LD_PRELOAD as a single path ({ONE_PATH_RELEASES}), so its Python side will refuse "
-                        f"this process; drop those entries or {splitting_install()}")
+                        f"this process; drop those entries or {splitting_install(package_dir)}")
     if not warnings:
         return plan
     return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, binding=plan.binding,

@@ -55,11 +55,13 @@ def install_fix() -> str:
     return pip_command("install", TMS_DISTRIBUTION)
 
 
-def splitting_install() -> str:
-    """The command that installs a release whose check splits LD_PRELOAD on ':' (:data:`_SPLITS_SINCE`)."""
+def splitting_install(package_dir: "str | None") -> str:
+    """The command that installs a release whose check splits LD_PRELOAD on ':' (:data:`_SPLITS_SINCE`) where
+    the installed one at ``package_dir`` lies (its ``--target`` folder, the user site)."""
     from .installer import pip_command
 
-    return pip_command("install", f"{TMS_DISTRIBUTION}>={'.'.join(map(str, _SPLITS_SINCE))}")
+    site = os.path.dirname(os.path.abspath(package_dir)) if package_dir else None
+    return pip_command("install", f"{TMS_DISTRIBUTION}>={'.'.join(map(str, _SPLITS_SINCE))}", site=site)
 
 
 def _is_it(dist: "metadata.Distribution") -> bool:
@@ -77,14 +79,21 @@ def _distribution(package_dir: str) -> "tuple[metadata.Distribution, str] | None
     from .origin import local_path, record_of
 
     site = os.path.dirname(os.path.abspath(package_dir))
-    for dist in metadata.distributions(path=[site]):
-        if _is_it(dist):
-            return dist, site
+    here = [dist for dist in metadata.distributions(path=[site]) if _is_it(dist)]
+    if here:  # more than one where `pip install --target DIR --upgrade` left the old record: the files say which
+        return min(here, key=_unlike), site
     for dist in metadata.distributions():
         record = record_of(dist) if _is_it(dist) else None
         if record and _editable(record) and (local_path(record) or "") == site:
             return dist, str(dist.locate_file(""))
     return None
+
+
+def _unlike(dist: "metadata.Distribution") -> int:
+    """How many of the files ``dist``'s RECORD lists, preload builds aside (they may be what is damaged), are
+    gone or not the size it recorded: 0 for the release whose files are there."""
+    return sum(1 for f in dist.files or () if f.size is not None and not is_preload_name(f.name) and
+               (not os.path.isfile(path := str(dist.locate_file(f))) or os.path.getsize(path) != f.size))
 
 
 def _editable(record: "dict[str, Any]") -> bool:
