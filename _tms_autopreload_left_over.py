@@ -338,8 +338,9 @@ def _fix(pth: str) -> str:
 def processed_pth(default: str) -> str:
     frame: "FrameType | None" = sys._getframe()
     while frame is not None:
-        if frame.f_code.co_name == "addpackage" and isinstance(frame.f_locals.get("fullname"), str):
-            return str(frame.f_locals["fullname"])
+        fullname = frame.f_locals.get("fullname")
+        if frame.f_code.co_filename.rpartition("/")[2] in ("site.py", "<frozen site>") and isinstance(fullname, str):
+            return fullname
         frame = frame.f_back
     return default
 

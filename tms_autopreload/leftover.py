@@ -75,13 +75,16 @@ def _fix(pth: str) -> str:
 
 
 def processed_pth(default: str) -> str:
-    """The ``.pth`` file whose import line started this (site.py's ``addpackage`` names it ``fullname``, 3.10
-    to 3.17), or ``default`` where no such frame is found: a copy of the start-up files found earlier on
-    ``sys.path`` (a ``PYTHONPATH`` folder) would otherwise name a file site.py never read."""
+    """The ``.pth`` file whose import line started this, or ``default`` where no such frame is found: a copy of
+    the start-up files found earlier on ``sys.path`` (a ``PYTHONPATH`` folder) would otherwise name a file
+    site.py never read. site.py's frame that runs import lines names it ``fullname``: ``addpackage`` up to
+    3.14, ``_exec_imports`` from 3.15 (which sets it for import lines written for 3.14); site.py is frozen into
+    the interpreter from 3.11 (``<frozen site>``) unless the build leaves it out."""
     frame: "FrameType | None" = sys._getframe()
     while frame is not None:
-        if frame.f_code.co_name == "addpackage" and isinstance(frame.f_locals.get("fullname"), str):
-            return str(frame.f_locals["fullname"])
+        fullname = frame.f_locals.get("fullname")
+        if frame.f_code.co_filename.rpartition("/")[2] in ("site.py", "<frozen site>") and isinstance(fullname, str):
+            return fullname
         frame = frame.f_back
     return default
 
