@@ -340,3 +340,20 @@ def test_world_writable_site_directory_refuses_every_build_that_fits(shared):
                       "torch_memory_saver_hook_mode_preload_cu12.abi3.so": "world-writable",
                       CU13: "wrong-runtime"}, doc["candidates"]
     assert assert_stopped(start).startswith(f"tms-autopreload: {headline}\n")
+
+
+def test_a_fix_for_an_environment_this_account_cannot_write_names_whose_it_is(shared):
+    """The owner's build gone (moved aside for the test): the user's stop and doctor say the fix, and that it
+    is the owner's to run, since this account cannot write the environment; the owner's says only the fix."""
+    moved = shared.build.with_name(shared.build.name + ".moved")
+    os.rename(shared.build, moved)
+    try:
+        fix = shared.doctor(shared.user)["fix"]
+        owners = shared.doctor(shared.owner)["fix"]
+        r, _ = shared.start(shared.user)
+    finally:
+        os.rename(moved, shared.build)
+    words = (f"{shared.venv.site} is not writable by this account (it belongs to {shared.owner.name}): run it as "
+             f"{shared.owner.name}: `env TMS_AUTOPRELOAD_DISABLE=1 {shared.venv.python} -m ")
+    assert words in fix and words in assert_stopped(r), fix
+    assert "not writable" not in owners and "`env TMS_AUTOPRELOAD_DISABLE=1 " in owners, owners
