@@ -106,7 +106,8 @@ def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[b
 
 
 COMMAND = "tms-autopreload"  # the console script (pyproject.toml); also ``python -m tms_autopreload``
-_SCRIPTS = {COMMAND: b"from tms_autopreload.cli import", "pip": b"from pip", "virtualenv": b"from virtualenv"}
+_SCRIPTS = {COMMAND: (b"from tms_autopreload.commands.main import", b"from tms_autopreload.cli import"),
+            "pip": (b"from pip",), "virtualenv": (b"from virtualenv",)}
 _MODULES = {"tms_autopreload": COMMAND, "tms_autopreload.__main__": COMMAND, "pip": "pip", "pip.__main__": "pip",
             "ensurepip": "ensurepip", "venv": "venv", "virtualenv": "virtualenv"}
 _SCRIPT_FILES = {"__pip-runner__.py": "pip"}
@@ -137,13 +138,14 @@ def unhooked_program(argv: "list[str] | None" = None, orig_argv: "list[str] | No
     name = os.path.basename(first)
     if name in _SCRIPT_FILES:
         return _SCRIPT_FILES[name]
-    marker = _SCRIPTS.get(_script_name(name))
-    if marker is None:
+    markers = _SCRIPTS.get(_script_name(name))
+    if markers is None:
         return None
     try:
-        return _script_name(name) if marker in read_regular(first, 4096) else None
+        head = read_regular(first, 4096)
     except OSError:
         return None
+    return _script_name(name) if any(m in head for m in markers) else None
 
 
 def pip_refusal(site: str) -> "str | None":

@@ -175,7 +175,7 @@ def test_our_kernel_name_rule_agrees_with_jupyter_clients(real_torch):
     :data:`JUPYTER_ONLY`, all refused by ours. A jupyter_client that changes its rule fails this test."""
     scn = real_torch(("driver",))
     code = ("import json, sys\nfrom jupyter_client.kernelspec import _is_valid_kernel_name as theirs\n"
-            "from tms_autopreload.kernelspec import _is_valid_kernel_name as ours\n"
+            "from tms_autopreload.commands.kernelspec import _is_valid_kernel_name as ours\n"
             "print(json.dumps([[bool(theirs(n)), ours(n)] for n in json.loads(sys.argv[1])]))")
     r = scn.run(["-c", code, json.dumps(NAMES)])
     assert r.returncode == 0, r.stderr

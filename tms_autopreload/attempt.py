@@ -1,6 +1,8 @@
-"""What happens to one build that fits: its plan with the first binding the loader model predicts holds,
-the planned start traced with the real loader for the interpreter and its non-Python children at once, and
-the verdict. One idea in four parts, in order:
+"""What happens to one build that fits: its plan, its planned start traced by the real loader, its verdict.
+
+Its plan with the first binding the loader model predicts holds, the planned start traced with the real
+loader for the interpreter and its non-Python children at once, and the verdict. One idea in four parts, in
+order:
 
 1. the non-Python children a plan is checked for (``/bin/sh``, and ``bash`` where it is another file), and
    which of them pose the loader another problem than the interpreter, so that only those are traced

@@ -1,5 +1,7 @@
-"""Read the dynamic section of an ELF shared object (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH) and
-its dynamic symbol table (what it defines and what it needs from others).
+"""An ELF object's dynamic section and dynamic symbol table, read without loading it.
+
+The dynamic section (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH) and the dynamic symbol table (what the
+object defines and what it needs from others).
 
 Why our own reader: the resolver runs inside interpreter start-up with a 10 ms budget, and
 pyelftools costs about 35 ms to import. This reader reads just the headers and the part of the string

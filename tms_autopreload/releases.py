@@ -1,6 +1,6 @@
-"""torch_memory_saver's releases, as this package knows them: which preload builds each ships, which read
-``LD_PRELOAD`` as one path, what its preload check counts, and how to install or reinstall it. Every other
-module asks here; a new release is one edit here.
+"""torch_memory_saver's releases: their preload builds, which read ``LD_PRELOAD`` as one path, how to reinstall.
+
+As this package knows them. Every other module asks here; a new release is one edit here.
 
 Builds each release ships (wheels put them in site-packages itself, the directory above the package;
 source builds may put them in the package directory). Layouts seen on PyPI:

@@ -1,5 +1,7 @@
-"""The library names the loader is asked for (the driver's, and each GPU runtime's by major), the name a
-person reads for each runtime, and what the package knows of each CUDA major (one table).
+"""The library names the loader is asked for, and what the package knows of each CUDA major.
+
+The driver's name, each GPU runtime's by major, the name a person reads for each runtime, and one table of
+what the package knows of each CUDA major.
 
 A build is classified, a runtime located and a mapped file recognised by these names
 (``DT_NEEDED`` entries, ``SONAME`` s, mapped file names), so they are written here once.

@@ -1,5 +1,6 @@
-"""The NVIDIA driver a process would run on: the kernel module, the user-space ``libcuda.so.1`` the
-loader binds, and the newest CUDA major they run.
+"""The NVIDIA driver a process would run on: the kernel module, the ``libcuda.so.1`` it binds, what it runs.
+
+The user-space ``libcuda.so.1`` the loader binds, and the newest CUDA major they run.
 
 A torch built for a newer CUDA major than the driver runs loads fine (the loader only needs a file
 named ``libcuda.so.1``) and fails at its first CUDA call (``torch.cuda.is_available()`` is False), so
@@ -21,9 +22,9 @@ the start-up hook never refuses on these facts; ``doctor`` reports them, with a 
 
 import os
 
-from . import read_regular
-from .ldso import PRELOADED, Loader
-from .sonames import CUDA_MAJORS, DRIVER_SONAME
+from .. import read_regular
+from ..ldso import PRELOADED, Loader
+from ..sonames import CUDA_MAJORS, DRIVER_SONAME
 
 __all__ = ["MODULE_VERSION_FILE", "MINIMUM_DRIVER", "DriverFacts", "parse_module_version", "version_key",
            "newest_major", "examine"]
