@@ -261,14 +261,53 @@ def test_one_loader_model_per_survey(monkeypatch):
 
 
 def test_the_cuda_majors_are_one_table():
-    """What the package knows of each CUDA major (its runtime wheel, its oldest driver, whether
-    torch_memory_saver ships a build) is ``sonames.CUDA_MAJORS``; no other module lists majors."""
+    """What the package knows of each CUDA major (its runtime wheel, its oldest driver) is
+    ``gpu_libraries.CUDA_MAJORS``, and which of them each torch_memory_saver release ships a build for is
+    ``releases.RELEASES``; no other module lists majors."""
     def majors(node: ast.AST) -> bool:
         items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(node, (ast.Tuple, ast.List,
                                                                                           ast.Set)) else []
         values = [i.value for i in items if isinstance(i, ast.Constant) and type(i.value) is int]
         return len(values) >= 2 and len(values) == len(items) and all(11 <= v <= 20 for v in values)
 
-    found = [f"{p.name}:{n.lineno}" for p in sorted(PACKAGE.rglob("*.py")) if p.name != "sonames.py"
+    found = [f"{p.name}:{n.lineno}" for p in sorted(PACKAGE.rglob("*.py"))
+             if p.name not in ("gpu_libraries.py", "releases.py")
              for n in ast.walk(ast.parse(p.read_text())) if majors(n)]
     assert not found, found
+
+
+# Each fact of the outside world, by the words that write it, and the one module that writes them: the GPU
+# libraries' names and NVIDIA's wheel folders, torch_memory_saver's file names and its release numbers.
+FACTS = {r"libcudart\.so": "gpu_libraries", r"libamdhip64\.so": "gpu_libraries", r"libcuda\.so": "gpu_libraries",
+         r"nvidia/cu": "gpu_libraries", r"cuda_runtime": "gpu_libraries",
+         r"torch_memory_saver_hook_mode_preload": "builds", r"torch_memory_saver_cpp": "builds",
+         r"_cu(\d|\{)": "builds", r"\b0\.0\.\d": "releases"}
+
+
+def _strings(tree: ast.AST) -> "list[ast.Constant]":
+    """Every string constant of a module but its docstrings (what it says to its readers, not its users):
+    a literal, or the literal parts of an f-string."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_each_fact_is_written_once():
+    """A fact restated is found as a literal cause is: in any string of another module than its own. What
+    a message says of it comes from its module (``runtime_soname(CUDA, 13)``, ``RELEASES``), so that a new
+    release or library is one edit. torch.version's field names and JSON keys (``cuda``) are no such fact."""
+    import re
+
+    found = []
+    for name, path in sorted(_paths().items()):
+        for node in _strings(ast.parse(path.read_text())):
+            for words, home in FACTS.items():
+                if name != home and re.search(words, node.value):
+                    found.append(f"{name}:{node.lineno}: {node.value!r} (ask {home})")
+    assert not found, "\n".join(found)
+
+
+def test_the_fact_finder_finds_a_restated_fact():
+    tree = ast.parse('"""A docstring may name libcudart.so.13."""\nx = f"needs libcudart.so.{major}"\n')
+    assert [n.value for n in _strings(tree)] == ["needs libcudart.so."]

@@ -32,7 +32,7 @@ from .ldso import LD_UNSAFE_CHARS, prepend_search_path, read_added, search_path_
 from .ldso import Loader, Object, loaded_as
 from .results import LOADS, REJECTED, Plan, Verdict
 from .runtime import Runtime, install_hint
-from .sonames import DRIVER_SONAME, GLIBC_SONAMES
+from .gpu_libraries import DRIVER_ONLY, DRIVER_SONAME, GLIBC_SONAMES
 from .trace import Trace, run_trace, run_traces, start_traces
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
@@ -199,7 +199,7 @@ def judge(build: Build, plan: Plan, trace: Trace) -> Verdict:
                if os.path.basename(p) == build.name):
         return Verdict(build, REJECTED, "the loader did not preload it (no error given)", CAUSE_NOT_PRELOADED,
                        loader_ok=False)
-    if build.kind == "driver":
+    if build.kind == DRIVER_ONLY:
         return Verdict(build, LOADS, "loads", loader_ok=True, plan=plan)
     # Listed as "soname => path" when found by a search; as a bare path when the name matched an
     # object LD_PRELOAD had loaded (by its DT_SONAME).
@@ -295,7 +295,7 @@ class Option:
                 children: "list[tuple[str, DynamicInfo]]") -> "str | None":
         """Why the loader model says this would not map exactly ``runtime.library`` for the hook in this
         interpreter, or would leave a child without the runtime; None when it holds."""
-        if runtime.library is None or build.kind == "driver" or build.info is None:
+        if runtime.library is None or build.kind == DRIVER_ONLY or build.info is None:
             return None
         hook = Object(build.path, build.info)
         soname = runtime.soname
@@ -334,7 +334,7 @@ class Setting:
         """The runtime library to bind; None where there is nothing to bind (no library, a driver-only build,
         an unreadable one): then only the first step applies."""
         b = self.build
-        return None if b.kind == "driver" or b.info is None else self.runtime.library
+        return None if b.kind == DRIVER_ONLY or b.info is None else self.runtime.library
 
 
 class Step:

@@ -36,7 +36,7 @@ from .elf import ElfError, read_symbols
 from .errors import (CAUSE_DLOPEN_FAILED, CAUSE_HOOK_LOADED, CAUSE_IN_PROCESS, CAUSE_NOT_MAPPED, CAUSE_NO_PROC_MAPS,
                      CAUSE_NO_RUNTIME_FILE, CAUSE_PRELOAD_DEFINES, CAUSE_RUNTIME_LOADED, CAUSE_SYMBOL_DEFINED,
                      CAUSE_TORCH_IMPORTED, CAUSE_TORCH_LOADED, CAUSE_UNREADABLE_SYMBOLS, Error, ResolveError)
-from .sonames import runtime_of
+from .gpu_libraries import runtime_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

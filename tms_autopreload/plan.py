@@ -23,7 +23,7 @@ import sys
 
 from . import CUDA_MAJOR_VAR, PATH_VAR, TMS_WORDS, is_tms_entry, same_file, sitepath, split_preload
 from .attempt import MAX_ARG_STRLEN, attempt, child_programs, env_string_size, readable, trace_the_rest
-from .builds import PRELOAD_PREFIXES, Build, find_builds, interposed, is_preload_name, read_build
+from .builds import PRELOAD_PREFIXES, Build, find_builds, interposed, is_preload_name, named_major, read_build
 from .elf import ElfError
 from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DOES_NOT_FIT, CAUSE_INTERPRETER_FAILS,
                      CAUSE_LESS_PREFERRED, CAUSE_NO_BINDING, CAUSE_NO_BUILD_FITS, CAUSE_NO_BUILDS, CAUSE_NO_DRIVER,
@@ -33,7 +33,7 @@ from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DO
 from .ldso import Loader, Object
 from .results import CHOSEN, REJECTED, UNTRIED, Plan, Report, Verdict
 from .runtime import Runtime, detect, install_hint, split_from_torch
-from .sonames import DRIVER_SONAME
+from .gpu_libraries import CUDA, DRIVER_ONLY, DRIVER_SONAME, HIP
 from .trust import TRUST_CAUSES
 from .trust import Trusted, refusal
 
@@ -59,15 +59,14 @@ def _too_big(env: "Mapping[str, str]") -> ResolveError:
 
 
 def _fits(build: Build, runtime: Runtime) -> bool:
-    if runtime.kind == "hip":
-        return build.kind == "hip" and build.major == runtime.major
-    return (build.kind == "cuda" and build.major == runtime.major) or build.kind == "driver"
+    if runtime.kind == HIP:
+        return build.kind == HIP and build.major == runtime.major
+    return (build.kind == CUDA and build.major == runtime.major) or build.kind == DRIVER_ONLY
 
 
 def _preference(build: Build, runtime: Runtime, index: int) -> tuple[int, int, int]:
     """Exact runtime builds before driver-only ones; a ``_cuN`` name matching the major first."""
-    suffix = f"_cu{runtime.major}."
-    return (0 if build.kind == runtime.kind else 1, 0 if suffix in build.name else 1, index)
+    return (0 if build.kind == runtime.kind else 1, 0 if named_major(build.name) == runtime.major else 1, index)
 
 
 def _code_writers(program: Object, package_dir: str | None) -> Trusted:
@@ -134,7 +133,7 @@ def _judge_forced(build: Build, runtime: Runtime, warnings: list[str]) -> None:
     """Refuse the build ``TMS_AUTOPRELOAD_PATH`` names when it defines nothing that the process's runtime
     library defines (it would intercept no call: a torch_memory_saver build of another mode, such as
     ``hook_mode_torch``, a pluggable allocator); warn where that cannot be read."""
-    if build.problem or build.kind == "hip":
+    if build.problem or build.kind == HIP:
         return  # refused or judged elsewhere; a ROCm build's symbols are not CUDA's
     named = f"{PATH_VAR}={shown(build.path, PATH_SHOWN)}"
     if runtime.library is None:
@@ -294,7 +293,7 @@ def split_warning(runtime: Runtime, build: Build, env: "Mapping[str, str]") -> "
     """The plan's warning when an override makes the hook (``build``) use another runtime than torch links,
     else None (a driver-only build uses no runtime). Never a fix: what it asks for is what splits them."""
     split = split_from_torch(runtime)
-    if split is None or runtime.torch is None or build.kind == "driver":
+    if split is None or runtime.torch is None or build.kind == DRIVER_ONLY:
         return None
     overrides = split_overrides(env) or [runtime.source]
     return (f"{' and '.join(overrides)} makes the hook use {runtime.soname} while torch at {runtime.torch.dir} "
@@ -338,7 +337,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         return fail(exc)
     runtime_error: ResolveError | None = None
     try:
-        runtime: Runtime | None = detect(env, loader, [b.major for b in builds if b.kind == "cuda" and b.major])
+        runtime: Runtime | None = detect(env, loader, [b.major for b in builds if b.kind == CUDA and b.major])
     except ResolveError as exc:
         runtime, runtime_error = None, exc
     if forced and runtime is not None:

@@ -29,7 +29,7 @@ from ..elf import ElfError, read_dynamic, read_symbols
 from ..errors import CAUSE_IDLE_RUNTIME, CAUSE_SECOND_RUNTIME_BOUND
 from .. import EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, is_tms_entry, parse_flag, \
     same_file, split_preload
-from ..sonames import runtime_of
+from ..gpu_libraries import CUDA, HIP, runtime_of, soname_prefix
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ class Evidence:
 
 
 # Written in a binding line to a runtime library (its path, and the version of a reference to it).
-_RUNTIME_MARKS = (b"libcudart.so", b"libamdhip64.so")
+_RUNTIME_MARKS = tuple(soname_prefix(kind).rstrip(".").encode() for kind in (CUDA, HIP))
 
 
 def _read_log(directory: str, hook: str, symbols: "frozenset[str]", ev: Evidence,

@@ -10,7 +10,8 @@ and ``survey``: its ``doctor --json`` document, :mod:`tms_autopreload.commands.r
 
 from .report import VERSIONED, is_ok, table
 from ..errors import Error
-from ..sonames import runtime_name
+from ..gpu_libraries import runtime_name
+from .nvidia_driver import FAILING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer
         return row
     if doc.get("error"):
         row["error"] = doc["error"]
-    elif driver.get("verdict") == "failing":
+    elif driver.get("verdict") == FAILING:
         said = _str(driver.get("message")) or "the driver cannot run this torch"
         row["error"] = str(Error(said.rstrip("."), fix=_str(driver.get("fix")) or None))
     elif started is None:
@@ -130,7 +131,7 @@ def _driver(answer: "dict[str, Any]") -> str:
     if not driver:
         return "-"
     version = _str(driver.get("library_version")) or _str(driver.get("module_version"))
-    if driver.get("verdict") == "failing":
+    if driver.get("verdict") == FAILING:
         return f"{version or '?'} FAILING"
     return version or "unknown"
 

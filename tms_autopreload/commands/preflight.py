@@ -155,7 +155,7 @@ def node_answer() -> "dict[str, Any]":
     from .caller_env import before_plan
     from .report import document
     from ..plan import survey
-    from ..sonames import runtime_of
+    from ..gpu_libraries import runtime_of
 
     hooks = mapped_hooks(state_build())
     runtimes = [path for path in mapped_objects() if runtime_of(os.path.basename(path))]

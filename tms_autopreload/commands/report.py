@@ -11,6 +11,8 @@ import os
 import sys
 
 from ..errors import Error
+from ..gpu_libraries import CUDA
+from .nvidia_driver import FAILING
 from ..results import CHOSEN, Report
 
 TYPE_CHECKING = False
@@ -37,7 +39,7 @@ def is_ok(plan: object, driver: object, runtime: object = None) -> bool:
     facts, nothing says it cannot), and the hook uses the runtime torch links (no override split them:
     ``runtime.split``; asked for or not, the hook then does not manage torch's memory as meant). Read
     defensively: a row passes a document another node wrote."""
-    return (bool(plan) and not (isinstance(driver, dict) and driver.get("verdict") == "failing")
+    return (bool(plan) and not (isinstance(driver, dict) and driver.get("verdict") == FAILING)
             and not (isinstance(runtime, dict) and runtime.get("split")))
 
 
@@ -117,7 +119,7 @@ def driver_facts(report: Report) -> "dict[str, Any] | None":
     rt = report.runtime
     if report.loader is None:
         return None
-    return examine(report.loader, rt.major if rt is not None and rt.kind == "cuda" else None).to_dict()
+    return examine(report.loader, rt.major if rt is not None and rt.kind == CUDA else None).to_dict()
 
 
 def runtime_rule(report: Report) -> "str | None":
@@ -193,7 +195,7 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
 
 
 def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
-    from ..sonames import runtime_name, runtime_soname
+    from ..gpu_libraries import runtime_name, runtime_soname
 
     rt = doc["runtime"]
     if rt is None:
@@ -230,7 +232,7 @@ def driver_lines(driver: "dict[str, Any] | None") -> "list[str]":
 
 def text(doc: "dict[str, Any]") -> str:
     """``doctor``'s text: interpreter, runtime, driver, the candidate table, then the plan or why none."""
-    from ..sonames import runtime_soname
+    from ..gpu_libraries import runtime_soname
 
     out = [f"python:   {doc['executable']}",
            f"package:  {doc['torch_memory_saver_dir'] or 'torch_memory_saver not found'}",
