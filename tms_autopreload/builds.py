@@ -7,7 +7,7 @@ entries say what it will load, so only those decide.
 
 import os
 
-from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbols
+from .elf import MACHINE_NAMES, DynamicInfo, ElfError, UnreadableFile, read_dynamic, read_symbols
 from .gpu_libraries import CUDA, DRIVER_ONLY, DRIVER_SONAME, HIP, UNUSABLE, runtime_name, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
@@ -99,9 +99,8 @@ def read_build(path: str, want: DynamicInfo, trusted: Trusted | None = None) -> 
     try:
         info = read_dynamic(path)
     except ElfError as exc:
-        return Build(path, UNUSABLE, None, None, f"not a loadable ELF object: {exc}")
-    except OSError as exc:
-        return Build(path, UNUSABLE, None, None, f"cannot read it: {exc.strerror or exc}")
+        what = "cannot read it" if isinstance(exc, UnreadableFile) else "not a loadable ELF object"
+        return Build(path, UNUSABLE, None, None, f"{what}: {exc}")
     kind, major = _classify(info)
     problem = None
     if info.machine != want.machine or info.elf_class != want.elf_class:
@@ -141,6 +140,6 @@ def interposed(build: str, runtime_library: str) -> "tuple[str, ...]":
 
     Read from both dynamic symbol tables, not assumed: 0.0.9.post1 and 0.0.10 preload builds define
     ``cudaMalloc`` and ``cudaFree``, and so does 0.0.8's driver-only build, which links no runtime.
-    Raises ElfError or OSError when either file cannot be read.
+    Raises ElfError when either file cannot be read.
     """
     return tuple(sorted(read_symbols(build).defined & read_symbols(runtime_library).defined))

@@ -142,7 +142,7 @@ def _judge_forced(build: Build, runtime: Runtime, warnings: list[str]) -> None:
         return
     try:
         symbols = interposed(build.path, runtime.library)
-    except (OSError, ElfError) as exc:
+    except ElfError as exc:
         warnings.append(f"{named}: what it intercepts is unknown ({runtime.library}: {exc}); preloading it anyway")
         return
     if not symbols:
@@ -193,9 +193,10 @@ def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Ma
         if verdict.plan is None:
             continue
         if plan is None:
-            plan, verdict.status = verdict.plan, CHOSEN
+            plan, verdicts[i] = verdict.plan, verdict.but(status=CHOSEN)
         else:
-            verdict.reason, verdict.cause = f"{verdict.reason}; not chosen (less preferred)", CAUSE_LESS_PREFERRED
+            verdicts[i] = verdict.but(reason=f"{verdict.reason}; not chosen (less preferred)",
+                                      cause=CAUSE_LESS_PREFERRED)
     return plan, verdicts
 
 
@@ -327,9 +328,8 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
                                  fix="set LD_PRELOAD by hand with `tms-autopreload env`", cause=CAUSE_NO_EXECUTABLE))
     try:
         loader = Loader.for_executable(exe, env.get("LD_LIBRARY_PATH", ""), env.get("LD_PRELOAD", ""))
-    except (OSError, ElfError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return fail(ResolveError(f"cannot read the interpreter {exe} ({why})", cause=CAUSE_UNREADABLE_INTERPRETER,
+    except ElfError as exc:
+        return fail(ResolveError(f"cannot read the interpreter {exe} ({exc})", cause=CAUSE_UNREADABLE_INTERPRETER,
                                  fix="set LD_PRELOAD by hand with `tms-autopreload env` from a normal Python"))
     try:
         builds, forced = _candidates(env, package_dir, exe, loader.executable, warnings)

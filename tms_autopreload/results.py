@@ -40,6 +40,16 @@ class Verdict:
         self.fix = fix  # what the user can do, for the error when no build fits
         self.plan = plan  # the plan with this build, when it loads (LOADS or CHOSEN)
 
+    def but(self, **changes: object) -> "Verdict":
+        """This verdict with ``changes`` (``status=CHOSEN``, say): a new one, since a verdict once made is what
+        a step of the survey answered, and the survey's later steps only add to it."""
+        new = object.__new__(Verdict)
+        for name in self.__slots__:
+            setattr(new, name, changes.pop(name, getattr(self, name)))
+        if changes:
+            raise TypeError(f"a verdict has no {', '.join(changes)}")
+        return new
+
     def __repr__(self) -> str:
         cause = f", cause={self.cause!r}" if self.cause else ""
         return f"Verdict(build={self.build.path!r}, status={self.status!r}{cause})"

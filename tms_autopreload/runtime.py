@@ -128,7 +128,7 @@ def read_torch(torch_dir: str) -> TorchBuild:
     try:
         deps = Object(deps_path, read_dynamic(deps_path))
         links = tuple(n for n in deps.info.needed if runtime_of(n))
-    except (OSError, ElfError):
+    except ElfError:
         deps = None
     return TorchBuild(torch_dir, values.get("__version__"), values.get("cuda"), values.get("hip"),
                       links, deps)
@@ -165,7 +165,7 @@ def _cannot_load(loader: Loader, torch: TorchBuild) -> "Callable[[str, set[str]]
     def cannot(path: str, loaded: "set[str]") -> "str | None":
         try:
             info = read_dynamic(path)
-        except (OSError, ElfError) as exc:
+        except ElfError as exc:
             return f"unreadable: {exc}"
         want = loader.executable.info
         if (info.elf_class, info.machine) != (want.elf_class, want.machine):

@@ -287,7 +287,7 @@ def _unbound(mapped: "Iterable[str]", soname: str, symbols: "frozenset[str]",
             if soname not in read_dynamic(path).needed:
                 continue
             wanted = read_symbols(path).undefined & symbols
-        except (OSError, ElfError):
+        except ElfError:
             continue
         if wanted:
             lib = libraries.setdefault(path, Library(path))
@@ -373,7 +373,7 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
     """
     try:
         symbols = interposed(hook, runtime_library)
-    except (OSError, ElfError) as exc:
+    except ElfError as exc:
         ev = Evidence(module, hook, runtime_library, ())
         ev.error = f"cannot read the symbol tables of {hook} and {runtime_library}: {exc}"
         return ev

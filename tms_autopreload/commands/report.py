@@ -106,7 +106,7 @@ def _interposes(report: Report) -> "dict[str, list[str] | None]":
     for v in report.verdicts:
         try:
             out[v.build.path] = list(interposed(v.build.path, library)) if library and v.build.info else None
-        except (OSError, ElfError):
+        except ElfError:
             out[v.build.path] = None
     return out
 
