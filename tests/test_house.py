@@ -244,7 +244,7 @@ def test_the_module_map_is_in_layers():
 def test_one_loader_model_per_survey(monkeypatch):
     """``doctor``'s document reads the survey's own loader model (its driver facts, the search rule):
     the interpreter's ELF file and the loader cache are read once per survey, not once per reader."""
-    from tms_autopreload import ldso, plan
+    from tms_autopreload import decision, ldso
     from tms_autopreload.commands import report as doctor
 
     made = []
@@ -255,7 +255,7 @@ def test_one_loader_model_per_survey(monkeypatch):
         return real(cls, *args, **kw)
 
     monkeypatch.setattr(ldso.Loader, "for_executable", classmethod(counted))
-    report = plan.survey({"PATH": "/usr/bin:/bin"})
+    report = decision.survey({"PATH": "/usr/bin:/bin"})
     doc = doctor.document(report, {"PATH": "/usr/bin:/bin"})
     assert len(made) == 1 and report.loader is not None and doc["driver"] is not None, made
 

@@ -289,7 +289,7 @@ def test_fork_children_of_a_hooked_parent_are_hooked_and_nothing_warns(scenario,
 
 def test_fork_outside_a_block_says_nothing(scenario):
     scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
-    code = ("import multiprocessing, os, tms_autopreload.children\n"
+    code = ("import multiprocessing, os, tms_autopreload.subprocesses\n"
             "multiprocessing.set_start_method('spawn')\n"
             "with tms_autopreload.configure_subprocess():\n    pass\n"
             "pid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('done')")

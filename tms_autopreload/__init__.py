@@ -122,7 +122,7 @@ def is_tms_entry(entry: str) -> bool:
     ``:``-separated entry that holds them and wants exactly one; 0.0.8 to 0.0.9.post1 look for them in the
     whole value. The one answer to "is this a torch_memory_saver build" for every LD_PRELOAD entry and
     every name of a file: a build on a path without the words is refused by its check, so by this package
-    too (a forced path: :func:`tms_autopreload.plan.survey`); a planned file mapped under another name (a
+    too (a forced path: :func:`tms_autopreload.decision.survey`); a planned file mapped under another name (a
     symbolic link's target) is known by what it is (:func:`mapped_hooks`)."""
     return TMS_WORDS in entry
 
@@ -478,7 +478,7 @@ def process_startup() -> None:
 __version__ = "0.1.0"
 # The public API beyond process_startup, by the private module each name lives in, loaded on first use
 # (PEP 562): a start with no flag imports none of them.
-_LAZY = {"resolve": "plan", "survey": "plan", "configure_subprocess": "children", "activate": "inprocess",
+_LAZY = {"resolve": "decision", "survey": "decision", "configure_subprocess": "subprocesses", "activate": "inprocess",
          "Plan": "results", "Report": "results", "Verdict": "results", "Error": "errors", "ResolveError": "errors"}
 __all__ = ["process_startup", *_LAZY, "__version__"]
 

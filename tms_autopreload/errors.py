@@ -17,7 +17,7 @@ __all__ = ["Error", "ResolveError", "shown", "CAUSES"]
 CAUSE_ERROR = "error"  # Error's default
 CAUSE_NO_PLAN = "no-plan"  # ResolveError's default: no preload plan exists for this process
 
-# Why no plan exists before any candidate is judged (tms_autopreload.plan, tms_autopreload.runtime).
+# Why no plan exists before any candidate is judged (tms_autopreload.decision, tms_autopreload.runtime).
 CAUSE_NO_EXECUTABLE = "no-executable"  # sys.executable is empty
 CAUSE_UNREADABLE_INTERPRETER = "unreadable-interpreter"  # the interpreter's ELF file cannot be read
 CAUSE_INTERPRETER_FAILS = "interpreter-fails"  # the interpreter cannot be started for the loader's trace

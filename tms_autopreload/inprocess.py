@@ -197,7 +197,7 @@ def activate() -> "Plan | None":
     with _activating:
         if _activated is not None:  # another thread did the work while this one waited
             return _activated  # type: ignore[unreachable]  # mypy cannot see the other thread's write
-        from .plan import resolve
+        from .decision import resolve
 
         plan = resolve()
         if mapped_hooks(plan.build) != [plan.build]:

@@ -110,7 +110,7 @@ def _distribution(package_dir: str) -> "tuple[metadata.Distribution, str] | None
     installed in): pip's record beside the package, or an editable install's whose checkout holds it."""
     from importlib import metadata
 
-    from .origin import local_path, record_of
+    from .install_source import local_path, record_of
 
     site = os.path.dirname(os.path.abspath(package_dir))
     here = [dist for dist in metadata.distributions(path=[site]) if _is_it(dist)]
@@ -163,7 +163,7 @@ def _command(dist: "metadata.Distribution", site: str) -> str:
     """What installs this copy again, where it lies: its recorded source while that is there, else its
     release from the index; a local build without a record, in words."""
     from .installer import pip_command
-    from .origin import record_of, source_args, source_gone
+    from .install_source import record_of, source_args, source_gone
 
     record = record_of(dist)
     if record is not None and not source_gone(record):
@@ -189,7 +189,7 @@ def reinstall_hint(package_dir: "str | None", major: "int | None" = None) -> "st
     damage = [f"{name} {wrong}" for name, wrong in _damage(dist) if _may_be_for(name, major)]
     if damage:
         return f"{TMS_DISTRIBUTION} {dist.version} is installed but its {', '.join(damage)}: {_command(dist, site)}"
-    from .origin import record_of
+    from .install_source import record_of
 
     checkout = os.path.dirname(os.path.abspath(package_dir or ""))
     record = record_of(dist)

@@ -1,6 +1,6 @@
 """What a survey answers: each candidate's :class:`Verdict`, the :class:`Plan`, and the :class:`Report` of it all.
 
-:func:`tms_autopreload.plan.survey` makes them; the plan is what makes this process start with the right hook.
+:func:`tms_autopreload.decision.survey` makes them; the plan is what makes this process start with the right hook.
 
 Kept apart from the decision so that a user of the answer (the start-up hook, the commands, ``doctor``'s
 document) reads these types without the steps that produce them.

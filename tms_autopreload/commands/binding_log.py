@@ -10,7 +10,7 @@ when its library loads, and ``LD_DEBUG=bindings`` writes one line per binding (l
 :func:`check` runs one child under a given environment with those two variables, imports a module,
 and classifies every reference to an *interposed* symbol (one the hook defines and the runtime
 library also defines, read from both dynamic symbol tables). It decides nothing about which build to
-use: :func:`tms_autopreload.plan.survey` does. This proves binding, not that the hook's driver calls
+use: :func:`tms_autopreload.decision.survey` does. This proves binding, not that the hook's driver calls
 work on a GPU.
 """
 

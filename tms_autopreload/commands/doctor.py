@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from ..plan import survey
+from ..decision import survey
 from .caller_env import before_plan
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE
 from . import command
@@ -189,7 +189,7 @@ def _deep(args: argparse.Namespace) -> int:
 def _bound_fix(report: Report, as_is: bool) -> "str | None":
     """``doctor --deep``'s fix where two runtime copies take bindings: the override that split the hook from
     torch, or (``--as-is``) the environment that is not the plan's."""
-    from ..plan import split_fix
+    from ..decision import split_fix
     from ..runtime import split_from_torch
 
     if report.runtime is not None and split_from_torch(report.runtime):

@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 
-from ..plan import survey
+from ..decision import survey
 from ..results import Report
 from .caller_env import before_plan, own_plan
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, plan_or_fail

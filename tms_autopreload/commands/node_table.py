@@ -34,7 +34,7 @@ def _str(value: object) -> "str | None":
 def not_installed(python: str, prefix: "str | None") -> str:
     """The error of a node whose workers cannot import tms_autopreload, with the fix (made where the
     table is made: the machine that drives the preflight, whose install record is all that is known)."""
-    from ..origin import install_advice
+    from ..install_source import install_advice
 
     where = f" (sys.prefix {prefix})" if prefix else ""
     into = f"the environment Ray starts that node's workers from{where}"

@@ -154,7 +154,7 @@ def node_answer() -> "dict[str, Any]":
     """Runs in the worker: its survey (the ``doctor --json`` document) and what its start-up hook did."""
     from .caller_env import before_plan
     from .report import document
-    from ..plan import survey
+    from ..decision import survey
     from ..gpu_libraries import runtime_of
 
     hooks = mapped_hooks(state_build())

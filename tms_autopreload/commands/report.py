@@ -1,7 +1,7 @@
 """``doctor``'s document (``doctor --json``) and its text rendering, for one process.
 
 :func:`document` is the one place the document's schema is written (docs/reference.md lists its keys).
-The survey (:func:`tms_autopreload.plan.survey`) decides the plan; this adds what only a reader needs:
+The survey (:func:`tms_autopreload.decision.survey`) decides the plan; this adds what only a reader needs:
 what each candidate interposes and the NVIDIA driver facts (:mod:`tms_autopreload.commands.nvidia_driver`), which
 judge the node, not the plan, so the start-up hook never reads them. ``doctor``, the Ray preflight's
 workers and the per-node table (:mod:`tms_autopreload.commands.node_documents`) all read this one document.
@@ -46,7 +46,7 @@ def is_ok(plan: object, driver: object, runtime: object = None) -> bool:
 def _split(report: Report, environ: "Mapping[str, str]") -> "dict[str, Any] | None":
     """``runtime.split``: the runtime torch links where an override makes the chosen hook use another."""
     from ..errors import CAUSE_SPLIT_RUNTIME
-    from ..plan import split_fix, split_overrides, split_warning
+    from ..decision import split_fix, split_overrides, split_warning
     from ..runtime import split_from_torch
 
     build = next((v.build for v in report.verdicts if v.status == CHOSEN), None)

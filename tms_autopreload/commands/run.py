@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ..plan import survey
+from ..decision import survey
 from .caller_env import before_plan
 from .exitpolicy import EXIT_NO_PLAN, plan_or_fail
 from . import command

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from ..plan import survey
+from ..decision import survey
 from .caller_env import before_plan
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, plan_or_fail
 from . import command
