@@ -205,8 +205,6 @@ def _with_check_warning(plan: Plan, package_dir: str | None, forced: str | None,
     entry of ``preload`` (the process's own LD_PRELOAD) that is not a preload build: any entry kept after
     the hook, where it reads the variable as one path; an entry whose path holds ``torch_memory_saver`` (which
     its check counts as one of its builds: :func:`tms_autopreload.is_tms_entry`), which the plan drops."""
-    from .releases import ONE_PATH_RELEASES, reads_one_path, splitting_install
-
     kept = split_preload(plan.ld_preload)[1:]
     dropped = [e for e in split_preload(preload)
                if is_tms_entry(e) and not is_preload_name(os.path.basename(e)) and not same_file(e, plan.build)]
@@ -215,10 +213,13 @@ def _with_check_warning(plan: Plan, package_dir: str | None, forced: str | None,
         warnings.append(f"LD_PRELOAD loses {':'.join(dropped)}: torch_memory_saver's check counts every entry whose "
                         f"path holds \"{TMS_WORDS}\" as one of its builds and refuses more than one, so the plan "
                         f"keeps only the hook; move that file to a path without those words to keep it preloaded")
-    if kept and not forced and reads_one_path(package_dir):
-        warnings.append(f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
-                        f"reads LD_PRELOAD as a single path ({ONE_PATH_RELEASES}), so its Python side will refuse "
-                        f"this process; drop those entries or {splitting_install(package_dir)}")
+    if kept and not forced:
+        from .releases import ONE_PATH_RELEASES, reads_one_path, splitting_install  # most starts keep none
+
+        if reads_one_path(package_dir):
+            warnings.append(f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at "
+                            f"{package_dir} reads LD_PRELOAD as a single path ({ONE_PATH_RELEASES}), so its Python "
+                            f"side will refuse this process; drop those entries or {splitting_install(package_dir)}")
     if not warnings:
         return plan
     return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, binding=plan.binding,

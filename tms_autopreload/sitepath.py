@@ -139,13 +139,16 @@ def pth_paths(data: bytes) -> "list[str]":
 
         lines = list(io.TextIOWrapper(io.BytesIO(data), encoding="locale"))
     paths: "list[str]" = []
-    for line in lines:
+    imports: "list[str]" = []  # compiled only once a path line follows them: a file's first compile()
+    for line in lines:  # builds the compiler's AST types, millions of instructions a flagged start skips
         if line.startswith("#") or not line.strip():
             continue
         if line.startswith(("import ", "import\t")):
-            if not _compiles(line):
-                break
+            imports.append(line)
             continue
+        if not all(map(_compiles, imports)):
+            break
+        imports.clear()
         paths.append(line.rstrip())
     return paths
 
