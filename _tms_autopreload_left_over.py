@@ -106,7 +106,8 @@ def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[b
 
 
 COMMAND = "tms-autopreload"  # the console script (pyproject.toml); also ``python -m tms_autopreload``
-_SCRIPTS = {COMMAND: b"from tms_autopreload.cli import", "pip": b"from pip", "virtualenv": b"from virtualenv"}
+_SCRIPTS = {COMMAND: (b"from tms_autopreload.commands.main import", b"from tms_autopreload.cli import"),
+            "pip": (b"from pip",), "virtualenv": (b"from virtualenv",)}
 _MODULES = {"tms_autopreload": COMMAND, "tms_autopreload.__main__": COMMAND, "pip": "pip", "pip.__main__": "pip",
             "ensurepip": "ensurepip", "venv": "venv", "virtualenv": "virtualenv"}
 _SCRIPT_FILES = {"__pip-runner__.py": "pip"}
@@ -137,13 +138,53 @@ def unhooked_program(argv: "list[str] | None" = None, orig_argv: "list[str] | No
     name = os.path.basename(first)
     if name in _SCRIPT_FILES:
         return _SCRIPT_FILES[name]
-    marker = _SCRIPTS.get(_script_name(name))
-    if marker is None:
+    markers = _SCRIPTS.get(_script_name(name))
+    if markers is None:
         return None
     try:
-        return _script_name(name) if marker in read_regular(first, 4096) else None
+        head = read_regular(first, 4096)
     except OSError:
         return None
+    return _script_name(name) if any(m in head for m in markers) else None
+
+
+WHEEL_TEMPLATE = "/path/to/tms_autopreload-<version>-py3-none-any.whl"
+
+
+def _location(url: str) -> str:
+    parts = urlsplit(url)
+    return unquote(parts.path) if parts.scheme == "file" and parts.netloc in ("", "localhost") else url
+
+
+def local_path(record: "dict[str, Any]") -> "str | None":
+    url = record["url"]
+    return _location(url) if urlsplit(url).scheme == "file" and not record.get("vcs_info") else None
+
+
+def source_gone(record: "dict[str, Any]") -> bool:
+    path = local_path(record)
+    return path is not None and not os.path.exists(path)
+
+
+def source_args(record: "dict[str, Any]") -> "list[str] | None":
+    url = record["url"]
+    vcs = record.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
+        spec = f"{vcs['vcs']}+{url}"
+        revision = vcs.get("commit_id") or vcs.get("requested_revision")
+        if isinstance(revision, str) and revision:
+            spec += f"@{revision}"
+        if isinstance(record.get("subdirectory"), str):
+            spec += f"#subdirectory={record['subdirectory']}"
+        return [spec]
+    if isinstance(record.get("dir_info"), dict):
+        path = _location(url)
+        if isinstance(record.get("subdirectory"), str):
+            path = f"{path.rstrip('/')}/{record['subdirectory']}"
+        return ["-e", path] if record["dir_info"].get("editable") else [path]
+    if isinstance(record.get("archive_info"), dict):
+        return [_location(url)]
+    return None
 
 
 def pip_refusal(site: str) -> "str | None":
@@ -235,45 +276,6 @@ def _uv_on_path() -> bool:
 
 def _has_ensurepip() -> bool:
     return os.path.isdir(os.path.join(os.path.dirname(os.__file__), "ensurepip"))
-
-
-WHEEL_TEMPLATE = "/path/to/tms_autopreload-<version>-py3-none-any.whl"
-
-
-def _location(url: str) -> str:
-    parts = urlsplit(url)
-    return unquote(parts.path) if parts.scheme == "file" and parts.netloc in ("", "localhost") else url
-
-
-def local_path(record: "dict[str, Any]") -> "str | None":
-    url = record["url"]
-    return _location(url) if urlsplit(url).scheme == "file" and not record.get("vcs_info") else None
-
-
-def source_gone(record: "dict[str, Any]") -> bool:
-    path = local_path(record)
-    return path is not None and not os.path.exists(path)
-
-
-def source_args(record: "dict[str, Any]") -> "list[str] | None":
-    url = record["url"]
-    vcs = record.get("vcs_info")
-    if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
-        spec = f"{vcs['vcs']}+{url}"
-        revision = vcs.get("commit_id") or vcs.get("requested_revision")
-        if isinstance(revision, str) and revision:
-            spec += f"@{revision}"
-        if isinstance(record.get("subdirectory"), str):
-            spec += f"#subdirectory={record['subdirectory']}"
-        return [spec]
-    if isinstance(record.get("dir_info"), dict):
-        path = _location(url)
-        if isinstance(record.get("subdirectory"), str):
-            path = f"{path.rstrip('/')}/{record['subdirectory']}"
-        return ["-e", path] if record["dir_info"].get("editable") else [path]
-    if isinstance(record.get("archive_info"), dict):
-        return [_location(url)]
-    return None
 
 
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take

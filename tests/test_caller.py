@@ -148,7 +148,7 @@ def test_the_command_is_never_hooked(scenario):
     assert r.returncode == 0 and r.stdout.strip() != "none", (r.stdout, r.stderr)
 
 
-def _script(path, body: str = "from tms_autopreload.cli import main\nmain()\n"):
+def _script(path, body: str = "from tms_autopreload.commands.main import main\nmain()\n"):
     path.write_text(f"#!/usr/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n{body}")
     return str(path)
 
@@ -167,6 +167,7 @@ def _script(path, body: str = "from tms_autopreload.cli import main\nmain()\n"):
     (["/v/bin/python", "-m", "virtualenv", "env"], "virtualenv"),
     (["/v/bin/python", "-m", "json.tool", "env"], None),
     (["/v/bin/python", "-m", "tms_autopreload.cli", "env"], None),
+    (["/v/bin/python", "-m", "tms_autopreload.commands.main", "env"], None),
     (["/v/bin/python", "-m", "tms_autopreload_x", "env"], None),
     (["/v/bin/python", "-mxtms_autopreload", "env"], None),
     (["/v/bin/python", "-m", "pipx", "env"], None),
@@ -204,6 +205,10 @@ def test_console_scripts_are_known_by_name_and_content(tmp_path):
     theirs = _script(tmp_path / "user" / "tms-autopreload", "print('train')\n")
     renamed = _script(tmp_path / "tap")
     assert unhooked_program([ours, "env"], []) == "tms-autopreload"
+    # The console script of an install before the commands' wing, until pip rewrites it.
+    (tmp_path / "older").mkdir()
+    older = _script(tmp_path / "older" / "tms-autopreload", "from tms_autopreload.cli import main\nmain()\n")
+    assert unhooked_program([older, "env"], []) == "tms-autopreload"
     assert unhooked_program([theirs, "env"], []) is None
     assert unhooked_program([renamed, "env"], []) is None
     assert unhooked_program([str(tmp_path / "gone" / "tms-autopreload")], []) is None

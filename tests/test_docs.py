@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tms_autopreload import cli  # noqa: E402
+from tms_autopreload.commands import main as cli  # noqa: E402
 
 DOCS = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md")])
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

@@ -22,9 +22,13 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload
-from tms_autopreload import (bindings, cli, driver, elf, ldcache, ldso, nodes, preflight, runtime,
-                             sitepath, trace)
-from tms_autopreload.rows import document_rows
+from tms_autopreload import elf, ldcache, ldso, runtime, sitepath, trace
+from tms_autopreload.commands import binding_log as bindings
+from tms_autopreload.commands import main as cli
+from tms_autopreload.commands import node_documents as nodes
+from tms_autopreload.commands import nvidia_driver as driver
+from tms_autopreload.commands import preflight
+from tms_autopreload.commands.node_table import document_rows
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
 # The deadline catches a hang, not a slow machine: 500 ms failed now and then on a loaded 2-core machine
@@ -400,6 +404,19 @@ def test_pth_file_stops_at_an_import_line_that_does_not_compile():
     assert sitepath.pth_paths(b"a\nimport a b\nb\n") == ["a"]
     assert sitepath.pth_paths(b"a\nimport\ta\nb\n") == ["a", "b"]
     assert sitepath.pth_paths(b"a\nimport a\x00\nb\n") == ["a"]
+    assert sitepath.pth_paths(b"a\nimport os\nimport a b\nimport os\nb\n") == ["a"]
+
+
+def test_pth_import_lines_are_compiled_only_when_a_path_line_follows(monkeypatch):
+    """A process's first compile() builds the compiler's AST types (millions of instructions, the flagged
+    start's largest avoidable cost, callgrind): a ``.pth`` of import lines only, the common case (this
+    package's own, virtualenv's, setuptools'), adds no path whatever they compile to, so none is compiled."""
+    compiled: "list[str]" = []
+    monkeypatch.setattr(sitepath, "_compiles", lambda line: compiled.append(line) or True)
+    assert sitepath.pth_paths(b"import os\nimport a b\n# c\n") == []
+    assert compiled == []
+    assert sitepath.pth_paths(b"import os\nb\n") == ["b"]
+    assert [line.rstrip() for line in compiled] == ["import os"]
 
 
 @FUZZ

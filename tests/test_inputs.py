@@ -3,7 +3,7 @@
 1. Property tests, in this process: every variable the package reads, given generated values (empty,
    whitespace, huge, non-ASCII and undecodable bytes, separators, relative and dangling paths,
    directories, FIFOs, files others can write, numbers out of range) alone and in combinations, on top
-   of an environment that has a plan. ``plan.survey(environ=...)`` and the start-up hook's decision
+   of an environment that has a plan. ``decision.survey(environ=...)`` and the start-up hook's decision
    never raise anything but their documented outcomes, never say "internal error", and an error's
    first line names a variable that was changed.
 2. End to end: a sample of those environments started flagged in real interpreters on a built host.
@@ -32,7 +32,7 @@ from support import MAPPED, REEXECD, assert_stopped, clean_env, execs, mentions_
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload
-from tms_autopreload import plan, startup
+from tms_autopreload import decision, startup
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "200"))
 E2E_EXAMPLES = int(os.environ.get("TMS_FUZZ_E2E", "30"))
@@ -134,7 +134,7 @@ def first_line(message: str) -> str:
 
 def test_baseline_has_a_plan(world):
     with installed(world):
-        report = plan.survey(world["base"], executable=str(world["scn"].venv.python))
+        report = decision.survey(world["base"], executable=str(world["scn"].venv.python))
     assert report.plan is not None, report.error
 
 
@@ -145,7 +145,7 @@ def test_survey_answers_every_environment(world):
     @given(environments(world, RESOLVER_VARS))
     def check(case):
         changed, env = case
-        report = plan.survey(env, executable=exe)  # never raises
+        report = decision.survey(env, executable=exe)  # never raises
         assert (report.plan is None) == (report.error is not None)
         if report.error:
             assert "internal error" not in report.error
@@ -213,19 +213,19 @@ def test_the_three_reported_inputs(world):
     exe = str(world["scn"].venv.python)
     with installed(world):
         for path in ("/etc/passwd", "/lib/x86_64-linux-gnu/libm.so.6"):
-            error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": path}, executable=exe).error
+            error = decision.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": path}, executable=exe).error
             assert first_line(error).startswith(f"TMS_AUTOPRELOAD_PATH={path!r} does not name a torch_memory_saver "
                                                 f"preload build"), error
             assert "`unset TMS_AUTOPRELOAD_PATH` (or point it at one" in error and "pip install" not in error
-        error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_CUDA_MAJOR": "9" * 5000}, executable=exe).error
+        error = decision.survey({**world["base"], "TMS_AUTOPRELOAD_CUDA_MAJOR": "9" * 5000}, executable=exe).error
         assert error.startswith("TMS_AUTOPRELOAD_CUDA_MAJOR='9999") and "(5000 characters)" in error
         assert "internal error" not in error and len(error) < 400
         # A deep path (a conda env's site-packages, 180 characters here) is quoted whole, as the user copies
         # it; a path no file system holds (5000 characters) is cut.
         deep = "/home/a-user/miniconda3/envs/" + "x" * 80 + "/lib/python3.11/site-packages/torch_memory_saver_hook.so"
-        error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": deep}, executable=exe).error
+        error = decision.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": deep}, executable=exe).error
         assert error.startswith(f"TMS_AUTOPRELOAD_PATH={deep!r} does not exist."), error
-        error = plan.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": "/" + "x" * 4999}, executable=exe).error
+        error = decision.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": "/" + "x" * 4999}, executable=exe).error
         assert "(5000 characters)" in error and len(error) < 1500, error
     fifo = next(p for p in world["paths"] if p.endswith("_fifo.so"))
     scn = world["scn"]

@@ -175,7 +175,7 @@ def test_our_kernel_name_rule_agrees_with_jupyter_clients(real_torch):
     :data:`JUPYTER_ONLY`, all refused by ours. A jupyter_client that changes its rule fails this test."""
     scn = real_torch(("driver",))
     code = ("import json, sys\nfrom jupyter_client.kernelspec import _is_valid_kernel_name as theirs\n"
-            "from tms_autopreload.kernelspec import _is_valid_kernel_name as ours\n"
+            "from tms_autopreload.commands.kernelspec import _is_valid_kernel_name as ours\n"
             "print(json.dumps([[bool(theirs(n)), ours(n)] for n in json.loads(sys.argv[1])]))")
     r = scn.run(["-c", code, json.dumps(NAMES)])
     assert r.returncode == 0, r.stderr
@@ -289,7 +289,7 @@ def test_fork_children_of_a_hooked_parent_are_hooked_and_nothing_warns(scenario,
 
 def test_fork_outside_a_block_says_nothing(scenario):
     scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
-    code = ("import multiprocessing, os, tms_autopreload.children\n"
+    code = ("import multiprocessing, os, tms_autopreload.subprocesses\n"
             "multiprocessing.set_start_method('spawn')\n"
             "with tms_autopreload.configure_subprocess():\n    pass\n"
             "pid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('done')")

@@ -62,8 +62,10 @@ def test_wheel_carries_the_pth_alone_at_its_root(parts):
         pth = [line for line in z.read("tms_autopreload.pth").decode().splitlines() if not line.startswith("#")]
         entry = z.read(next(n for n in z.namelist() if n.endswith("entry_points.txt"))).decode()
         metadata = z.read(next(n for n in z.namelist() if n.endswith("METADATA"))).decode()
+        package = {n for n in z.namelist() if n.startswith("tms_autopreload/")}
+    assert package == PACKAGE, package ^ PACKAGE  # both wings: pyproject.toml lists each package by name
     assert len(pth) == 1 and pth[0].startswith("import os;")  # site.py runs only `import` lines
-    assert "tms-autopreload = tms_autopreload.cli:main" in entry
+    assert "tms-autopreload = tms_autopreload.commands.main:main" in entry
     assert "Requires-Dist" not in metadata  # nothing that could swap the user's torch build
 
 
@@ -186,7 +188,8 @@ def test_editable_install_whose_checkout_moved(scenario, tmp_path):
 
 # ---------------------------------------------------------------- what a packager expects
 
-PACKAGE = {f"tms_autopreload/{p.name}" for p in (ROOT / "tms_autopreload").glob("*.py")}
+# Both wings: a subpackage left out of pyproject.toml's list would be missing from the wheel.
+PACKAGE = {str(p.relative_to(ROOT)) for p in (ROOT / "tms_autopreload").rglob("*.py") if "__pycache__" not in p.parts}
 DIST_INFO = {"METADATA", "WHEEL", "RECORD", "entry_points.txt", "top_level.txt", "licenses/LICENSE"}
 SDIST_TOP = {"LICENSE", "CHANGELOG.md", "README.md", "PKG-INFO", "pyproject.toml", "setup.cfg", "setup.py",
              "MANIFEST.in"}

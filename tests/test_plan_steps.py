@@ -13,7 +13,7 @@ import support
 
 sys.path.insert(0, str(support.ROOT))
 
-from tms_autopreload import errors, plan, releases, results
+from tms_autopreload import decision, errors, releases, results
 from tms_autopreload import attempt as judging
 from tms_autopreload.builds import Build
 from tms_autopreload.ldso import Found
@@ -50,7 +50,7 @@ def cuda(major=13, library=None):
     ("unusable", None, ("cuda", 13), False),
 ])
 def test_fits(kind, major, runtime, fits):
-    assert plan._fits(build("/x.so", kind, major), Runtime(*runtime, "a test", None, None)) is fits
+    assert decision._fits(build("/x.so", kind, major), Runtime(*runtime, "a test", None, None)) is fits
 
 
 def test_screen_rejects_with_causes_and_orders_the_rest_best_first():
@@ -58,7 +58,7 @@ def test_screen_rejects_with_causes_and_orders_the_rest_best_first():
     builds = [build(f"/s/{DRIVER}", "driver", None), build(f"/s/{PLAIN}"), build(f"/s/{CU12}", major=12),
               build(f"/s/{CU13}"), build("/s/broken.so", "unusable", None, problem="not a loadable ELF object"),
               build(f"/t/{CU13}", refusal=refused)]
-    verdicts, eligible = plan._screen(builds, cuda(13))
+    verdicts, eligible = decision._screen(builds, cuda(13))
     # The exact runtime before driver-only; a _cu13 name before an unsuffixed one.
     assert eligible == [3, 1, 0]
     assert {i: (v.status, v.cause) for i, v in verdicts.items()} == {
@@ -70,7 +70,7 @@ def test_screen_rejects_with_causes_and_orders_the_rest_best_first():
 
 
 def test_screen_without_a_runtime_tries_nothing():
-    verdicts, eligible = plan._screen([build(f"/s/{CU13}"), build("/s/x.so", problem="cannot read it")], None)
+    verdicts, eligible = decision._screen([build(f"/s/{CU13}"), build("/s/x.so", problem="cannot read it")], None)
     assert eligible == []
     assert [(v.status, v.cause) for v in verdicts.values()] == [(results.UNTRIED, errors.CAUSE_NO_RUNTIME),
                                                                (results.REJECTED, errors.CAUSE_UNUSABLE)]

@@ -21,7 +21,7 @@ from support import ROOT, Host, RayCluster, clean_env, find_python, private_copy
     tms_wheel, write_torch_standin
 
 sys.path.insert(0, str(ROOT))
-from tms_autopreload import rows
+from tms_autopreload.commands import node_table as rows
 
 HANG = "TMS_TEST_HANG_WORKER"
 RUNTIME13 = "nvidia/cu13/lib"
@@ -146,7 +146,7 @@ def test_a_preflight_that_counted_no_node_does_not_pass():
 
 def test_preflight_errors_are_the_packages_errors_with_their_fix_apart():
     """Each refusal is an errors.Error (and still the builtin it was): the fix in its own field, printed as before."""
-    from tms_autopreload import preflight
+    from tms_autopreload.commands import preflight
     from tms_autopreload.errors import Error
 
     with pytest.raises(preflight.UsageError) as info:
@@ -339,7 +339,7 @@ def test_a_head_that_dies_mid_preflight_ends_within_the_timeout(field):
 def test_a_failing_drivers_row_error_reads_whole_from_a_foreign_document(driver, said):
     """A node's document may come from another version: a missing message or an empty fix still reads as
     one sentence and its fix, never "None. Fix: " (found by review)."""
-    from tms_autopreload import rows
+    from tms_autopreload.commands import node_table as rows
 
     row = rows.node_row("n", "192.0.2.1", "id", {"survey": {"plan": {"build": "/x.so"}, "driver": driver}}, None)
     assert row["ok"] is False and row["error"] == said

@@ -147,7 +147,7 @@ def test_real_torch_doctor_reads_torch_without_importing_it(real_torch, torch):
     assert rt["second"] is None and rt["split"] is None
     # The system copy would win for the hook by default, so the plan puts torch's dir first.
     assert doc["plan"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == str(scn.site / "nvidia" / "cu13" / "lib")
-    r = scn.run(["-c", "import sys, tms_autopreload.plan as p; p.survey(); print('torch' in sys.modules)"])
+    r = scn.run(["-c", "import sys, tms_autopreload.decision as p; p.survey(); print('torch' in sys.modules)"])
     assert r.stdout.strip() == "False", r.stderr
     assert os.path.basename(doc["plan"]["build"]) == "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 

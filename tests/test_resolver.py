@@ -217,7 +217,7 @@ def _wheel_majors(version: str) -> set[int]:
     import zipfile
 
     from tms_autopreload.elf import read_dynamic
-    from tms_autopreload.sonames import runtime_of
+    from tms_autopreload.gpu_libraries import runtime_of
 
     majors = set()
     with zipfile.ZipFile(support.tms_wheel(version)) as z, tempfile.TemporaryDirectory() as d:
@@ -233,7 +233,7 @@ def test_no_message_names_a_build_no_release_ships(scenario):
     and 13 only). The error says so and names what exists: torch_memory_saver 0.0.8, whose build links only the
     driver; installed, that build is chosen and the start is hooked. The runtime hints name only wheels
     NVIDIA publishes."""
-    from tms_autopreload.sonames import RELEASED_CUDA_MAJORS
+    from tms_autopreload.releases import RELEASED_CUDA_MAJORS
     from tms_autopreload.runtime import install_hint
 
     assert _wheel_majors("0.0.9.post1") == _wheel_majors("0.0.10") == set(RELEASED_CUDA_MAJORS) == {12, 13}

@@ -20,7 +20,7 @@ runs twice per start (CPython #75723); coverage.py's ``process_startup`` guards 
 The public API (:func:`resolve`, :func:`survey`, ...) is loaded lazily (PEP 562) for the same reason.
 
 Public: the names in ``__all__`` (docs/reference.md) and the command line, ``tms-autopreload``
-(:func:`tms_autopreload.cli.main`, also ``python -m tms_autopreload``). Every module of the package is
+(:func:`tms_autopreload.commands.main.main`, also ``python -m tms_autopreload``). Every module of the package is
 private, and so is every other name here (the flags' parsing, the LD_PRELOAD rules): they serve the hook
 and the commands, and may change in any release.
 """
@@ -122,7 +122,7 @@ def is_tms_entry(entry: str) -> bool:
     ``:``-separated entry that holds them and wants exactly one; 0.0.8 to 0.0.9.post1 look for them in the
     whole value. The one answer to "is this a torch_memory_saver build" for every LD_PRELOAD entry and
     every name of a file: a build on a path without the words is refused by its check, so by this package
-    too (a forced path: :func:`tms_autopreload.plan.survey`); a planned file mapped under another name (a
+    too (a forced path: :func:`tms_autopreload.decision.survey`); a planned file mapped under another name (a
     symbolic link's target) is known by what it is (:func:`mapped_hooks`)."""
     return TMS_WORDS in entry
 
@@ -379,7 +379,8 @@ COMMAND = "tms-autopreload"  # the console script (pyproject.toml); also ``pytho
 # passes the kill switch to its children (pip's build backends, ``venv``'s ensurepip).
 # Console scripts: the name (``pip3.12`` is ``pip``) and what the script imports (pip's, uv's and
 # setuptools' launchers all write ``from MODULE import``), so that another program of the same name is hooked.
-_SCRIPTS = {COMMAND: b"from tms_autopreload.cli import", "pip": b"from pip", "virtualenv": b"from virtualenv"}
+_SCRIPTS = {COMMAND: (b"from tms_autopreload.commands.main import", b"from tms_autopreload.cli import"),
+            "pip": (b"from pip",), "virtualenv": (b"from virtualenv",)}
 # ``-m MODULE``, as ``-m MODULE``, ``-mMODULE`` or joined to other options (``-ImMODULE``).
 _MODULES = {"tms_autopreload": COMMAND, "tms_autopreload.__main__": COMMAND, "pip": "pip", "pip.__main__": "pip",
             "ensurepip": "ensurepip", "venv": "venv", "virtualenv": "virtualenv"}
@@ -423,13 +424,14 @@ def unhooked_program(argv: "list[str] | None" = None, orig_argv: "list[str] | No
     name = os.path.basename(first)
     if name in _SCRIPT_FILES:
         return _SCRIPT_FILES[name]
-    marker = _SCRIPTS.get(_script_name(name))
-    if marker is None:
+    markers = _SCRIPTS.get(_script_name(name))
+    if markers is None:
         return None
     try:
-        return _script_name(name) if marker in read_regular(first, 4096) else None
+        head = read_regular(first, 4096)
     except OSError:
         return None
+    return _script_name(name) if any(m in head for m in markers) else None
 
 
 def process_startup() -> None:
@@ -476,7 +478,7 @@ def process_startup() -> None:
 __version__ = "0.1.0"
 # The public API beyond process_startup, by the private module each name lives in, loaded on first use
 # (PEP 562): a start with no flag imports none of them.
-_LAZY = {"resolve": "plan", "survey": "plan", "configure_subprocess": "children", "activate": "inprocess",
+_LAZY = {"resolve": "decision", "survey": "decision", "configure_subprocess": "subprocesses", "activate": "inprocess",
          "Plan": "results", "Report": "results", "Verdict": "results", "Error": "errors", "ResolveError": "errors"}
 __all__ = ["process_startup", *_LAZY, "__version__"]
 

@@ -1,6 +1,8 @@
-"""What happens to one build that fits: its plan with the first binding the loader model predicts holds,
-the planned start traced with the real loader for the interpreter and its non-Python children at once, and
-the verdict. One idea in four parts, in order:
+"""What happens to one build that fits: its plan, its planned start traced by the real loader, its verdict.
+
+Its plan with the first binding the loader model predicts holds, the planned start traced with the real
+loader for the interpreter and its non-Python children at once, and the verdict. One idea in four parts, in
+order:
 
 1. the non-Python children a plan is checked for (``/bin/sh``, and ``bash`` where it is another file), and
    which of them pose the loader another problem than the interpreter, so that only those are traced
@@ -8,10 +10,10 @@ the verdict. One idea in four parts, in order:
 2. the one judge of a trace (:func:`refused`), for the interpreter's trace (:func:`judge`, which also wants
    the build preloaded and its runtime bound to the library this process uses), the children's
    (:func:`_judge_children`) and the builds ``doctor`` traces beyond the plan (:func:`trace_the_rest`);
-3. the bindings tried in order, as data (:data:`STEPS`): for one build a step writes its :class:`Option`
-   (the environment, or why it cannot be written and what would let it be) and says itself in words; an
-   option predicts with the loader model whether it maps exactly torch's runtime for the hook in this
-   interpreter and in every child;
+3. the bindings tried in order, plain functions in a tuple (:data:`STEPS`): for one build a step writes its
+   :class:`Option` (the environment, or why it cannot be written and what would let it be), which
+   :func:`_binding_words` says in words; an option predicts with the loader model whether it maps exactly
+   torch's runtime for the hook in this interpreter and in every child;
 4. :func:`attempt`: plan, trace, judge.
 
 Longer than the package's other modules because it is one module on purpose: the flagged start imports it,
@@ -30,7 +32,7 @@ from .ldso import LD_UNSAFE_CHARS, prepend_search_path, read_added, search_path_
 from .ldso import Loader, Object, loaded_as
 from .results import LOADS, REJECTED, Plan, Verdict
 from .runtime import Runtime, install_hint
-from .sonames import DRIVER_SONAME, GLIBC_SONAMES
+from .gpu_libraries import DRIVER_ONLY, DRIVER_SONAME, GLIBC_SONAMES
 from .trace import Trace, run_trace, run_traces, start_traces
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
@@ -69,7 +71,7 @@ def readable(paths: "list[str]") -> "list[tuple[str, DynamicInfo]]":
     for path in paths:
         try:
             out.append((path, read_dynamic(path)))
-        except (OSError, ElfError):
+        except ElfError:
             continue
     return out
 
@@ -131,7 +133,7 @@ def _walk(build: Build, where: "Callable[[str, Object], str | None]", read: "dic
         if path:
             try:
                 info = read[path] if path in read else read.setdefault(path, read_dynamic(path))
-            except (OSError, ElfError):
+            except ElfError:
                 continue
             todo += [(need, Object(path, info)) for need in info.needed]
     return names
@@ -197,7 +199,7 @@ def judge(build: Build, plan: Plan, trace: Trace) -> Verdict:
                if os.path.basename(p) == build.name):
         return Verdict(build, REJECTED, "the loader did not preload it (no error given)", CAUSE_NOT_PRELOADED,
                        loader_ok=False)
-    if build.kind == "driver":
+    if build.kind == DRIVER_ONLY:
         return Verdict(build, LOADS, "loads", loader_ok=True, plan=plan)
     # Listed as "soname => path" when found by a search; as a bare path when the name matched an
     # object LD_PRELOAD had loaded (by its DT_SONAME).
@@ -222,7 +224,7 @@ def _judge_children(build: Build, traces: "list[tuple[str, Trace | OSError]]") -
 def trace_the_rest(verdicts: "dict[int, Verdict]", env: "Mapping[str, str]", plan: Plan | None, exe: str) -> None:
     """For ``doctor``: give every readable candidate not traced yet the loader's answer."""
     probe_env = {**env, **(plan.changes() if plan else {})}
-    for v in verdicts.values():
+    for i, v in list(verdicts.items()):
         if v.loader_ok is None and v.build.info is not None and v.build.problem is None and v.build.refusal is None:
             probe_env["LD_PRELOAD"] = compose_preload(env.get("LD_PRELOAD", ""), v.build.path)
             try:
@@ -230,9 +232,7 @@ def trace_the_rest(verdicts: "dict[int, Verdict]", env: "Mapping[str, str]", pla
             except OSError:
                 continue
             why = refused(v.build, t)
-            v.loader_ok = why is None
-            if why is not None:
-                v.reason = f"{v.reason}; loader: {why}"
+            verdicts[i] = v.but(loader_ok=why is None, reason=v.reason if why is None else f"{v.reason}; loader: {why}")
 
 
 # 3. The binding steps. Their names, as a plan's ``binding`` words and ``doctor`` say them.
@@ -271,29 +271,24 @@ def _preload_entry(path: str) -> tuple[str, str | None]:
 
 
 class Option:
-    """One step of :data:`STEPS` written for one build: its environment, or why it cannot be written (and
-    what would let it be, when the user can do something)."""
+    """One binding (a step of :data:`STEPS`) written for one build: its environment, or why it cannot be
+    written (and what would let it be, when the user can do something)."""
 
-    __slots__ = ("step", "ld_preload", "ld_library_path", "refused", "fix")
+    __slots__ = ("binding", "ld_preload", "ld_library_path", "refused", "fix")
 
-    def __init__(self, step: "Step", ld_preload: str = "", ld_library_path: str = "",
-                 refused: "str | None" = None, fix: "str | None" = None) -> None:
-        self.step = step
+    def __init__(self, binding: str, ld_preload: str = "", ld_library_path: str = "", refused: "str | None" = None,
+                 fix: "str | None" = None) -> None:
+        self.binding = binding  # the step's name: AS_FOUND, SEARCH_PATH or RUNTIME_PRELOADED
         self.ld_preload = ld_preload
         self.ld_library_path = ld_library_path
         self.refused = refused
         self.fix = fix
 
-    @property
-    def binding(self) -> str:
-        """Its step's name."""
-        return self.step.name
-
     def predict(self, build: Build, runtime: Runtime, loader: Loader,
                 children: "list[tuple[str, DynamicInfo]]") -> "str | None":
         """Why the loader model says this would not map exactly ``runtime.library`` for the hook in this
         interpreter, or would leave a child without the runtime; None when it holds."""
-        if runtime.library is None or build.kind == "driver" or build.info is None:
+        if runtime.library is None or build.kind == DRIVER_ONLY or build.info is None:
             return None
         hook = Object(build.path, build.info)
         soname = runtime.soname
@@ -332,100 +327,72 @@ class Setting:
         """The runtime library to bind; None where there is nothing to bind (no library, a driver-only build,
         an unreadable one): then only the first step applies."""
         b = self.build
-        return None if b.kind == "driver" or b.info is None else self.runtime.library
+        return None if b.kind == DRIVER_ONLY or b.info is None else self.runtime.library
 
 
-class Step:
-    """One way of binding, named :attr:`name`: :meth:`write` gives its option for a build, :meth:`says` puts
-    it in words."""
-
-    name = ""
-
-    def write(self, s: Setting) -> "Option | None":
-        """The option for ``s``'s build; None where the step does not apply."""
-        raise NotImplementedError
-
-    def says(self, library: str) -> str:
-        """The plan's binding, in words, where it binds ``library``."""
-        raise NotImplementedError
+def _as_found(s: Setting) -> Option:
+    """The hook alone, as the loader finds its runtime."""
+    return Option(AS_FOUND, compose_preload(s.current, s.entry), s.with_entry)
 
 
-class _AsFound(Step):
-    name = AS_FOUND
-
-    def write(self, s: Setting) -> Option:
-        return Option(self, compose_preload(s.current, s.entry), s.with_entry)
-
-    def says(self, library: str) -> str:
-        return f"{AS_FOUND}: the loader finds {library} for the hook and every child"
-
-
-class _SearchPath(Step):
-    name = SEARCH_PATH
-
-    def write(self, s: Setting) -> "Option | None":
-        library = s.library
-        if library is None:
-            return None
-        bind_dir = os.path.dirname(library)
-        own = [d for d in s.loader.library_dirs() if same_file(d, bind_dir)]
-        if search_path_unsafe(bind_dir):
-            return Option(self, refused=f"{bind_dir} has ':' or ';', which LD_LIBRARY_PATH cannot hold")
-        if own:
-            return Option(self, refused=(
-                f"{bind_dir} is the interpreter's own library directory (its DT_RPATH {own[0]}), which holds far "
-                f"more than the runtime: first on every child's LD_LIBRARY_PATH it would replace their own libraries"))
-        bound = prepend_search_path(s.llp, bind_dir)
-        return Option(self, compose_preload(s.current, s.entry),
-                      prepend_search_path(bound, s.entry_dir) if s.entry_dir is not None else bound)
-
-    def says(self, library: str) -> str:
-        return f"{SEARCH_PATH}: {os.path.dirname(library)} first on LD_LIBRARY_PATH"
+def _search_path(s: Setting) -> "Option | None":
+    """The runtime library's directory first on LD_LIBRARY_PATH (never the interpreter's own)."""
+    library = s.library
+    if library is None:
+        return None
+    bind_dir = os.path.dirname(library)
+    own = [d for d in s.loader.library_dirs() if same_file(d, bind_dir)]
+    if search_path_unsafe(bind_dir):
+        return Option(SEARCH_PATH, refused=f"{bind_dir} has ':' or ';', which LD_LIBRARY_PATH cannot hold")
+    if own:
+        return Option(SEARCH_PATH, refused=(
+            f"{bind_dir} is the interpreter's own library directory (its DT_RPATH {own[0]}), which holds far "
+            f"more than the runtime: first on every child's LD_LIBRARY_PATH it would replace their own libraries"))
+    bound = prepend_search_path(s.llp, bind_dir)
+    return Option(SEARCH_PATH, compose_preload(s.current, s.entry),
+                  prepend_search_path(bound, s.entry_dir) if s.entry_dir is not None else bound)
 
 
-class _RuntimePreloaded(Step):
-    name = RUNTIME_PRELOADED
+def _runtime_preloaded(s: Setting) -> "Option | None":
+    """The runtime library itself preloaded by path, right after the hook (where torch_memory_saver's check
+    accepts a second entry)."""
+    library = s.library
+    if library is None:
+        return None
+    from .releases import ONE_PATH_RELEASES, reads_one_path, splitting_install
 
-    def write(self, s: Setting) -> "Option | None":
-        library = s.library
-        if library is None:
-            return None
-        from .releases import ONE_PATH_RELEASES, reads_one_path, splitting_install
-
-        fix = None
-        if LD_UNSAFE_CHARS & set(library):
-            refused = f"{library} has a space, tab, colon or semicolon, which LD_PRELOAD cannot hold"
-        elif is_tms_entry(library):
-            refused = f"{library} names torch_memory_saver, whose check wants exactly one LD_PRELOAD entry that does"
-            fix = (f"reinstall the CUDA runtime (or the environment) under a path without 'torch_memory_saver' in "
-                   f"it: torch_memory_saver's check counts every LD_PRELOAD entry whose name holds those words, and "
-                   f"the plan that binds the one runtime copy here preloads {library}")
-        elif reads_one_path(s.package_dir):
-            refused = (f"torch_memory_saver at {s.package_dir} reads LD_PRELOAD as a single path "
-                       f"({ONE_PATH_RELEASES}), so its check refuses a second entry")
-            fix = (f"{splitting_install(s.package_dir)} (its preload check accepts LD_PRELOAD=<hook>:{library}, the "
-                   f"plan that binds the one runtime copy here)")
-        else:
-            current = s.current
-            return Option(self, compose_preload(f"{library}:{current}" if current else library, s.entry),
-                          s.with_entry)
-        return Option(self, refused=refused, fix=fix)
-
-    def says(self, library: str) -> str:
-        return f"{RUNTIME_PRELOADED}: {library} preloaded by path after the hook"
+    fix = None
+    if LD_UNSAFE_CHARS & set(library):
+        refused = f"{library} has a space, tab, colon or semicolon, which LD_PRELOAD cannot hold"
+    elif is_tms_entry(library):
+        refused = f"{library} names torch_memory_saver, whose check wants exactly one LD_PRELOAD entry that does"
+        fix = (f"reinstall the CUDA runtime (or the environment) under a path without 'torch_memory_saver' in "
+               f"it: torch_memory_saver's check counts every LD_PRELOAD entry whose name holds those words, and "
+               f"the plan that binds the one runtime copy here preloads {library}")
+    elif reads_one_path(s.package_dir):
+        refused = (f"torch_memory_saver at {s.package_dir} reads LD_PRELOAD as a single path "
+                   f"({ONE_PATH_RELEASES}), so its check refuses a second entry")
+        fix = (f"{splitting_install(s.package_dir)} (its preload check accepts LD_PRELOAD=<hook>:{library}, the "
+               f"plan that binds the one runtime copy here)")
+    else:
+        current = s.current
+        return Option(RUNTIME_PRELOADED, compose_preload(f"{library}:{current}" if current else library, s.entry),
+                      s.with_entry)
+    return Option(RUNTIME_PRELOADED, refused=refused, fix=fix)
 
 
-# In the order tried: each puts more into what every child inherits than the one before.
-STEPS: "tuple[Step, ...]" = (_AsFound(), _SearchPath(), _RuntimePreloaded())
+# The bindings, in the order tried: each puts more into what every child inherits than the one before. A step
+# writes its option for a build, or None where it does not apply (then neither does any after it).
+STEPS = (_as_found, _search_path, _runtime_preloaded)
 
 
 def _options(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, package_dir: str | None,
-            entry: str, entry_dir: str | None) -> "Iterator[Option]":
+             entry: str, entry_dir: str | None) -> "Iterator[Option]":
     """The option of every step of :data:`STEPS` that applies to ``build`` (the refused ones with their
     reason), in order, each written only when asked for: the first holds in most processes."""
     setting = Setting(build, runtime, env, loader, package_dir, entry, entry_dir)
     for step in STEPS:
-        option = step.write(setting)
+        option = step(setting)
         if option is None:
             return
         yield option
@@ -433,11 +400,16 @@ def _options(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: L
 
 def _binding_words(option: Option, runtime: Runtime, build: Build) -> str:
     """How a plan with ``option`` binds the hook's runtime, in words (empty where no runtime library is known)."""
-    if runtime.library is None:
+    library = runtime.library
+    if library is None:
         return ""
     if runtime.soname not in build.needs:  # 0.0.8's build: it links only the driver
         return f"{AS_FOUND}: nothing to bind, the build links no {runtime.soname} (it needs only the driver)"
-    return option.step.says(runtime.library)
+    if option.binding == AS_FOUND:
+        return f"{AS_FOUND}: the loader finds {library} for the hook and every child"
+    if option.binding == SEARCH_PATH:
+        return f"{SEARCH_PATH}: {os.path.dirname(library)} first on LD_LIBRARY_PATH"
+    return f"{RUNTIME_PRELOADED}: {library} preloaded by path after the hook"
 
 
 def _no_binding_fix(options: "list[Option]") -> "str | None":

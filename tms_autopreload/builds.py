@@ -7,14 +7,29 @@ entries say what it will load, so only those decide.
 
 import os
 
-from .elf import MACHINE_NAMES, DynamicInfo, ElfError, read_dynamic, read_symbols
-from .sonames import DRIVER_SONAME, runtime_name, runtime_of, runtime_soname
+from .elf import MACHINE_NAMES, DynamicInfo, ElfError, UnreadableFile, read_dynamic, read_symbols
+from .gpu_libraries import CUDA, DRIVER_ONLY, DRIVER_SONAME, HIP, UNUSABLE, runtime_name, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
-__all__ = ["Build", "read_build", "find_builds", "interposed", "is_preload_name", "PRELOAD_PREFIXES"]
+__all__ = ["Build", "read_build", "find_builds", "interposed", "is_preload_name", "named_major", "PRELOAD_PREFIXES",
+           "DRIVER_ONLY_PREFIX"]
 
-# The file-name prefixes of the preload builds torch_memory_saver's releases ship.
-PRELOAD_PREFIXES = ("torch_memory_saver_hook_mode_preload", "torch_memory_saver_cpp")
+# The file names of the preload builds torch_memory_saver's releases ship: the hook modes' (a ``_cu<major>``
+# suffix before the extension where a release ships one per major, none where one build is all there is), and
+# 0.0.6/0.0.8's driver-only build.
+HOOK_PREFIX = "torch_memory_saver_hook_mode_preload"
+DRIVER_ONLY_PREFIX = "torch_memory_saver_cpp"
+PRELOAD_PREFIXES = (HOOK_PREFIX, DRIVER_ONLY_PREFIX)
+_MAJOR_SUFFIX = "_cu"
+
+
+def named_major(name: str) -> "int | None":
+    """The CUDA major a build's file name says (``..._cu13.abi3.so`` -> 13), or None where it says none; a
+    name says what a build was meant to be, never what it links (:func:`read_build` decides that)."""
+    stem = name.split(".", 1)[0]
+    at = stem.rfind(_MAJOR_SUFFIX)
+    digits = stem[at + len(_MAJOR_SUFFIX):] if at >= 0 else ""
+    return int(digits) if digits.isdigit() and len(digits) <= 3 else None
 
 
 def is_preload_name(name: str) -> bool:
@@ -31,7 +46,7 @@ class Build:
     def __init__(self, path: str, kind: str, major: int | None, info: DynamicInfo | None,
                  problem: str | None, trusted: Trusted | None = None) -> None:
         self.path = path
-        self.kind = kind  # "cuda", "hip", "driver" (links only libcuda.so.1), or "unusable"
+        self.kind = kind  # CUDA, HIP, DRIVER_ONLY (links only the driver), or UNUSABLE (gpu_libraries)
         self.major = major
         self.info = info  # its dynamic section, when readable
         self.problem = problem  # why it can never be preloaded here, or None
@@ -60,9 +75,9 @@ class Build:
 
     def target(self) -> str:
         """What it was built for, in words."""
-        if self.kind in ("cuda", "hip") and self.major is not None:  # read_build gives both kinds their major
+        if self.kind in (CUDA, HIP) and self.major is not None:  # read_build gives both kinds their major
             return f"{runtime_name(self.kind, self.major)} (needs {runtime_soname(self.kind, self.major)})"
-        if self.kind == "driver":
+        if self.kind == DRIVER_ONLY:
             return f"any CUDA runtime (needs only the driver, {DRIVER_SONAME})"
         return "nothing loadable"
 
@@ -73,8 +88,8 @@ def _classify(info: DynamicInfo) -> tuple[str, int | None]:
         if found:
             return found
     if DRIVER_SONAME in info.needed:
-        return "driver", None
-    return "unusable", None
+        return DRIVER_ONLY, None
+    return UNUSABLE, None
 
 
 def read_build(path: str, want: DynamicInfo, trusted: Trusted | None = None) -> Build:
@@ -84,15 +99,14 @@ def read_build(path: str, want: DynamicInfo, trusted: Trusted | None = None) -> 
     try:
         info = read_dynamic(path)
     except ElfError as exc:
-        return Build(path, "unusable", None, None, f"not a loadable ELF object: {exc}")
-    except OSError as exc:
-        return Build(path, "unusable", None, None, f"cannot read it: {exc.strerror or exc}")
+        what = "cannot read it" if isinstance(exc, UnreadableFile) else "not a loadable ELF object"
+        return Build(path, UNUSABLE, None, None, f"{what}: {exc}")
     kind, major = _classify(info)
     problem = None
     if info.machine != want.machine or info.elf_class != want.elf_class:
         problem = (f"built for {MACHINE_NAMES.get(info.machine, info.machine)} {info.elf_class}-bit, "
                    f"this interpreter is {want.machine_name} {want.elf_class}-bit")
-    elif kind == "unusable":
+    elif kind == UNUSABLE:
         problem = f"links neither libcudart, libamdhip64 nor {DRIVER_SONAME}: not a torch_memory_saver hook"
     return Build(path, kind, major, info, problem, trusted)
 
@@ -126,6 +140,6 @@ def interposed(build: str, runtime_library: str) -> "tuple[str, ...]":
 
     Read from both dynamic symbol tables, not assumed: 0.0.9.post1 and 0.0.10 preload builds define
     ``cudaMalloc`` and ``cudaFree``, and so does 0.0.8's driver-only build, which links no runtime.
-    Raises ElfError or OSError when either file cannot be read.
+    Raises ElfError when either file cannot be read.
     """
     return tuple(sorted(read_symbols(build).defined & read_symbols(runtime_library).defined))

@@ -1,5 +1,7 @@
-"""Read the dynamic section of an ELF shared object (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH) and
-its dynamic symbol table (what it defines and what it needs from others).
+"""An ELF object's dynamic section and dynamic symbol table, read without loading it.
+
+The dynamic section (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH) and the dynamic symbol table (what the
+object defines and what it needs from others).
 
 Why our own reader: the resolver runs inside interpreter start-up with a 10 ms budget, and
 pyelftools costs about 35 ms to import. This reader reads just the headers and the part of the string
@@ -24,11 +26,14 @@ from . import open_regular
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
-    from typing import Literal
+    from collections.abc import Callable
+    from typing import Literal, TypeVar
 
     ByteOrder = Literal["little", "big"]
+    T = TypeVar("T")
 
-__all__ = ["ElfError", "DynamicInfo", "Symbols", "read_dynamic", "read_symbols", "read_kind", "MACHINE_NAMES"]
+__all__ = ["ElfError", "UnreadableFile", "DynamicInfo", "Symbols", "read_dynamic", "read_symbols", "read_kind",
+           "MACHINE_NAMES"]
 
 PT_LOAD = 1
 PT_DYNAMIC = 2
@@ -61,7 +66,27 @@ MACHINE_NAMES = {3: "i386", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390", 40: "
 
 
 class ElfError(ValueError):
-    """The file is not a readable ELF shared object; the message says what is wrong with it."""
+    """The file is not a readable ELF shared object; the message says what is wrong with it. Every reader
+    here raises it and nothing else for a file it cannot use, so a caller has one answer to catch."""
+
+
+class UnreadableFile(ElfError):
+    """The file could not be opened or read (missing, no permission, not a regular file, an I/O error): the
+    message is the system's reason. Told apart from a file read and found to be no ELF object."""
+
+
+def _parsed(path: str, parse: "Callable[[int], T]") -> "T":
+    """``parse`` of ``path`` opened for reading (:func:`tms_autopreload.open_regular`: regular files only, no
+    blocking); the one place an :class:`OSError` of a file becomes an answer, :class:`UnreadableFile`
+    (packaging's ``_parse_elf`` turns both kinds of failure into one, as this does)."""
+    try:
+        fd = open_regular(path)
+        try:
+            return parse(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise UnreadableFile(exc.strerror or str(exc)) from None
 
 
 class DynamicInfo:
@@ -125,11 +150,7 @@ def _cstr(table: bytes, offset: int, start: int = 0, size: int | None = None) ->
 
 def read_kind(path: str) -> "tuple[int, int]":
     """(ELF class 32/64, e_machine) from the first 20 bytes: what the loader checks before mapping."""
-    fd = open_regular(path)
-    try:
-        head = os.pread(fd, 20, 0)
-    finally:
-        os.close(fd)
+    head = _parsed(path, lambda fd: os.pread(fd, 20, 0))
     if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
         raise ElfError("not an ELF file")
     return 32 * head[4], int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
@@ -265,19 +286,18 @@ def _layout(fd: int) -> _Layout:
 def read_dynamic(path: str) -> DynamicInfo:
     """Return the dynamic-section facts of ``path``.
 
-    Raises :class:`ElfError` for anything that is not a well-formed ELF object with a
-    dynamic section, and :class:`OSError` when the file cannot be opened or read, or is not a
-    regular file (a FIFO named like a build is refused without blocking).
+    Raises :class:`ElfError` for anything that is not a well-formed ELF object with a dynamic section, and
+    :class:`UnreadableFile` (an ElfError) when the file cannot be opened or read, or is not a regular file (a
+    FIFO named like a build is refused without blocking).
     """
-    fd = open_regular(path)
-    try:
+    def parse(fd: int) -> "tuple[_Layout, list[tuple[int, int]], tuple[bytes, int, int]]":
         layout = _layout(fd)
         entries = [(t, v) for t, v in layout.tags if t in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)]
-        if not entries:
-            return DynamicInfo(layout.elf_class, layout.machine, (), None, (), ())
-        strings, start, strsz = layout.strings(tuple(v for _, v in entries))
-    finally:
-        os.close(fd)
+        return layout, entries, (layout.strings(tuple(v for _, v in entries)) if entries else (b"", 0, 0))
+
+    layout, entries, (strings, start, strsz) = _parsed(path, parse)
+    if not entries:
+        return DynamicInfo(layout.elf_class, layout.machine, (), None, (), ())
 
     needed: list[str] = []
     soname = None
@@ -333,31 +353,35 @@ def _symbol_count(layout: _Layout) -> int:
 def read_symbols(path: str) -> Symbols:
     """The names ``path`` defines for, and needs from, other objects (its dynamic symbol table).
 
-    Raises :class:`ElfError` for a malformed object and :class:`OSError` when it cannot be read.
+    Raises :class:`ElfError` for a malformed object, :class:`UnreadableFile` (an ElfError) when it cannot be read.
     """
     import struct
 
-    fd = open_regular(path)
-    try:
+    def parse(fd: int) -> "tuple[_Layout, bytes, bytes] | None":
         layout = _layout(fd)
         symtab = layout.value(DT_SYMTAB)
         if symtab is None:
-            return Symbols(frozenset(), frozenset())
-        entsize = 24 if layout.is64 else 16
-        if layout.value(DT_SYMENT) not in (None, entsize):
-            raise ElfError(f"unexpected DT_SYMENT {layout.value(DT_SYMENT)} (want {entsize})")
+            return None
+        if layout.value(DT_SYMENT) not in (None, entsize(layout)):
+            raise ElfError(f"unexpected DT_SYMENT {layout.value(DT_SYMENT)} (want {entsize(layout)})")
         count = _symbol_count(layout)
         if count > _MAX_SYMBOLS:
             raise ElfError(f"implausible symbol count {count}")
-        table = layout.read(layout.offset(symtab, "DT_SYMTAB"), count * entsize, "dynamic symbol table")
-        strings = layout.strings()[0]
-    finally:
-        os.close(fd)
+        table = layout.read(layout.offset(symtab, "DT_SYMTAB"), count * entsize(layout), "dynamic symbol table")
+        return layout, table, layout.strings()[0]
+
+    def entsize(layout: _Layout) -> int:
+        return 24 if layout.is64 else 16
+
+    parsed = _parsed(path, parse)
+    if parsed is None:
+        return Symbols(frozenset(), frozenset())
+    layout, table, strings = parsed
     fmt = struct.Struct(layout.end + ("IBBHQQ" if layout.is64 else "IIIBBH"))
     defined: set[str] = set()
     undefined: set[str] = set()
     bindings = (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE)
-    for fields in fmt.iter_unpack(table[entsize:]):  # entry 0 is the reserved null symbol
+    for fields in fmt.iter_unpack(table[entsize(layout):]):  # entry 0 is the reserved null symbol
         if layout.is64:
             name, info, other, shndx = fields[0], fields[1], fields[2], fields[3]
         else:

@@ -17,7 +17,7 @@ __all__ = ["Error", "ResolveError", "shown", "CAUSES"]
 CAUSE_ERROR = "error"  # Error's default
 CAUSE_NO_PLAN = "no-plan"  # ResolveError's default: no preload plan exists for this process
 
-# Why no plan exists before any candidate is judged (tms_autopreload.plan, tms_autopreload.runtime).
+# Why no plan exists before any candidate is judged (tms_autopreload.decision, tms_autopreload.runtime).
 CAUSE_NO_EXECUTABLE = "no-executable"  # sys.executable is empty
 CAUSE_UNREADABLE_INTERPRETER = "unreadable-interpreter"  # the interpreter's ELF file cannot be read
 CAUSE_INTERPRETER_FAILS = "interpreter-fails"  # the interpreter cannot be started for the loader's trace
@@ -72,7 +72,7 @@ CAUSE_NOT_MAPPED = "not-mapped"  # dlopen returned, but the hook is not mapped
 CAUSE_NO_RUNTIME_FILE = "no-runtime-file"  # the plan names no runtime library file to load first
 CAUSE_UNREADABLE_SYMBOLS = "unreadable-symbols"  # the hook's dynamic symbol table cannot be read
 CAUSE_PRELOAD_DEFINES = "preload-defines"  # an LD_PRELOAD entry of this process defines what the hook defines
-# Given by tms_autopreload.kernelspec (tms-autopreload kernel).
+# Given by tms_autopreload.commands.kernelspec (tms-autopreload kernel).
 CAUSE_NO_JUPYTER = "no-jupyter"  # jupyter_client is not installed
 CAUSE_INVALID_REQUEST = "invalid-request"  # InvalidRequest's default: a kernel request refused as asked
 CAUSE_NO_KERNEL = "no-kernel"  # no kernel of that name where uninstall looked
@@ -81,7 +81,7 @@ CAUSE_NO_IPYKERNEL = "no-ipykernel"  # ipykernel, which the kernel would run, is
 CAUSE_BAD_KERNEL_NAME = "bad-kernel-name"  # a kernel name Jupyter refuses
 CAUSE_EMPTY_PREFIX = "empty-prefix"  # an empty --prefix, which names no directory
 CAUSE_HOOK_OFF = "hook-off"  # the kernel's --env turns off the hook it exists for
-# Given by tms_autopreload.preflight (doctor --ray).
+# Given by tms_autopreload.commands.preflight (doctor --ray).
 CAUSE_NO_RAY = "no-ray"  # Ray is not installed for this interpreter
 CAUSE_NO_CLUSTER = "no-cluster"  # no Ray cluster ever answered at the address
 CAUSE_CLUSTER_LOST = "cluster-lost"  # the Ray cluster stopped answering during the preflight

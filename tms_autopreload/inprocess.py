@@ -8,8 +8,8 @@ later look symbols up in the global scope first and find the hook; the hook's ``
 finds the runtime library among its own dependencies. The environment is set as the plan says, for
 children (they get the real ``LD_PRELOAD``) and for torch_memory_saver's own check.
 
-Where this cannot give exactly the bindings ``LD_PRELOAD`` would, :func:`obstacle` says why and the
-caller falls back to ``exec`` (or refuses, for :func:`tms_autopreload.activate`):
+Where this cannot give exactly the bindings ``LD_PRELOAD`` would, :func:`load` raises why, before it loads
+anything, and the caller falls back to ``exec`` (or refuses, for :func:`tms_autopreload.activate`):
 
 * a runtime library, torch, or another torch_memory_saver build is already mapped: references
   already bound do not move to a hook loaded later;
@@ -36,7 +36,7 @@ from .elf import ElfError, read_symbols
 from .errors import (CAUSE_DLOPEN_FAILED, CAUSE_HOOK_LOADED, CAUSE_IN_PROCESS, CAUSE_NOT_MAPPED, CAUSE_NO_PROC_MAPS,
                      CAUSE_NO_RUNTIME_FILE, CAUSE_PRELOAD_DEFINES, CAUSE_RUNTIME_LOADED, CAUSE_SYMBOL_DEFINED,
                      CAUSE_TORCH_IMPORTED, CAUSE_TORCH_LOADED, CAUSE_UNREADABLE_SYMBOLS, Error, ResolveError)
-from .sonames import runtime_of
+from .gpu_libraries import runtime_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from .results import Plan
 
-__all__ = ["obstacle", "load", "activate", "InProcessError", "TORCH_LIBRARY_PREFIXES"]
+__all__ = ["load", "activate", "InProcessError", "TORCH_LIBRARY_PREFIXES"]
 
 # Libraries of torch whose references to the runtime would already be bound if they are mapped.
 TORCH_LIBRARY_PREFIXES = ("libtorch", "libc10")
@@ -86,7 +86,7 @@ def _obstacle(plan: "Plan") -> "InProcessError | None":
             return InProcessError(f"a torch_memory_saver build is already loaded ({path})", cause=CAUSE_HOOK_LOADED)
     try:
         symbols = interposed(plan.build, library)
-    except (OSError, ElfError) as exc:
+    except ElfError as exc:
         return InProcessError(f"cannot read the symbols of {plan.build} and {library}: {exc}", _START_FLAGGED,
                               CAUSE_UNREADABLE_SYMBOLS)
     main = _ctypes.dlopen(None, os.RTLD_NOW)  # type: ignore[arg-type]  # None: the main program, dlopen(3)'s NULL
@@ -121,21 +121,15 @@ def _preloaded_definition(symbol: str) -> "tuple[str, str] | None":
         # not sys.executable's).
         loader = Loader.for_executable("/proc/self/exe", os.environ.get("LD_LIBRARY_PATH", ""),
                                        os.environ.get("LD_PRELOAD", ""))
-    except (OSError, ElfError):
+    except ElfError:
         return None
     for entry, path in loader.preloaded:
         try:
             if symbol in read_symbols(path).defined:
                 return entry, path
-        except (OSError, ElfError):
+        except ElfError:
             continue
     return None
-
-
-def obstacle(plan: "Plan") -> "str | None":
-    """Why loading ``plan`` in this process would not bind as ``LD_PRELOAD`` does, or None."""
-    found = _obstacle(plan)
-    return found.message if found else None
 
 
 def load(plan: "Plan", environ: "MutableMapping[str, str]") -> None:
@@ -203,7 +197,7 @@ def activate() -> "Plan | None":
     with _activating:
         if _activated is not None:  # another thread did the work while this one waited
             return _activated  # type: ignore[unreachable]  # mypy cannot see the other thread's write
-        from .plan import resolve
+        from .decision import resolve
 
         plan = resolve()
         if mapped_hooks(plan.build) != [plan.build]:

@@ -137,7 +137,7 @@ def loaded_as(name: str, loaded: "list[tuple[str, str]]") -> "str | None":
         try:
             if read_dynamic(path).soname == name:
                 return path
-        except (OSError, ElfError):
+        except ElfError:
             continue
     return None
 
@@ -146,7 +146,7 @@ def _accepts(path: str, want: DynamicInfo) -> bool:
     """True when ``path`` is a file the loader would map for an object like ``want``."""
     try:
         return read_kind(path) == (want.elf_class, want.machine)
-    except (OSError, ElfError):
+    except ElfError:
         return False
 
 

@@ -18,7 +18,7 @@ import sys
 
 from . import COMMAND, DISABLE_VAR, NO_HOOK, ON_ERROR_VAR, flags, parse_choice, unhooked_program
 from .installer import _has_ensurepip, _uv_on_path, pip_form, where
-from .origin import WHEEL_TEMPLATE, local_path, source_args, source_gone
+from .install_source import WHEEL_TEMPLATE, local_path, source_args, source_gone
 from .startup import EXIT_CONFIG, way_out
 
 TYPE_CHECKING = False

@@ -1,19 +1,18 @@
-"""torch_memory_saver's releases, as this package knows them: which preload builds each ships, which read
-``LD_PRELOAD`` as one path, what its preload check counts, and how to install or reinstall it. Every other
-module asks here; a new release is one edit here.
+"""torch_memory_saver's releases: their preload builds, which read ``LD_PRELOAD`` as one path, how to reinstall.
 
-Builds each release ships (wheels put them in site-packages itself, the directory above the package;
-source builds may put them in the package directory). Layouts seen on PyPI:
+As this package knows them, in one table (:data:`RELEASES`): every other module asks here; a new release is
+one row here. The file names of the builds are :mod:`tms_autopreload.builds`' (by which they are found):
 
 * 0.0.6, 0.0.8: ``torch_memory_saver_cpp.abi3.so`` (driver only: libcuda.so.1);
 * 0.0.9: ``torch_memory_saver_hook_mode_preload.abi3.so`` (libcudart.so.12);
 * 0.0.9.post1, 0.0.10: ``..._preload_cu12``, ``..._preload_cu13`` and an unsuffixed copy of cu12;
 * source builds: one unsuffixed build of whichever major it was built for.
 
-``..._hook_mode_torch*`` builds are pluggable allocators, not preload hooks. The names of the preload builds
-are :data:`tms_autopreload.builds.PRELOAD_PREFIXES`, by which they are found. Two rules of its Python side stay
-in the start-up entry, which imports nothing of the package (:func:`tms_autopreload.is_tms_entry`: which entry
-is one of its builds; :func:`tms_autopreload.compose_preload`: the one value its check accepts).
+Wheels put them in site-packages itself, the directory above the package; source builds may put them in the
+package directory. ``..._hook_mode_torch*`` builds are pluggable allocators, not preload hooks. Two rules of
+its Python side stay in the start-up entry, which imports nothing of the package
+(:func:`tms_autopreload.is_tms_entry`: which entry is one of its builds; :func:`tms_autopreload.compose_preload`:
+the one value its check accepts).
 
 Reinstalling: a fix must install something, and ``pip install torch-memory-saver`` over an installed release
 answers "Requirement already satisfied", so the release is forced again. Where pip recorded the source (PEP
@@ -30,8 +29,8 @@ runtime by path never imports this module (each module costs that start about 0.
 import os
 
 from . import read_regular
-from .builds import is_preload_name
-from .sonames import DRIVER_SONAME, RELEASED_CUDA_MAJORS, release
+from .builds import DRIVER_ONLY_PREFIX, is_preload_name, named_major
+from .gpu_libraries import CUDA, DRIVER_SONAME, HIP, release
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,13 +38,48 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["reinstall_hint", "build_install_hint", "installed_version", "reads_one_path", "install_fix",
-           "splitting_install", "ONE_PATH_RELEASES", "REINSTALL"]
+           "splitting_install", "Release", "RELEASES", "RELEASED_CUDA_MAJORS", "ONE_PATH_RELEASES", "REINSTALL"]
 
 TMS_DISTRIBUTION = "torch-memory-saver"
 # How to get back its files where pip's record says nothing of them.
 REINSTALL = "reinstall torch-memory-saver"
-# The releases that read LD_PRELOAD as one path, in words.
-ONE_PATH_RELEASES = "0.0.9.post1 and older"
+
+
+class Release:
+    """One torch_memory_saver release: the CUDA majors it ships a preload build for, the major of its build
+    without a ``_cu`` suffix (None: it has none), whether its build links only the driver, and whether its
+    Python side splits ``LD_PRELOAD`` on ':' (0.0.8's ``_BinaryInfo.compute`` and 0.0.9/0.0.9.post1's
+    ``HookUtilModePreload.get_path_binary`` pass the whole value to ``ctypes.CDLL``; 0.0.10 splits it and wants
+    exactly one entry naming it)."""
+
+    __slots__ = ("version", "majors", "unsuffixed", "driver_only", "splits_preload")
+
+    def __init__(self, version: str, majors: "tuple[int, ...]", unsuffixed: "int | None", driver_only: bool,
+                 splits_preload: bool) -> None:
+        self.version = version
+        self.majors = majors
+        self.unsuffixed = unsuffixed
+        self.driver_only = driver_only
+        self.splits_preload = splits_preload
+
+
+# The releases this package knows, oldest first (each checked against its wheel on PyPI).
+RELEASES = (
+    Release("0.0.8", majors=(), unsuffixed=None, driver_only=True, splits_preload=False),
+    Release("0.0.9", majors=(12,), unsuffixed=12, driver_only=False, splits_preload=False),
+    Release("0.0.9.post1", majors=(12, 13), unsuffixed=12, driver_only=False, splits_preload=False),
+    Release("0.0.10", majors=(12, 13), unsuffixed=12, driver_only=False, splits_preload=True),
+)
+# The majors a torch_memory_saver release ships a build for: also the runtimes probed where no torch says which.
+RELEASED_CUDA_MAJORS = tuple(sorted({m for r in RELEASES for m in r.majors}))
+# The first release whose Python side splits LD_PRELOAD, and those before it, in words.
+_SPLITS_SINCE = release(next(r.version for r in RELEASES if r.splits_preload))
+ONE_PATH_RELEASES = f"{[r for r in RELEASES if not r.splits_preload][-1].version} and older"
+
+
+def _first_for(major: int) -> Release:
+    """The first release that ships a build for CUDA ``major`` (one of :data:`RELEASED_CUDA_MAJORS`)."""
+    return next(r for r in RELEASES if major in r.majors)
 
 
 def install_fix() -> str:
@@ -76,7 +110,7 @@ def _distribution(package_dir: str) -> "tuple[metadata.Distribution, str] | None
     installed in): pip's record beside the package, or an editable install's whose checkout holds it."""
     from importlib import metadata
 
-    from .origin import local_path, record_of
+    from .install_source import local_path, record_of
 
     site = os.path.dirname(os.path.abspath(package_dir))
     here = [dist for dist in metadata.distributions(path=[site]) if _is_it(dist)]
@@ -118,17 +152,18 @@ def _damage(dist: "metadata.Distribution") -> "list[tuple[str, str]]":
 
 def _may_be_for(name: str, major: "int | None") -> bool:
     """Whether a build of this name, by the releases' naming, may be the one for CUDA ``major`` (None: any):
-    ``_cu<major>``; unsuffixed, the CUDA 12 build (0.0.9 to 0.0.10); ``torch_memory_saver_cpp``, driver only."""
-    if major is None or f"_cu{major}." in name or name.startswith("torch_memory_saver_cpp"):
+    its ``_cu<major>`` suffix; without one, the major of a release's unsuffixed build; the driver-only
+    build, any."""
+    if major is None or named_major(name) == major or name.startswith(DRIVER_ONLY_PREFIX):
         return True
-    return "_cu" not in name and major == 12
+    return named_major(name) is None and major in {r.unsuffixed for r in RELEASES}
 
 
 def _command(dist: "metadata.Distribution", site: str) -> str:
     """What installs this copy again, where it lies: its recorded source while that is there, else its
     release from the index; a local build without a record, in words."""
     from .installer import pip_command
-    from .origin import record_of, source_args, source_gone
+    from .install_source import record_of, source_args, source_gone
 
     record = record_of(dist)
     if record is not None and not source_gone(record):
@@ -154,7 +189,7 @@ def reinstall_hint(package_dir: "str | None", major: "int | None" = None) -> "st
     damage = [f"{name} {wrong}" for name, wrong in _damage(dist) if _may_be_for(name, major)]
     if damage:
         return f"{TMS_DISTRIBUTION} {dist.version} is installed but its {', '.join(damage)}: {_command(dist, site)}"
-    from .origin import record_of
+    from .install_source import record_of
 
     checkout = os.path.dirname(os.path.abspath(package_dir or ""))
     record = record_of(dist)
@@ -175,27 +210,23 @@ def _names(directory: str) -> "list[str]":
 def build_install_hint(kind: str, major: int, package_dir: "str | None" = None) -> str:
     """The torch_memory_saver to install when no installed build fits ``kind`` ``major``: the installed
     release again where its builds were removed, else only what a release ships, or how to build it."""
-    reinstall = reinstall_hint(package_dir, major) if kind == "cuda" else None
+    reinstall = reinstall_hint(package_dir, major) if kind == CUDA else None
     if reinstall:
         return reinstall
-    if kind == "hip":
+    if kind == HIP:
         return "install a ROCm build of torch_memory_saver (built from source with ROCm)"
     from .installer import pip_command
 
     site = os.path.dirname(os.path.abspath(package_dir)) if package_dir else None
     if major in RELEASED_CUDA_MAJORS:
-        return (f"install a torch_memory_saver that ships a CUDA {major} build (0.0.9.post1 and later ship _cu12 "
-                f"and _cu13 builds): {pip_command('install', f'{TMS_DISTRIBUTION}>=0.0.9.post1', site=site)}")
+        first = _first_for(major).version
+        return (f"install a torch_memory_saver that ships a CUDA {major} build ({first} and later ship one): "
+                f"{pip_command('install', f'{TMS_DISTRIBUTION}>={first}', site=site)}")
+    driver_only = next(r.version for r in RELEASES if r.driver_only)
     return (f"no torch_memory_saver release ships a CUDA {major} build (releases ship CUDA "
-            f"{' and '.join(map(str, RELEASED_CUDA_MAJORS))} builds); torch_memory_saver 0.0.8's build needs only the "
-            f"driver ({DRIVER_SONAME}), not a CUDA {major} runtime: "
-            f"{pip_command('install', f'{TMS_DISTRIBUTION}==0.0.8', site=site)}")
-
-
-# The first torch_memory_saver release whose Python side splits LD_PRELOAD on ':' (and wants one
-# torch_memory_saver entry among them): 0.0.8 (``_BinaryInfo.compute``) and 0.0.9/0.0.9.post1
-# (``HookUtilModePreload.get_path_binary``) pass the whole value to ``ctypes.CDLL``; 0.0.10 splits it.
-_SPLITS_SINCE = (0, 0, 10)
+            f"{' and '.join(map(str, RELEASED_CUDA_MAJORS))} builds); torch_memory_saver {driver_only}'s build needs "
+            f"only the driver ({DRIVER_SONAME}), not a CUDA {major} runtime: "
+            f"{pip_command('install', f'{TMS_DISTRIBUTION}=={driver_only}', site=site)}")
 
 
 def installed_version(package_dir: str) -> "tuple[int, ...] | None":

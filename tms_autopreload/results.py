@@ -1,5 +1,6 @@
-"""What a survey answers (:func:`tms_autopreload.plan.survey`): each candidate's :class:`Verdict`, the
-:class:`Plan` that makes this process start with the right hook, and the :class:`Report` of it all.
+"""What a survey answers: each candidate's :class:`Verdict`, the :class:`Plan`, and the :class:`Report` of it all.
+
+:func:`tms_autopreload.decision.survey` makes them; the plan is what makes this process start with the right hook.
 
 Kept apart from the decision so that a user of the answer (the start-up hook, the commands, ``doctor``'s
 document) reads these types without the steps that produce them.
@@ -39,6 +40,16 @@ class Verdict:
         self.fix = fix  # what the user can do, for the error when no build fits
         self.plan = plan  # the plan with this build, when it loads (LOADS or CHOSEN)
 
+    def but(self, **changes: object) -> "Verdict":
+        """This verdict with ``changes`` (``status=CHOSEN``, say): a new one, since a verdict once made is what
+        a step of the survey answered, and the survey's later steps only add to it."""
+        new = object.__new__(Verdict)
+        for name in self.__slots__:
+            setattr(new, name, changes.pop(name, getattr(self, name)))
+        if changes:
+            raise TypeError(f"a verdict has no {', '.join(changes)}")
+        return new
+
     def __repr__(self) -> str:
         cause = f", cause={self.cause!r}" if self.cause else ""
         return f"Verdict(build={self.build.path!r}, status={self.status!r}{cause})"
@@ -72,7 +83,7 @@ class Plan:
     def environment(self) -> dict[str, str]:
         """What a process applying the plan sets: :meth:`changes`, the state that lets its flagged children
         skip resolving (what it was resolved for: this prefix, the overrides, the build), and the record of
-        what it added (:mod:`tms_autopreload.applied` reads it back)."""
+        what it added (:mod:`tms_autopreload.commands.caller_env` reads it back)."""
         return {**self.changes(), STATE_VAR: state_key(self.build), ADDED_VAR: added_record(*self.added)}
 
     def __repr__(self) -> str:
@@ -82,7 +93,7 @@ class Plan:
 
 class Report:
     """Everything the survey saw; ``plan`` is None exactly when ``failure`` is set (``doctor --json`` is
-    :func:`tms_autopreload.doctor.document`)."""
+    :func:`tms_autopreload.commands.report.document`)."""
 
     __slots__ = ("executable", "package_dir", "runtime", "verdicts", "plan", "failure", "warnings", "loader")
 

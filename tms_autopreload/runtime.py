@@ -15,7 +15,8 @@ from .elf import ElfError, read_dynamic
 from .errors import (CAUSE_BAD_VERSION, CAUSE_CPU_ONLY_TORCH, CAUSE_NO_RUNTIME_VISIBLE, CAUSE_SEVERAL_RUNTIMES,
                      CAUSE_TORCH_INCONSISTENT, CAUSE_TORCH_UNREADABLE, ResolveError, shown)
 from .ldso import Found, Loader, Object
-from .sonames import CUDA_MAJORS, GLIBC_SONAMES, RELEASED_CUDA_MAJORS, number, runtime_name, runtime_of, runtime_soname
+from .gpu_libraries import (CUDA, CUDA_MAJORS, GLIBC_SONAMES, HIP, number, runtime_name, runtime_of, runtime_soname,
+                            wheel_lib_dirs)
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
@@ -32,12 +33,12 @@ _REINSTALL_TORCH = f"reinstall torch, or set {CUDA_MAJOR_VAR}=N to name the CUDA
 
 def install_hint(kind: str, major: int) -> str:
     """What provides a runtime, for error messages: only a wheel NVIDIA publishes, else the toolkit."""
-    if kind == "hip":
+    if kind == HIP:
         return f"install ROCm {major} ({runtime_soname(kind, major)})"
     if major in CUDA_MAJORS:
         from .installer import pip_command
 
-        return f"{pip_command('install', CUDA_MAJORS[major][0])} (or a CUDA {major} toolkit)"
+        return f"{pip_command('install', CUDA_MAJORS[major].wheel)} (or a CUDA {major} toolkit)"
     return f"install a CUDA {major} toolkit (NVIDIA publishes no pip wheel of its runtime)"
 
 
@@ -63,7 +64,7 @@ class Runtime:
 
     def __init__(self, kind: str, major: int, source: str, found: Found | None,
                  torch: TorchBuild | None, why: str | None = None, second: str | None = None) -> None:
-        self.kind = kind  # "cuda" or "hip"
+        self.kind = kind  # CUDA or HIP (gpu_libraries)
         self.major = major
         self.source = source  # where the decision came from, in words
         # The runtime library file the process will bind to, and the rule that finds it.
@@ -127,7 +128,7 @@ def read_torch(torch_dir: str) -> TorchBuild:
     try:
         deps = Object(deps_path, read_dynamic(deps_path))
         links = tuple(n for n in deps.info.needed if runtime_of(n))
-    except (OSError, ElfError):
+    except ElfError:
         deps = None
     return TorchBuild(torch_dir, values.get("__version__"), values.get("cuda"), values.get("hip"),
                       links, deps)
@@ -146,7 +147,7 @@ def _visible(loader: Loader, kind: str, major: int, needed_by: Object | None) ->
     """Where the runtime of ``major`` would come from: the loader's search, else a pip wheel."""
     soname = runtime_soname(kind, major)
     found = loader.find(soname, needed_by)
-    if found is None and kind == "cuda":
+    if found is None and kind == CUDA:
         pip = sitepath.pip_runtime_libcudart(major)
         if pip is not None:
             found = Found(pip, "NVIDIA pip wheel")
@@ -164,7 +165,7 @@ def _cannot_load(loader: Loader, torch: TorchBuild) -> "Callable[[str, set[str]]
     def cannot(path: str, loaded: "set[str]") -> "str | None":
         try:
             info = read_dynamic(path)
-        except (OSError, ElfError) as exc:
+        except ElfError as exc:
             return f"unreadable: {exc}"
         want = loader.executable.info
         if (info.elf_class, info.machine) != (want.elf_class, want.machine):
@@ -192,7 +193,7 @@ def _torch_uses(loader: Loader, kind: str, major: int,
     soname = runtime_soname(kind, major)
     found = loader.find(soname, torch.global_deps)
     why = None if found is None else f"libtorch_global_deps.so finds it by {found.rule}"
-    by_path = torchinit.runtime_by_path(torch.cuda, torch.version) if kind == "cuda" else None
+    by_path = torchinit.runtime_by_path(torch.cuda, torch.version) if kind == CUDA else None
     if by_path is None or (found is not None and same_file(found.path, by_path)):
         if by_path is not None and why:
             why += f"; {_PRELOAD} then loads this same file by path (RTLD_LOCAL): one copy"
@@ -202,8 +203,8 @@ def _torch_uses(loader: Loader, kind: str, major: int,
         return found, (why + "; " if why else "") + f"no copy is loaded by path: {stopped}", None
     if runtime_of(os.path.basename(by_path)) != (kind, major):
         why = (why + "; " if why else "") + (
-            f"{_PRELOAD} also loads {by_path} by path (RTLD_LOCAL; it looks in nvidia/{torchinit.RUNTIME_FOLDER}/lib "
-            f"before nvidia/cu{major}/lib), a second runtime that nothing binds to")
+            f"{_PRELOAD} also loads {by_path} by path (RTLD_LOCAL; it looks in {wheel_lib_dirs(major)[1]} "
+            f"before {wheel_lib_dirs(major)[0]}), a second runtime that nothing binds to")
         return found, why, by_path
     return Found(by_path, TORCH_BY_PATH), (
         f"{_PRELOAD} loads this copy by path once imported (RTLD_LOCAL), whatever else torch binds: the one copy "
@@ -217,7 +218,7 @@ def split_from_torch(runtime: "Runtime") -> "str | None":
     torch = runtime.torch
     if torch is None:
         return None
-    links = torch.links or tuple(runtime_soname(k, m) for k, v in (("hip", torch.hip), ("cuda", torch.cuda))
+    links = torch.links or tuple(runtime_soname(k, m) for k, v in ((HIP, torch.hip), (CUDA, torch.cuda))
                                  if v and (m := number(v.split(".")[0])) is not None)[:1]
     return None if not links or runtime.soname in links else links[0]
 
@@ -240,14 +241,14 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
 
     if override is not None:
         source = f"{CUDA_MAJOR_VAR}={override_text}"
-        runtime = Runtime("cuda", override, source, None, torch)
+        runtime = Runtime(CUDA, override, source, None, torch)
         torch_links = split_from_torch(runtime)
         if torch is not None and torch_links is None and runtime.soname in torch.links:
             # The major torch links: the copy is the one torch uses, found as torch finds it.
-            found, why, second = _torch_uses(loader, "cuda", override, torch)
-            return Runtime("cuda", override, source, found, torch, why, second)
-        found = _visible(loader, "cuda", override, None)
-        runtime = Runtime("cuda", override, source, found, torch)
+            found, why, second = _torch_uses(loader, CUDA, override, torch)
+            return Runtime(CUDA, override, source, found, torch, why, second)
+        found = _visible(loader, CUDA, override, None)
+        runtime = Runtime(CUDA, override, source, found, torch)
         if found is not None and torch is not None and torch_links is not None:
             runtime.library_why = (f"found by {found.rule}; torch at {torch.dir} links {torch_links}, another "
                                    f"runtime ({CUDA_MAJOR_VAR}={override_text})")
@@ -256,9 +257,9 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
     if torch is not None:
         where = f"torch {torch.version} at {torch.dir}" if torch.version else f"torch (version unknown) at {torch.dir}"
         if torch.hip:
-            kind, major = "hip", _major(torch.hip, "torch.version.hip")
+            kind, major = HIP, _major(torch.hip, "torch.version.hip")
         elif torch.cuda:
-            kind, major = "cuda", _major(torch.cuda, "torch.version.cuda")
+            kind, major = CUDA, _major(torch.cuda, "torch.version.cuda")
         else:
             raise ResolveError(
                 f"{where} is a CPU-only build (torch.version.cuda and torch.version.hip are None); "
@@ -278,24 +279,26 @@ def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]"
             checked = "libtorch_global_deps.so not read"
         else:
             checked = "libtorch_global_deps.so links no runtime library"
-        field = "hip" if kind == "hip" else "cuda"
+        field = "hip" if kind == HIP else "cuda"  # torch.version's field names
         source = f"{where}: torch.version.{field}={getattr(torch, field)!r}, {checked}"
         found, why, second = _torch_uses(loader, kind, major, torch)
         return Runtime(kind, major, source, found, torch, why, second)
 
+    from .releases import RELEASED_CUDA_MAJORS  # asked only without torch: what a release has a build for
+
     probed = sorted(set(majors) | set(RELEASED_CUDA_MAJORS))
-    seen = {m: f for m in probed if (f := _visible(loader, "cuda", m, None)) is not None}
+    seen = {m: f for m in probed if (f := _visible(loader, CUDA, m, None)) is not None}
     if len(seen) == 1:
         (major, found), = seen.items()
-        return Runtime("cuda", major, f"no torch; only {runtime_soname('cuda', major)} is visible ({found.path}, "
+        return Runtime(CUDA, major, f"no torch; only {runtime_soname(CUDA, major)} is visible ({found.path}, "
                                       f"{found.rule})", found, None)
     if not seen:
         raise ResolveError(
             f"no torch is installed for this interpreter and no CUDA runtime is visible "
-            f"(looked for {', '.join(runtime_soname('cuda', m) for m in probed)} on the loader's path and in "
+            f"(looked for {', '.join(runtime_soname(CUDA, m) for m in probed)} on the loader's path and in "
             f"NVIDIA's pip wheels)", cause=CAUSE_NO_RUNTIME_VISIBLE,
-            fix=f"install torch, or a CUDA runtime ({install_hint('cuda', 13)}), or set {CUDA_MAJOR_VAR}=N")
-    listing = "; ".join(f"{runtime_soname('cuda', m)} at {f.path} ({f.rule})" for m, f in seen.items())
+            fix=f"install torch, or a CUDA runtime ({install_hint(CUDA, 13)}), or set {CUDA_MAJOR_VAR}=N")
+    listing = "; ".join(f"{runtime_soname(CUDA, m)} at {f.path} ({f.rule})" for m, f in seen.items())
     raise ResolveError(
         f"no torch is installed for this interpreter and several CUDA runtimes are visible ({listing}), "
         f"so the runtime this process will use is unknown", fix=f"set {CUDA_MAJOR_VAR}=N to choose one",

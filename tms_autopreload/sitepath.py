@@ -28,14 +28,13 @@ import os
 import sys
 
 from . import read_regular
-from .sonames import runtime_soname
+from .gpu_libraries import CUDA, runtime_soname, wheel_lib_dirs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
 
-__all__ = ["search_path", "add_site_dir", "pth_paths", "system_site", "package_dir", "pip_runtime_libcudart",
-           "PIP_RUNTIME_DIRS"]
+__all__ = ["search_path", "add_site_dir", "pth_paths", "system_site", "package_dir", "pip_runtime_libcudart"]
 
 # From 3.15 every .pth path line is on sys.path before any import line runs.
 _BATCHED = (3, 15)
@@ -140,13 +139,16 @@ def pth_paths(data: bytes) -> "list[str]":
 
         lines = list(io.TextIOWrapper(io.BytesIO(data), encoding="locale"))
     paths: "list[str]" = []
-    for line in lines:
+    imports: "list[str]" = []  # compiled only once a path line follows them: a file's first compile()
+    for line in lines:  # builds the compiler's AST types, millions of instructions a flagged start skips
         if line.startswith("#") or not line.strip():
             continue
         if line.startswith(("import ", "import\t")):
-            if not _compiles(line):
-                break
+            imports.append(line)
             continue
+        if not all(map(_compiles, imports)):
+            break
+        imports.clear()
         paths.append(line.rstrip())
     return paths
 
@@ -202,11 +204,6 @@ def _read(path: str) -> bytes:
     return read_regular(path, _LIMIT)
 
 
-# NVIDIA's runtime wheels: nvidia-cuda-runtime (13+) -> nvidia/cu<major>/lib,
-# nvidia-cuda-runtime-cu12 (and cu11) -> nvidia/cuda_runtime/lib.
-PIP_RUNTIME_DIRS = ("nvidia/cu{major}/lib", "nvidia/cuda_runtime/lib")
-
-
 def package_dir(name: str) -> str | None:
     """Directory of top-level package ``name`` as ``import name`` would find it once site.py is done,
     or None. The path finder searches :func:`search_path`; other finders (an editable install's)
@@ -231,10 +228,10 @@ def package_dir(name: str) -> str | None:
 
 def pip_runtime_libcudart(major: int) -> str | None:
     """Path of ``libcudart.so.<major>`` from NVIDIA's pip wheels on :func:`search_path`, or None."""
-    name = runtime_soname("cuda", major)
+    name = runtime_soname(CUDA, major)
     for entry in search_path():
-        for pattern in PIP_RUNTIME_DIRS:
-            candidate = os.path.join(entry or ".", pattern.format(major=major), name)
+        for folder in wheel_lib_dirs(major):
+            candidate = os.path.join(entry or ".", folder, name)
             if os.path.isfile(candidate):
                 return os.path.abspath(candidate)
     return None

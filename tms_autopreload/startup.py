@@ -7,7 +7,7 @@ the right hook). Here:
 2. in ``dlopen`` mode (``TMS_AUTOPRELOAD_MODE=dlopen``), and always in an interpreter that cannot be
    re-exec'd, load the plan in-process (:mod:`tms_autopreload.inprocess`); where that cannot bind as
    ``LD_PRELOAD`` would, keep the reason and go on;
-3. resolve with the loader trace (:func:`tms_autopreload.plan.survey`); if its build is mapped
+3. resolve with the loader trace (:func:`tms_autopreload.decision.survey`); if its build is mapped
    already, and no other torch_memory_saver build is, only normalise ``os.environ`` (LD_PRELOAD as
    torch_memory_saver's Python side reads it);
 4. else ``execv`` the same interpreter with the same ``sys.orig_argv`` and the new environment
@@ -81,7 +81,7 @@ def _apply(mapped: "list[str]") -> None:
     if reexecuted(env):
         raise _Stop(_not_taken(mapped))
 
-    from .plan import survey
+    from .decision import survey
 
     embedded = _cannot_exec()
     in_process = embedded is not None or _choice(MODE_VAR, MODES) == "dlopen"
@@ -172,7 +172,7 @@ def _load_in_process(env: "os._Environ[str]", verbose: bool) -> "str | None":
     the trace, and reports or execs exactly as exec mode does.
     """
     from .inprocess import InProcessError, load
-    from .plan import survey
+    from .decision import survey
 
     report = survey(trace=False)
     if report.plan is None:

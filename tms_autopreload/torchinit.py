@@ -25,20 +25,20 @@ the earlier one's code, a release before 2.8 2.8's.
 import os
 
 from .sitepath import search_path
-from .sonames import release as release_of
+from .gpu_libraries import CUDA, WHEEL_FOLDER, soname_prefix
+from .gpu_libraries import release as release_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["RUNTIME_FOLDER", "code_of", "runtime_by_path", "stops_before_runtime"]
+__all__ = ["code_of", "runtime_by_path", "stops_before_runtime"]
 
-RUNTIME_FOLDER = "cuda_runtime"
 # (folder, glob) of each library in _preload_cuda_deps' list, in its order, up to the runtime's entry: the
 # entries after it cannot stop it. Each glob is the file-name prefix followed by "*[0-9]".
 _BEFORE_RUNTIME = (("cublas", "libcublasLt.so."), ("cublas", "libcublas.so."), ("cudnn", "libcudnn.so."),
                    ("cuda_nvrtc", "libnvrtc.so."), ("cuda_nvrtc", "libnvrtc-builtins.so."))
-_RUNTIME = (RUNTIME_FOLDER, "libcudart.so.")
+_RUNTIME = (WHEEL_FOLDER, soname_prefix(CUDA))
 # (first release read with this code, whether a library not found stops the list, the entries up to the
 # runtime's: none where no runtime is loaded by path once libtorch_global_deps.so has loaded). 2.9.0, 2.12.0,
 # 2.14.1 and 2.15.0 read the same as the entry before them, but for entries after the runtime's (curand left

@@ -29,7 +29,7 @@ from downloads import runtime_wheel  # noqa: E402
 from sandbox import Venv, build_own_wheel, find_python, private_copy, tms_wheel, torch_venv  # noqa: E402
 from standins import driver_stub, global_deps, write_torch_standin  # noqa: E402
 
-RESOLVE = ("import time; t = time.perf_counter(); from tms_autopreload.plan import resolve; p = resolve(); "
+RESOLVE = ("import time; t = time.perf_counter(); from tms_autopreload import resolve; p = resolve(); "
            "print(time.perf_counter() - t)")
 THEIRS = ("import time; t = time.perf_counter(); "
           "from torch_memory_saver.utils import get_binary_path_from_package as g; "
@@ -37,7 +37,7 @@ THEIRS = ("import time; t = time.perf_counter(); "
 BREAKDOWN = """
 import time, os
 t0 = time.perf_counter()
-from tms_autopreload import attempt, plan, trace
+from tms_autopreload import attempt, decision, trace
 t1 = time.perf_counter()
 calls = []
 real = trace.start_traces
@@ -47,7 +47,7 @@ def timed(*a, **k):
         r = collect(); calls.append(time.perf_counter() - s); return r
     return wait
 attempt.start_traces = timed
-report = plan.survey()
+report = decision.survey()
 t2 = time.perf_counter()
 print(t1 - t0, t2 - t1, sum(calls), len(calls))
 """
@@ -55,12 +55,12 @@ print(t1 - t0, t2 - t1, sum(calls), len(calls))
 
 DLOPEN_BREAKDOWN = """
 import os, time
-from tms_autopreload.plan import resolve
+from tms_autopreload import resolve
 plan = resolve()
 t0 = time.perf_counter()
 from tms_autopreload import inprocess
 t1 = time.perf_counter()
-assert inprocess.obstacle(plan) is None
+assert inprocess._obstacle(plan) is None  # what load() checks first, timed apart
 t2 = time.perf_counter()
 inprocess.load(plan, dict(os.environ))
 t3 = time.perf_counter()
@@ -234,7 +234,7 @@ def setup(work: Path, python: str) -> dict:
         base["LD_LIBRARY_PATH"] = str(stub)
     # The plan of ``base`` itself, the stub's directory on LD_LIBRARY_PATH included (``env --json`` is the plan
     # of a Ray worker's environment, which drops this shell's LD_LIBRARY_PATH, and with it the stub).
-    plan = json.loads(output([str(venvs["with"].python), "-c", "import json; from tms_autopreload.plan import resolve; "
+    plan = json.loads(output([str(venvs["with"].python), "-c", "import json; from tms_autopreload import resolve; "
                               "print(json.dumps(resolve().changes()))"], base))
     return {"venvs": venvs, "base": base, "preset": {**base, **plan}, "stub": stub, "own": own,
             "inherited": inherited(venvs["with"], base), "inherited_dlopen": inherited(venvs["with"], base, "dlopen")}

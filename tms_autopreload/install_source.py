@@ -1,4 +1,7 @@
-"""How to install tms_autopreload again: from where pip says this copy came from (PEP 610).
+"""Where pip says an installed copy came from (PEP 610), and the ``pip install`` arguments that install it again.
+
+For this package (not on the package index: a node without it is told this machine's source) and for
+torch_memory_saver (a build of one's own, reinstalled from where it was built).
 
 tms-autopreload is not on the package index, so installing it by name fails, and would install whoever
 registers the name. pip records a direct install's source in the distribution's

@@ -13,8 +13,8 @@ import string
 import sys
 import tempfile
 
-from . import DISABLE_VAR, FLAG_VARS, GENERIC_FLAG, __version__, flags
-from .errors import (CAUSE_BAD_KERNEL_NAME, CAUSE_EMPTY_PREFIX, CAUSE_HOOK_OFF, CAUSE_INVALID_REQUEST, CAUSE_NOT_OURS,
+from .. import DISABLE_VAR, FLAG_VARS, GENERIC_FLAG, __version__, flags
+from ..errors import (CAUSE_BAD_KERNEL_NAME, CAUSE_EMPTY_PREFIX, CAUSE_HOOK_OFF, CAUSE_INVALID_REQUEST, CAUSE_NOT_OURS,
                      CAUSE_NO_IPYKERNEL, CAUSE_NO_JUPYTER, CAUSE_NO_KERNEL, Error)
 
 TYPE_CHECKING = False
@@ -29,7 +29,7 @@ MARKER = "tms_autopreload"  # metadata key: uninstall removes only kernels this 
 
 
 def _install_hint() -> str:
-    from .installer import pip_command
+    from ..installer import pip_command
 
     return pip_command("install", "jupyter_client", "ipykernel")
 

@@ -23,7 +23,7 @@ import sys
 
 from . import CUDA_MAJOR_VAR, PATH_VAR, TMS_WORDS, is_tms_entry, same_file, sitepath, split_preload
 from .attempt import MAX_ARG_STRLEN, attempt, child_programs, env_string_size, readable, trace_the_rest
-from .builds import PRELOAD_PREFIXES, Build, find_builds, interposed, is_preload_name, read_build
+from .builds import PRELOAD_PREFIXES, Build, find_builds, interposed, is_preload_name, named_major, read_build
 from .elf import ElfError
 from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DOES_NOT_FIT, CAUSE_INTERPRETER_FAILS,
                      CAUSE_LESS_PREFERRED, CAUSE_NO_BINDING, CAUSE_NO_BUILD_FITS, CAUSE_NO_BUILDS, CAUSE_NO_DRIVER,
@@ -33,7 +33,7 @@ from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DO
 from .ldso import Loader, Object
 from .results import CHOSEN, REJECTED, UNTRIED, Plan, Report, Verdict
 from .runtime import Runtime, detect, install_hint, split_from_torch
-from .sonames import DRIVER_SONAME
+from .gpu_libraries import CUDA, DRIVER_ONLY, DRIVER_SONAME, HIP
 from .trust import TRUST_CAUSES
 from .trust import Trusted, refusal
 
@@ -59,15 +59,14 @@ def _too_big(env: "Mapping[str, str]") -> ResolveError:
 
 
 def _fits(build: Build, runtime: Runtime) -> bool:
-    if runtime.kind == "hip":
-        return build.kind == "hip" and build.major == runtime.major
-    return (build.kind == "cuda" and build.major == runtime.major) or build.kind == "driver"
+    if runtime.kind == HIP:
+        return build.kind == HIP and build.major == runtime.major
+    return (build.kind == CUDA and build.major == runtime.major) or build.kind == DRIVER_ONLY
 
 
 def _preference(build: Build, runtime: Runtime, index: int) -> tuple[int, int, int]:
     """Exact runtime builds before driver-only ones; a ``_cuN`` name matching the major first."""
-    suffix = f"_cu{runtime.major}."
-    return (0 if build.kind == runtime.kind else 1, 0 if suffix in build.name else 1, index)
+    return (0 if build.kind == runtime.kind else 1, 0 if named_major(build.name) == runtime.major else 1, index)
 
 
 def _code_writers(program: Object, package_dir: str | None) -> Trusted:
@@ -134,7 +133,7 @@ def _judge_forced(build: Build, runtime: Runtime, warnings: list[str]) -> None:
     """Refuse the build ``TMS_AUTOPRELOAD_PATH`` names when it defines nothing that the process's runtime
     library defines (it would intercept no call: a torch_memory_saver build of another mode, such as
     ``hook_mode_torch``, a pluggable allocator); warn where that cannot be read."""
-    if build.problem or build.kind == "hip":
+    if build.problem or build.kind == HIP:
         return  # refused or judged elsewhere; a ROCm build's symbols are not CUDA's
     named = f"{PATH_VAR}={shown(build.path, PATH_SHOWN)}"
     if runtime.library is None:
@@ -143,7 +142,7 @@ def _judge_forced(build: Build, runtime: Runtime, warnings: list[str]) -> None:
         return
     try:
         symbols = interposed(build.path, runtime.library)
-    except (OSError, ElfError) as exc:
+    except ElfError as exc:
         warnings.append(f"{named}: what it intercepts is unknown ({runtime.library}: {exc}); preloading it anyway")
         return
     if not symbols:
@@ -194,9 +193,10 @@ def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Ma
         if verdict.plan is None:
             continue
         if plan is None:
-            plan, verdict.status = verdict.plan, CHOSEN
+            plan, verdicts[i] = verdict.plan, verdict.but(status=CHOSEN)
         else:
-            verdict.reason, verdict.cause = f"{verdict.reason}; not chosen (less preferred)", CAUSE_LESS_PREFERRED
+            verdicts[i] = verdict.but(reason=f"{verdict.reason}; not chosen (less preferred)",
+                                      cause=CAUSE_LESS_PREFERRED)
     return plan, verdicts
 
 
@@ -205,8 +205,6 @@ def _with_check_warning(plan: Plan, package_dir: str | None, forced: str | None,
     entry of ``preload`` (the process's own LD_PRELOAD) that is not a preload build: any entry kept after
     the hook, where it reads the variable as one path; an entry whose path holds ``torch_memory_saver`` (which
     its check counts as one of its builds: :func:`tms_autopreload.is_tms_entry`), which the plan drops."""
-    from .releases import ONE_PATH_RELEASES, reads_one_path, splitting_install
-
     kept = split_preload(plan.ld_preload)[1:]
     dropped = [e for e in split_preload(preload)
                if is_tms_entry(e) and not is_preload_name(os.path.basename(e)) and not same_file(e, plan.build)]
@@ -215,10 +213,13 @@ def _with_check_warning(plan: Plan, package_dir: str | None, forced: str | None,
         warnings.append(f"LD_PRELOAD loses {':'.join(dropped)}: torch_memory_saver's check counts every entry whose "
                         f"path holds \"{TMS_WORDS}\" as one of its builds and refuses more than one, so the plan "
                         f"keeps only the hook; move that file to a path without those words to keep it preloaded")
-    if kept and not forced and reads_one_path(package_dir):
-        warnings.append(f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at {package_dir} "
-                        f"reads LD_PRELOAD as a single path ({ONE_PATH_RELEASES}), so its Python side will refuse "
-                        f"this process; drop those entries or {splitting_install(package_dir)}")
+    if kept and not forced:
+        from .releases import ONE_PATH_RELEASES, reads_one_path, splitting_install  # most starts keep none
+
+        if reads_one_path(package_dir):
+            warnings.append(f"LD_PRELOAD keeps {':'.join(kept)} after the hook, but torch_memory_saver at "
+                            f"{package_dir} reads LD_PRELOAD as a single path ({ONE_PATH_RELEASES}), so its Python "
+                            f"side will refuse this process; drop those entries or {splitting_install(package_dir)}")
     if not warnings:
         return plan
     return Plan(plan.build, plan.ld_preload, plan.ld_library_path, plan.runtime, binding=plan.binding,
@@ -294,7 +295,7 @@ def split_warning(runtime: Runtime, build: Build, env: "Mapping[str, str]") -> "
     """The plan's warning when an override makes the hook (``build``) use another runtime than torch links,
     else None (a driver-only build uses no runtime). Never a fix: what it asks for is what splits them."""
     split = split_from_torch(runtime)
-    if split is None or runtime.torch is None or build.kind == "driver":
+    if split is None or runtime.torch is None or build.kind == DRIVER_ONLY:
         return None
     overrides = split_overrides(env) or [runtime.source]
     return (f"{' and '.join(overrides)} makes the hook use {runtime.soname} while torch at {runtime.torch.dir} "
@@ -328,9 +329,8 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
                                  fix="set LD_PRELOAD by hand with `tms-autopreload env`", cause=CAUSE_NO_EXECUTABLE))
     try:
         loader = Loader.for_executable(exe, env.get("LD_LIBRARY_PATH", ""), env.get("LD_PRELOAD", ""))
-    except (OSError, ElfError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return fail(ResolveError(f"cannot read the interpreter {exe} ({why})", cause=CAUSE_UNREADABLE_INTERPRETER,
+    except ElfError as exc:
+        return fail(ResolveError(f"cannot read the interpreter {exe} ({exc})", cause=CAUSE_UNREADABLE_INTERPRETER,
                                  fix="set LD_PRELOAD by hand with `tms-autopreload env` from a normal Python"))
     try:
         builds, forced = _candidates(env, package_dir, exe, loader.executable, warnings)
@@ -338,7 +338,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         return fail(exc)
     runtime_error: ResolveError | None = None
     try:
-        runtime: Runtime | None = detect(env, loader, [b.major for b in builds if b.kind == "cuda" and b.major])
+        runtime: Runtime | None = detect(env, loader, [b.major for b in builds if b.kind == CUDA and b.major])
     except ResolveError as exc:
         runtime, runtime_error = None, exc
     if forced and runtime is not None:

@@ -1,5 +1,6 @@
-"""The NVIDIA driver a process would run on: the kernel module, the user-space ``libcuda.so.1`` the
-loader binds, and the newest CUDA major they run.
+"""The NVIDIA driver a process would run on: the kernel module, the ``libcuda.so.1`` it binds, what it runs.
+
+The user-space ``libcuda.so.1`` the loader binds, and the newest CUDA major they run.
 
 A torch built for a newer CUDA major than the driver runs loads fine (the loader only needs a file
 named ``libcuda.so.1``) and fails at its first CUDA call (``torch.cuda.is_available()`` is False), so
@@ -21,17 +22,22 @@ the start-up hook never refuses on these facts; ``doctor`` reports them, with a 
 
 import os
 
-from . import read_regular
-from .ldso import PRELOADED, Loader
-from .sonames import CUDA_MAJORS, DRIVER_SONAME
+from .. import read_regular
+from ..ldso import PRELOADED, Loader
+from ..gpu_libraries import CUDA_MAJORS, DRIVER_FILE_PREFIX, DRIVER_SONAME
 
 __all__ = ["MODULE_VERSION_FILE", "MINIMUM_DRIVER", "DriverFacts", "parse_module_version", "version_key",
-           "newest_major", "examine"]
+           "newest_major", "examine", "OK", "FAILING", "UNKNOWN"]
+
+# The verdicts on a driver (``doctor --json``'s ``driver.verdict``): it runs torch's CUDA, it cannot, or
+# nothing says either way (which fails nothing).
+OK, FAILING, UNKNOWN = "ok", "failing", "unknown"
 
 MODULE_VERSION_FILE = "/proc/driver/nvidia/version"
 LIBCUDA = DRIVER_SONAME
-# The oldest driver that runs each CUDA major (minor-version compatibility): sonames.CUDA_MAJORS, with its source.
-MINIMUM_DRIVER = {major: facts[1] for major, facts in CUDA_MAJORS.items()}
+# The oldest driver that runs each CUDA major (minor-version compatibility): gpu_libraries.CUDA_MAJORS, with its
+# source.
+MINIMUM_DRIVER = {major: row.minimum_driver for major, row in CUDA_MAJORS.items()}
 # Where a library found first is forward compatibility rather than the installed driver.
 _COMPAT_RULES = (PRELOADED, "LD_LIBRARY_PATH")
 
@@ -84,10 +90,9 @@ def _read_module_version(path: str) -> "tuple[str | None, str]":
 def _library_version(path: str) -> "str | None":
     """The version in the real file's name, ``libcuda.so.<version>``, after resolving symlinks."""
     name = os.path.basename(os.path.realpath(path))
-    prefix = "libcuda.so."
-    if not name.startswith(prefix):
+    if not name.startswith(DRIVER_FILE_PREFIX):
         return None
-    version = name[len(prefix):]
+    version = name[len(DRIVER_FILE_PREFIX):]
     return version if version_key(version) is not None and "." in version else None
 
 
@@ -101,14 +106,15 @@ def _find_libcuda(loader: Loader) -> "tuple[str | None, str | None]":
 
 class DriverFacts:
     """What was found, and the verdict for a process whose torch needs CUDA ``wanted``. ``examine`` fills
-    the facts; ``verdict`` ("ok", "failing" or "unknown"), ``message`` and ``fix`` are its judgement."""
+    the facts; ``verdict`` (:data:`OK`, :data:`FAILING` or :data:`UNKNOWN`), ``message`` and ``fix`` are its
+    judgement."""
 
     __slots__ = ("module_version", "module_source", "library", "library_rule", "library_version",
                  "newest_major", "wanted", "compat", "verdict", "message", "fix")
 
     def __init__(self, *, module_version: "str | None", module_source: str, library: "str | None",
                  library_rule: "str | None", library_version: "str | None", newest_major: "int | None",
-                 wanted: "int | None", compat: bool, verdict: str = "unknown", message: "str | None" = None,
+                 wanted: "int | None", compat: bool, verdict: str = UNKNOWN, message: "str | None" = None,
                  fix: "str | None" = None) -> None:
         self.module_version = module_version
         self.module_source = module_source
@@ -148,11 +154,11 @@ def examine(loader: Loader, wanted: "int | None", module_file: str = MODULE_VERS
                          f"the default directories)")
         return facts
     if module and lib_version and lib_version != module and not compat:
-        facts.verdict = "failing"
+        facts.verdict = FAILING
         facts.message = (f"Driver/library version mismatch: the NVIDIA kernel module is {module} but the "
                          f"user-space driver the loader binds is {lib_version} ({real}, via {rule})")
         facts.fix = ("reboot (or reload the nvidia kernel module) after a driver upgrade, or mount the host's "
-                     f"own libcuda.so.{module} into the container; a forward-compatibility libcuda must be "
+                     f"own {DRIVER_FILE_PREFIX}{module} into the container; a forward-compatibility libcuda must be "
                      "newer than the module and come first on LD_LIBRARY_PATH")
         return facts
     minimum = MINIMUM_DRIVER.get(wanted) if wanted is not None else None
@@ -168,7 +174,7 @@ def examine(loader: Loader, wanted: "int | None", module_file: str = MODULE_VERS
              f"{real} has no version in its name" if not lib_version else f"libcuda {lib_version}"]))
         return facts
     if newest is None or newest < wanted:
-        facts.verdict = "failing"
+        facts.verdict = FAILING
         runs = f"CUDA {newest}.x at most" if newest else "no CUDA major this package knows"
         facts.message = (f"the NVIDIA driver {deciding} runs {runs}, but torch is built for CUDA {wanted}, "
                          f"which needs a driver >= {minimum}: every CUDA call fails "
@@ -177,7 +183,7 @@ def examine(loader: Loader, wanted: "int | None", module_file: str = MODULE_VERS
                      f"package for CUDA {wanted} (cuda-compat-{wanted}-<minor>) and put its directory first "
                      f"on LD_LIBRARY_PATH")
         return facts
-    facts.verdict = "ok"
+    facts.verdict = OK
     if compat:
         facts.message = (f"forward compatibility: {real} (libcuda {lib_version}, via {rule}) runs CUDA "
                          f"{newest}.x on kernel module {module}; torch and the hook bind this one libcuda")

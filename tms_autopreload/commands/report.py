@@ -1,17 +1,19 @@
 """``doctor``'s document (``doctor --json``) and its text rendering, for one process.
 
 :func:`document` is the one place the document's schema is written (docs/reference.md lists its keys).
-The survey (:func:`tms_autopreload.plan.survey`) decides the plan; this adds what only a reader needs:
-what each candidate interposes and the NVIDIA driver facts (:mod:`tms_autopreload.driver`), which
+The survey (:func:`tms_autopreload.decision.survey`) decides the plan; this adds what only a reader needs:
+what each candidate interposes and the NVIDIA driver facts (:mod:`tms_autopreload.commands.nvidia_driver`), which
 judge the node, not the plan, so the start-up hook never reads them. ``doctor``, the Ray preflight's
-workers and the per-node table (:mod:`tms_autopreload.nodes`) all read this one document.
+workers and the per-node table (:mod:`tms_autopreload.commands.node_documents`) all read this one document.
 """
 
 import os
 import sys
 
-from .errors import Error
-from .results import CHOSEN, Report
+from ..errors import Error
+from ..gpu_libraries import CUDA
+from .nvidia_driver import FAILING
+from ..results import CHOSEN, Report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,20 +34,20 @@ def table(rows: "Sequence[tuple[str, ...]]") -> str:
 
 
 def is_ok(plan: object, driver: object, runtime: object = None) -> bool:
-    """The one rule of ``ok``, for this process's document and for a node's row (:mod:`tms_autopreload.rows`):
+    """The one rule of ``ok``, for this process's document and for a node's row (:mod:`.node_table`):
     there is a plan, the NVIDIA driver can run torch's CUDA (its verdict is not ``failing``; without driver
     facts, nothing says it cannot), and the hook uses the runtime torch links (no override split them:
     ``runtime.split``; asked for or not, the hook then does not manage torch's memory as meant). Read
     defensively: a row passes a document another node wrote."""
-    return (bool(plan) and not (isinstance(driver, dict) and driver.get("verdict") == "failing")
+    return (bool(plan) and not (isinstance(driver, dict) and driver.get("verdict") == FAILING)
             and not (isinstance(runtime, dict) and runtime.get("split")))
 
 
 def _split(report: Report, environ: "Mapping[str, str]") -> "dict[str, Any] | None":
     """``runtime.split``: the runtime torch links where an override makes the chosen hook use another."""
-    from .errors import CAUSE_SPLIT_RUNTIME
-    from .plan import split_fix, split_overrides, split_warning
-    from .runtime import split_from_torch
+    from ..errors import CAUSE_SPLIT_RUNTIME
+    from ..decision import split_fix, split_overrides, split_warning
+    from ..runtime import split_from_torch
 
     build = next((v.build for v in report.verdicts if v.status == CHOSEN), None)
     rt = report.runtime
@@ -59,8 +61,8 @@ def second_runtime(path: str, shared: "str | None") -> "dict[str, Any]":
     """``runtime.second``: a second runtime file torch loads by path besides ``shared`` (the copy the hook and
     torch share), the distribution that brings it and the fix; said as a warning by :func:`warning_of_second`.
     ``doctor --deep`` gives the same for a copy it sees mapped that nothing binds to."""
-    from .errors import CAUSE_IDLE_RUNTIME
-    from .wheels import uninstall_advice
+    from ..errors import CAUSE_IDLE_RUNTIME
+    from ..wheels import uninstall_advice
 
     advice = uninstall_advice(path)
     needs: "dict[str, str]" = advice["required_by"]
@@ -96,15 +98,15 @@ def warning_of_second(second: "dict[str, Any]") -> str:
 
 def _interposes(report: Report) -> "dict[str, list[str] | None]":
     """Per candidate path: what it defines that the process's runtime library defines (None: unknown)."""
-    from .builds import interposed
-    from .elf import ElfError
+    from ..builds import interposed
+    from ..elf import ElfError
 
     library = report.runtime.library if report.runtime else None
     out: "dict[str, list[str] | None]" = {}
     for v in report.verdicts:
         try:
             out[v.build.path] = list(interposed(v.build.path, library)) if library and v.build.info else None
-        except (OSError, ElfError):
+        except ElfError:
             out[v.build.path] = None
     return out
 
@@ -112,12 +114,12 @@ def _interposes(report: Report) -> "dict[str, list[str] | None]":
 def driver_facts(report: Report) -> "dict[str, Any] | None":
     """The driver facts of the surveyed process, from the survey's own loader model (None when its
     interpreter could not be read)."""
-    from .driver import examine
+    from .nvidia_driver import examine
 
     rt = report.runtime
     if report.loader is None:
         return None
-    return examine(report.loader, rt.major if rt is not None and rt.kind == "cuda" else None).to_dict()
+    return examine(report.loader, rt.major if rt is not None and rt.kind == CUDA else None).to_dict()
 
 
 def runtime_rule(report: Report) -> "str | None":
@@ -125,7 +127,7 @@ def runtime_rule(report: Report) -> "str | None":
     runtime library is found once the plan's variables are set, as the survey's loader model predicts it;
     None when there is no plan, no runtime library, or the interpreter cannot be read. A build with its own
     DT_RUNPATH (torch_memory_saver #108) may need no binding; this says which rule did the finding."""
-    from .ldso import Object
+    from ..ldso import Object
 
     plan, rt, loader = report.plan, report.runtime, report.loader
     build = next((v.build for v in report.verdicts if v.status == CHOSEN), None)
@@ -193,7 +195,7 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
 
 
 def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
-    from .sonames import runtime_name, runtime_soname
+    from ..gpu_libraries import runtime_name, runtime_soname
 
     rt = doc["runtime"]
     if rt is None:
@@ -230,7 +232,7 @@ def driver_lines(driver: "dict[str, Any] | None") -> "list[str]":
 
 def text(doc: "dict[str, Any]") -> str:
     """``doctor``'s text: interpreter, runtime, driver, the candidate table, then the plan or why none."""
-    from .sonames import runtime_soname
+    from ..gpu_libraries import runtime_soname
 
     out = [f"python:   {doc['executable']}",
            f"package:  {doc['torch_memory_saver_dir'] or 'torch_memory_saver not found'}",

@@ -2,7 +2,7 @@
 
 A drop-in for torch_memory_saver's own ``configure_subprocess()``, which SGLang wraps around its
 scheduler ``proc.start()``. Same contract (the environment of children started inside the block,
-restored on exit), but the build is the one :func:`tms_autopreload.plan.resolve` chose from the
+restored on exit), but the build is the one :func:`tms_autopreload.decision.resolve` chose from the
 runtime torch really binds and verified with the real loader, and the plan's ``LD_LIBRARY_PATH``
 binding comes with it. On a host whose only ``libcudart.so.13`` is torch's pip wheel, that binding
 is the difference between a child that starts and one the loader kills with exit 127 (sglang #36533).
@@ -14,7 +14,7 @@ import threading
 import warnings
 
 from . import DISABLE_VAR, kill_switch, mapped_hooks, say
-from .plan import resolve
+from .decision import resolve
 from .results import Plan
 
 TYPE_CHECKING = False

@@ -10,7 +10,7 @@ when its library loads, and ``LD_DEBUG=bindings`` writes one line per binding (l
 :func:`check` runs one child under a given environment with those two variables, imports a module,
 and classifies every reference to an *interposed* symbol (one the hook defines and the runtime
 library also defines, read from both dynamic symbol tables). It decides nothing about which build to
-use: :func:`tms_autopreload.plan.survey` does. This proves binding, not that the hook's driver calls
+use: :func:`tms_autopreload.decision.survey` does. This proves binding, not that the hook's driver calls
 work on a GPU.
 """
 
@@ -24,18 +24,18 @@ import sys
 import tempfile
 import time
 
-from .builds import interposed
-from .elf import ElfError, read_dynamic, read_symbols
-from .errors import CAUSE_IDLE_RUNTIME, CAUSE_SECOND_RUNTIME_BOUND
-from . import EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, is_tms_entry, parse_flag, \
+from ..builds import interposed
+from ..elf import ElfError, read_dynamic, read_symbols
+from ..errors import CAUSE_IDLE_RUNTIME, CAUSE_SECOND_RUNTIME_BOUND
+from .. import EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, is_tms_entry, parse_flag, \
     same_file, split_preload
-from .sonames import runtime_of
+from ..gpu_libraries import CUDA, HIP, runtime_of, soname_prefix
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from .results import Plan
+    from ..results import Plan
 
 __all__ = ["Binding", "Library", "Evidence", "parse_binding", "check", "under_test", "DEEP_VARS", "ALLOCATOR"]
 
@@ -134,7 +134,7 @@ class Evidence:
         # Per runtime library mapped: the other objects the log shows bound to it (its own references aside).
         self.bound_by: "dict[str, list[str]]" = {}
         # The runtime copies mapped besides one that takes bindings, which nothing binds to (torch's by-path,
-        # RTLD_LOCAL load of another wheel's copy): :func:`tms_autopreload.doctor.second_runtime` of each.
+        # RTLD_LOCAL load of another wheel's copy): :func:`tms_autopreload.commands.report.second_runtime` of each.
         self.idle: "list[dict]" = []
         self.bound_fix: "str | None" = None  # the fix where two runtime copies take bindings, from the caller
 
@@ -226,7 +226,7 @@ class Evidence:
                   ", ".join(sorted(os.path.basename(t or "nothing") for t in set(lib.bound.values()))))
             line = f"{lib.label()}: {', '.join(lib.bound)} -> {to}"
             lines.append(line if lib.status == "intercepted" else f"{line} ({lib.status.upper()}: {lib.reason})")
-        from .doctor import warning_of_second
+        from .report import warning_of_second
 
         lines += [f"warning: {warning_of_second(second)}" for second in self.idle]
         lines.append(f"\nverdict:  {self.verdict()}")
@@ -236,7 +236,7 @@ class Evidence:
 
 
 # Written in a binding line to a runtime library (its path, and the version of a reference to it).
-_RUNTIME_MARKS = (b"libcudart.so", b"libamdhip64.so")
+_RUNTIME_MARKS = tuple(soname_prefix(kind).rstrip(".").encode() for kind in (CUDA, HIP))
 
 
 def _read_log(directory: str, hook: str, symbols: "frozenset[str]", ev: Evidence,
@@ -287,7 +287,7 @@ def _unbound(mapped: "Iterable[str]", soname: str, symbols: "frozenset[str]",
             if soname not in read_dynamic(path).needed:
                 continue
             wanted = read_symbols(path).undefined & symbols
-        except (OSError, ElfError):
+        except ElfError:
             continue
         if wanted:
             lib = libraries.setdefault(path, Library(path))
@@ -297,8 +297,8 @@ def _unbound(mapped: "Iterable[str]", soname: str, symbols: "frozenset[str]",
 
 def _runtime_users(users: "dict[str, set[str]]", ev: Evidence) -> None:
     """``ev.bound_by`` for each mapped runtime library, and ``ev.idle``: where one copy takes bindings, each other
-    copy that none does, with whence it comes and the fix (:func:`tms_autopreload.doctor.second_runtime`)."""
-    from .doctor import second_runtime
+    copy that none does, with whence it comes and the fix (:func:`tms_autopreload.commands.report.second_runtime`)."""
+    from .report import second_runtime
 
     for mapped in ev.runtimes:
         ev.bound_by[mapped] = sorted({who for target, whos in users.items() if same_file(target, mapped)
@@ -373,7 +373,7 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
     """
     try:
         symbols = interposed(hook, runtime_library)
-    except (OSError, ElfError) as exc:
+    except ElfError as exc:
         ev = Evidence(module, hook, runtime_library, ())
         ev.error = f"cannot read the symbol tables of {hook} and {runtime_library}: {exc}"
         return ev

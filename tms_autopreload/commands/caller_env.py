@@ -19,11 +19,11 @@ it alone, so a flag exported in the caller's shell changes nothing here.)
 
 import os
 
-from . import ADDED_VAR, EXEC_VAR, STATE_VAR, is_tms_entry, split_preload, state_build
-from .builds import is_preload_name
-from .ldso import read_added, split_search_path
-from .plan import survey
-from .results import Report
+from .. import ADDED_VAR, EXEC_VAR, STATE_VAR, is_tms_entry, split_preload, state_build
+from ..builds import is_preload_name
+from ..ldso import read_added, split_search_path
+from ..decision import survey
+from ..results import Report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

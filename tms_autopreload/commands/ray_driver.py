@@ -1,6 +1,6 @@
 """The Ray driver of ``doctor --ray``: a child process that connects, probes every node, and reports.
 
-:func:`tms_autopreload.preflight.run` starts it (``python -c "from tms_autopreload.raydriver import
+:func:`tms_autopreload.commands.preflight.run` starts it (``python -c "from tms_autopreload.commands.ray_driver import
 main; main()"``) rather than talking to Ray itself: a driver whose cluster vanishes can hang in Ray
 or be ended by Ray's core worker, and Ray's C++ side prints its connection retries on fd 2. So the
 parent keeps this child's stderr off the terminal and ends it at the deadline.
@@ -17,9 +17,9 @@ import json
 import sys
 import time
 
-from .doctor import VERSIONED
+from .report import VERSIONED
 from .preflight import PROBE_SOURCE, port_answers, worker_runtime_env
-from .rows import node_row
+from .node_table import node_row
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _shipped_probe() -> "Callable[[tuple[str, ...]], dict[str, Any]]":
-    """:data:`~tms_autopreload.preflight.PROBE_SOURCE` as a function of a module no node can import,
+    """:data:`~tms_autopreload.commands.preflight.PROBE_SOURCE` as a function of a module no node can import,
     so Ray pickles it by value."""
     namespace: "dict[str, Any]" = {"__name__": "tms_autopreload_probe"}
     exec(compile(PROBE_SOURCE, "<tms_autopreload preflight probe>", "exec"), namespace)

@@ -9,11 +9,11 @@ plan alive, so that it can report the error the job would have died with.
 The task is shipped by value (compiled from :data:`PROBE_SOURCE`, a module Ray cannot import by name),
 so it also runs on a node whose environment lacks this package, and says so: there the flag does
 nothing. Where the package is installed, it returns :func:`node_answer` (the ``doctor --json``
-document and what the start-up hook really did). Rows and the table are :mod:`tms_autopreload.rows`,
+document and what the start-up hook really did). Rows and the table are :mod:`tms_autopreload.commands.node_table`,
 shared with ``doctor --nodes``.
 
 This module is the command's side, and the node's (:func:`node_answer`, which nodes of every
-version import by this path). Ray runs in a child process, :mod:`tms_autopreload.raydriver`, whose
+version import by this path). Ray runs in a child process, :mod:`tms_autopreload.commands.ray_driver`, whose
 events :func:`run` reads; Ray is imported only there, it is not a dependency of the package.
 """
 
@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 
-from . import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects, reexecuted, state_build
-from .errors import CAUSE_CLUSTER_LOST, CAUSE_NO_CLUSTER, CAUSE_NO_RAY, CAUSE_USAGE, Error
+from .. import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects, reexecuted, state_build
+from ..errors import CAUSE_CLUSTER_LOST, CAUSE_NO_CLUSTER, CAUSE_NO_RAY, CAUSE_USAGE, Error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def probe(names):
               "executable": sys.executable, "prefix": sys.prefix,
               "versions": {name: version(name) for name in names}}
     try:
-        from tms_autopreload.preflight import node_answer
+        from tms_autopreload.commands.preflight import node_answer
     except ModuleNotFoundError as exc:
         if exc.name != "tms_autopreload":
             raise
@@ -152,10 +152,10 @@ def probe(names):
 
 def node_answer() -> "dict[str, Any]":
     """Runs in the worker: its survey (the ``doctor --json`` document) and what its start-up hook did."""
-    from .applied import before_plan
-    from .doctor import document
-    from .plan import survey
-    from .sonames import runtime_of
+    from .caller_env import before_plan
+    from .report import document
+    from ..decision import survey
+    from ..gpu_libraries import runtime_of
 
     hooks = mapped_hooks(state_build())
     runtimes = [path for path in mapped_objects() if runtime_of(os.path.basename(path))]
@@ -197,14 +197,14 @@ def _ray_said(log: str) -> str:
 
 
 def _no_ray() -> "NoRay":
-    from .installer import pip_command
+    from ..installer import pip_command
 
     return NoRay(f"Ray is not installed for {sys.executable}", fix=pip_command("install", "ray"))
 
 
 def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
         progress: "Callable[[int, int], None] | None" = None) -> "list[dict[str, Any]]":
-    """One row per alive node (:func:`tms_autopreload.rows.node_row`), within ``timeout`` seconds in all.
+    """One row per alive node (:func:`tms_autopreload.commands.node_table.node_row`), within ``timeout`` seconds in all.
 
     Raises NoRay, or Unreachable when nothing answers at ``address`` or the cluster stops answering
     before every node did (a head that died)."""
@@ -224,7 +224,7 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
         # The driver is a process of this command, which is never hooked (a flag in the caller's shell
         # would hook it, or stop it on a CPU-only head): the workers get the flag from their runtime_env.
         unflagged = {k: v for k, v in os.environ.items() if k not in FLAG_VARS}
-        child = subprocess.Popen([sys.executable, "-c", "from tms_autopreload.raydriver import main; main()"],
+        child = subprocess.Popen([sys.executable, "-c", "from tms_autopreload.commands.ray_driver import main; main()"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=unflagged,
                                  start_new_session=True)
         try:

@@ -1,6 +1,10 @@
-"""How a command of the CLI ends when something outside it stops it: a failed write, a signal.
+"""How a command of the CLI ends: its exit codes, no plan, a failed write, a signal.
 
-Two rules, each applied by :func:`tms_autopreload.cli.main` around every command:
+The codes are :data:`EXIT_CODES`.
+
+Every command ends with one of :data:`EXIT_CODES`; where it needs a plan and there is none, it says the
+error and exits :data:`EXIT_NO_PLAN` (:func:`plan_or_fail`). Two rules, each applied by
+:func:`tms_autopreload.commands.main.main` around every command:
 
 * standard output that cannot be written (a full disk, a closed pipe) raises :class:`WriteError`
   wherever the command printed (:func:`guarded_stdout`), so that it is told apart from every other
@@ -24,7 +28,36 @@ if TYPE_CHECKING:
 
     from _typeshed import ReadableBuffer
 
-__all__ = ["WriteError", "guarded_stdout", "Interrupted", "INTERRUPTS", "unwinding_signals", "signal_of"]
+    from ..results import Plan, Report
+
+__all__ = ["WriteError", "guarded_stdout", "Interrupted", "INTERRUPTS", "unwinding_signals", "signal_of",
+           "plan_or_fail", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_USAGE", "EXIT_CODES"]
+
+EXIT_OK = 0
+EXIT_NO_PLAN = 1
+EXIT_USAGE = 2
+# One table, shown by --help and copied into the README's (a test compares them).
+EXIT_CODES = (
+    ("0", "the plan exists, or the command did what was asked"),
+    ("1", "no plan (the reason is printed), a failing check (doctor: a driver that cannot run torch's CUDA too), "
+          "a kernel action refused or failed, a write error"),
+    ("2", "usage error (an unreadable doctor --nodes FILE too), a tool the command needs (Ray, jupyter_client) "
+          "is not installed, or doctor --ray reached no cluster"),
+    ("78", "the start-up hook of a flagged process: no plan (EX_CONFIG), before user code runs"),
+    ("126/127", "run: the command could not be executed / was not found"),
+    ("129/130/143", "ended by SIGHUP / SIGINT (Ctrl-C) / SIGTERM; doctor --deep first ends its child and "
+                    "deletes its log (130 also: the start-up hook interrupted while resolving)"),
+)
+
+
+def plan_or_fail(report: "Report") -> "Plan | None":
+    """The report's plan, its warnings said; None, its error said, when there is none."""
+    if report.plan is None:
+        print(f"tms-autopreload: {report.error}", file=sys.stderr)
+        return None
+    for w in report.warnings + report.plan.warnings:
+        print(f"tms-autopreload: warning: {w}", file=sys.stderr)
+    return report.plan
 
 
 class WriteError(Exception):
@@ -62,7 +95,7 @@ class _Stdout(io.RawIOBase):
 @contextlib.contextmanager
 def guarded_stdout() -> "Iterator[None]":
     """``sys.stdout`` over :class:`_Stdout` while a command runs, when it is file descriptor 1 (the
-    console script); put back after, so that a caller of :func:`~tms_autopreload.cli.main` keeps its own."""
+    console script); put back after, so that a caller of :func:`~tms_autopreload.commands.main.main` keeps its own."""
     current = sys.stdout
     try:
         fd = current.fileno() if current is not None else 1  # None: fd 1 was closed at start (`cmd >&-`)

@@ -1,0 +1,28 @@
+"""The commands' wing: ``tms-autopreload`` and what only its commands use.
+
+Nothing here runs at interpreter start: the hook's wing (the package's top level) never imports this
+package, and ``python -m tms_autopreload`` (:mod:`tms_autopreload.__main__`) and the console script of an
+older install (:mod:`tms_autopreload.cli`) are the only ways in. :mod:`.main` wires the commands, each a
+module that owns its parser and its execution.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["command"]
+
+
+def command(parent: "argparse._SubParsersAction[argparse.ArgumentParser]", name: str,
+            func: "Callable[[argparse.Namespace], int] | None", help: str,
+            check: "Callable[[argparse.Namespace], None] | None" = None) -> argparse.ArgumentParser:
+    """A command's subparser (or a subcommand's), with what runs it (``func``) and what refuses option
+    combinations after parsing (``check``, a usage error) as its defaults: what each command module's
+    ``configure_parser`` makes its parser with."""
+    p = parent.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".")
+    p.set_defaults(func=func, parser=p, check=check)
+    return p
