@@ -203,11 +203,13 @@ def test_dlopen_mode_start_imports_no_threading(scenario):
     ``threading`` (for activate()'s lock the interpreter's own ``_thread`` has one), which would pull
     ``functools``, ``collections`` and more into every such start."""
     scn = report_host(scenario)
-    code = MAPPED + "import sys; print(' '.join(sorted(sys.modules))); print(bool(mapped('torch_memory_saver')))"
+    code = MAPPED + ("import gc, sys; print(' '.join(sorted(sys.modules))); print(bool(mapped('torch_memory_saver')));"
+                     "print(gc.isenabled())")
     r = scn.run(["-c", code], {"SLIME_OFFLOAD_TRAIN": "1", **mode_env("dlopen")})
     assert r.returncode == 0 and "falling back to exec" not in r.stderr, r.stderr
-    modules, hooked = r.stdout.splitlines()
+    modules, hooked, collecting = r.stdout.splitlines()
     assert hooked == "True" and "tms_autopreload.inprocess" in modules.split(), r.stdout
+    assert collecting == "True", "the start paused garbage collection and left it off"  # the program's, not ours
     assert not {"threading", "functools", "collections", "_weakrefset"} & set(modules.split()), modules
 
 
