@@ -33,7 +33,7 @@ def execute(args: argparse.Namespace) -> int:
     nothing). ``export`` lines are for this shell, so they keep its other entries, and set what a process
     applying the plan sets (:meth:`.results.Plan.environment`: its record too); ``--json`` is for a Ray
     ``runtime_env``, whose workers start from their raylet's environment, not this shell's: the plan of an
-    environment without this shell's ``LD_PRELOAD`` and ``LD_LIBRARY_PATH`` (:func:`.applied.own_plan`),
+    environment without this shell's ``LD_PRELOAD`` and ``LD_LIBRARY_PATH`` (:func:`..caller_env.own_plan`),
     with no ``${VAR}`` (Ray turns an unset one into an empty entry, which the loader reads as the
     current directory)."""
     report = own_plan() if args.json else survey(before_plan())

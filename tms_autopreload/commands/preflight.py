@@ -243,7 +243,7 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
     if "badenv" in kinds:
         raise UsageError(f"--runtime-env: Ray refuses it: {kinds['badenv']['why']}")
     if "rows" in kinds:
-        rows: "list[dict[str, Any]]" = kinds["rows"]["rows"]  # the driver's JSON (raydriver.main)
+        rows: "list[dict[str, Any]]" = kinds["rows"]["rows"]  # the driver's JSON (ray_driver.main)
         return rows
     if "unreachable" in kinds:
         raise Unreachable(f"cannot reach the Ray cluster at {address}: {kinds['unreachable']['why']}{said}")
