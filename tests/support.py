@@ -153,6 +153,22 @@ def run(code):
 
 # ---------------------------------------------------------------- what a start did, from the process itself
 
+# torch_memory_saver's own preload check (0.0.10: hooks/mode_preload.py), run from its installed source without
+# importing torch: prints whether it accepts this process's LD_PRELOAD.
+REAL_CHECK = """
+import os, sys, types
+site = [p for p in sys.path if p.endswith('site-packages')][0]
+package = types.ModuleType('torch_memory_saver')
+package.__path__ = [os.path.join(site, 'torch_memory_saver')]
+sys.modules['torch_memory_saver'] = package
+from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
+try:
+    HookUtilModePreload().get_path_binary()
+    print('accepted')
+except AssertionError:
+    print('refused')
+"""
+
 # Python source, defined once, for the probes tests start (they cannot import this module): whether a
 # process's current image was started by the start-up hook's re-exec.
 # /proc/<pid>/environ holds the environment the kernel gave the current image at execve; later

@@ -22,25 +22,11 @@ import subprocess
 
 import pytest
 from conftest import MODES, mode_env, report_host
-from support import MAPPED, REEXECD, assert_stopped, clean_env, execs
+from support import MAPPED, REAL_CHECK, REEXECD, assert_stopped, clean_env, execs
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TORCH_MODE = "torch_memory_saver_hook_mode_torch_cu13.abi3.so"
 PROBE = REEXECD + MAPPED + "import json, os; print(json.dumps([reexecd(), mapped('hook'), os.environ['LD_PRELOAD']]))"
-# torch_memory_saver 0.0.10's own preload check, run from its installed source without importing torch.
-REAL_CHECK = """
-import os, sys, types
-site = [p for p in sys.path if p.endswith('site-packages')][0]
-package = types.ModuleType('torch_memory_saver')
-package.__path__ = [os.path.join(site, 'torch_memory_saver')]
-sys.modules['torch_memory_saver'] = package
-from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
-try:
-    HookUtilModePreload().get_path_binary()
-    print('accepted')
-except AssertionError:
-    print('refused')
-"""
 
 
 @pytest.fixture

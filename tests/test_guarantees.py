@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 from conftest import report_host
-from support import MAPPED, REEXECD, assert_stopped, clean_env, execs, wait_for
+from support import MAPPED, REAL_CHECK, REEXECD, assert_stopped, clean_env, execs, wait_for
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -479,21 +479,6 @@ def test_storm_of_200_failing_starts_all_stop_clearly(scenario):
         assert_stopped(subprocess.CompletedProcess([], x["rc"], x["out"], x["err"]), "libcuda.so.1")
 
 
-_REAL_CHECK = """
-import os, sys, types
-site = [p for p in sys.path if p.endswith('site-packages')][0]
-package = types.ModuleType('torch_memory_saver')
-package.__path__ = [os.path.join(site, 'torch_memory_saver')]
-sys.modules['torch_memory_saver'] = package
-from torch_memory_saver.hooks.mode_preload import HookUtilModePreload
-try:
-    HookUtilModePreload().get_path_binary()
-    print('accepted')
-except AssertionError:
-    print('refused')
-"""
-
-
 def test_a_preload_entry_that_torch_memory_saver_counts_as_its_own_is_dropped_and_said(scenario, tmp_path):
     """0.0.10's check counts every LD_PRELOAD entry whose path holds "torch_memory_saver" (its own
     ``get_path_binary``, run here) and refuses more than one: the one answer to "is this a torch_memory_saver
@@ -505,7 +490,7 @@ def test_a_preload_entry_that_torch_memory_saver_counts_as_its_own_is_dropped_an
         (tmp_path / folder).mkdir()
         entry = tmp_path / folder / "libstdbuf.so"
         shutil.copy("/usr/libexec/coreutils/libstdbuf.so", entry)
-        r = scn.flagged(_REAL_CHECK + "print(os.environ['LD_PRELOAD'])", {"LD_PRELOAD": str(entry)})
+        r = scn.flagged(REAL_CHECK + "print(os.environ['LD_PRELOAD'])", {"LD_PRELOAD": str(entry)})
         assert r.returncode == 0, r.stderr
         accepted, preload = r.stdout.strip().splitlines()[-2:]
         assert accepted == "accepted", (folder, r.stdout)
