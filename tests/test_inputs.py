@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -433,3 +434,25 @@ def test_a_planned_value_over_the_kernels_limit_stops_before_any_exec(world, nam
                                                    name: value}, timeout=60)
     message = assert_stopped(r, f"over the kernel's limit of {MAX_ARG_STRLEN} bytes")
     assert message.startswith(f"tms-autopreload: {name} would be "), r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("past", [0, 1], ids=["at-the-limit", "one-byte-past"])
+def test_the_kernels_limit_is_kept_to_the_byte(world, past):
+    """MAX_ARG_STRLEN counts the string's NUL: a planned LD_PRELOAD of exactly that many bytes is applied
+    (the kernel's execve takes it and the hooked program runs), one byte more stops before any exec."""
+    scn, base = world["scn"], {"LD_LIBRARY_PATH": world["stub"]}
+    r = scn.run(["-m", "tms_autopreload", "env"], {**base, "LD_PRELOAD": "/opt/a"})
+    planned = next(line.split("=", 1)[1] for line in shlex.split(r.stdout) if line.startswith("LD_PRELOAD="))
+    assert planned.endswith(":/opt/a"), r.stdout  # the plan's entries, then this process's own
+    room = MAX_ARG_STRLEN - len("LD_PRELOAD=") - (len(planned) - len("/opt/a")) - 1 + past  # the NUL
+    value = ":".join(["/opt/" + "x" * 100] * (room // 106))
+    value += ":/opt/" + "y" * (room - len(value) - 6)
+    assert len(value) == room
+    r = scn.run(["-c", "import os; print('user code ran', len(os.environ['LD_PRELOAD']))"],
+                {**base, "TMS_AUTOPRELOAD": "1", "LD_PRELOAD": value}, timeout=60)
+    if past:
+        message = assert_stopped(r, f"over the kernel's limit of {MAX_ARG_STRLEN} bytes")
+        assert f"LD_PRELOAD would be {MAX_ARG_STRLEN + 1} bytes" in message, message
+    else:
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.split() == ["user", "code", "ran", str(MAX_ARG_STRLEN - len("LD_PRELOAD=") - 1)], r.stdout
