@@ -85,6 +85,21 @@ def test_a_full_disk_is_named_with_what_is_needed(tmp_path):
     assert "TMS_TEST_CACHE" in r.stderr
 
 
+def test_a_cache_on_another_file_system_than_the_temporary_directory_is_named(tmp_path):
+    """A tmpfs as the download cache, the temporary directory where it was: the hard-linked venv copies
+    would fail there (cp -al across file systems), so prereqs names both places and the fix."""
+    other = tmp_path / "other"
+    other.mkdir()
+    script = f'mount -t tmpfs -o size=2g tmpfs "{other}" && exec "$@"'
+    r = subprocess.run([*unshare_mounts(), "sh", "-c", script, "sh", sys.executable, str(PREREQS), "check"],
+                       capture_output=True, text=True, timeout=120,
+                       env=clean_env(TMS_TEST_CACHE=str(other / "cache")))
+    assert r.returncode == 1
+    assert (f"  - the download cache and the temporary directory on one file system: the download cache "
+            f"({other / 'cache'}, on the file system of {other}) and the temporary directory") in r.stderr, r.stderr
+    assert "point TMPDIR at a directory on the cache's file system" in r.stderr
+
+
 def _wheel(folder: Path, name: str, version: str) -> None:
     """A minimal valid wheel of ``name`` ``version`` (what pip needs to resolve and download it)."""
     import zipfile

@@ -126,6 +126,16 @@ def _space(lane: str) -> str | None:
     return "; ".join(short) or None
 
 
+def _one_file_system(lane: str) -> str | None:
+    """The cached venvs are copied into each run by hard link (``sandbox.private_copy``: ``cp -al``), which
+    one file system alone allows: across two, every such copy fails ("Invalid cross-device link")."""
+    cache, temp = _existing(CACHE), Path(tempfile.gettempdir())
+    if os.stat(cache).st_dev == os.stat(temp).st_dev:
+        return None
+    return (f"the download cache ({CACHE}, on the file system of {cache}) and the temporary directory ({temp}) "
+            f"are on different file systems")
+
+
 def _existing(path: Path) -> Path:
     """``path`` or its nearest existing parent (the cache is made on first use)."""
     while not path.exists():
@@ -207,6 +217,9 @@ NEEDS = (
     Need(f"CPython {PYTHONS[0]}-{PYTHONS[-1]}", ("test",), _pythons,
          "install each missing version with uv (uv python install 3.12), pyenv (pyenv install 3.12) or "
          "your distribution's python3.12 package with its venv module (Debian: python3.12-venv)"),
+    Need("the download cache and the temporary directory on one file system", ALL, _one_file_system,
+         "point TMPDIR at a directory on the cache's file system (mkdir -p DIR; TMPDIR=DIR make ...), or "
+         "TMS_TEST_CACHE at one on the temporary directory's"),
     Need("disk space", ALL, _space,
          "free space there, or point TMS_TEST_CACHE (the download cache) or TMPDIR at a larger file system"),
 )
