@@ -19,13 +19,13 @@ check: $(VENV)/.ready lint
 	$(VENV)/bin/python tools/prereqs.py check
 	TMS_TEST_STRICT=1 $(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
-# The lanes run their tests on JOBS pytest-xdist workers, by default one more than this machine's CPUs: the
-# suite spends part of its time waiting on the processes it starts (Ray's daemons, pip, the loader's
-# children). Each test module's tests go to one worker (`--dist loadscope`), so that the scenarios and
+# The lanes run their tests on JOBS pytest-xdist workers, by default one more than the CPUs this process may
+# use (its affinity, capped by its cgroup's CPU quota: tools/workers.py): the suite spends part of its time
+# waiting on the processes it starts (Ray's daemons, pip, the loader's children). Each test module's tests go to one worker (`--dist loadscope`), so that the scenarios and
 # clusters a module shares are made once. PYTEST_ARGS goes to pytest after the lane's own options:
 # `make check JOBS=0 PYTEST_ARGS="-x --pdb tests/test_ldso.py"` runs one file in this one process, into
 # the debugger at its first failure.
-JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
+JOBS ?= $(shell $(PYTHON) tools/workers.py)
 PYTEST = $(VENV)/bin/python -m pytest -q -rs -n $(JOBS) --dist loadscope
 
 # ruff over everything (the rules in pyproject.toml: the package and tools/ annotated, tests/ without),
