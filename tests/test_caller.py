@@ -268,3 +268,38 @@ def test_a_plan_applied_by_another_environment_is_taken_out(scenario):
     from_a = _exports(out)
     for command in (["env"], ["env", "--json"], ["doctor", "--json"]):
         assert _answer(b, command, from_a, "-m") == _answer(b, command, {}, "-m"), command
+
+
+# What a hooked or evaluated process shows of the plan's variables: each as bytes, hex, so that any byte survives.
+SHOW_PLAN = ("import os; print(' '.join(f'{k}=' + os.environb.get(k.encode(), b'-unset-').hex() for k in "
+             "('LD_PRELOAD', 'LD_LIBRARY_PATH', 'TMS_AUTOPRELOAD_ADDED', 'TMS_AUTOPRELOAD_STATE')))")
+# Characters a shell treats specially, a quote of each kind and a glob that matches.
+ODD = "a&b(c)*d$HOME'e\"f`g\\h|i<j>k!l{m}n~o#p"
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_env_lines_evaluated_by_a_real_shell_set_what_a_flagged_start_sets(scenario, tmp_path, shell):
+    """A venv whose path holds every character a shell reads specially (``&``, ``(``, ``*``, ``$``, quotes)
+    and a caller's LD_LIBRARY_PATH just as odd, with ``;`` (the separator of TMS_AUTOPRELOAD_ADDED, and one of
+    LD_LIBRARY_PATH's for ld.so) and a byte that is not UTF-8 too: ``eval "$(tms-autopreload env)"``, run twice under ``set -e`` by ``sh`` and
+    ``bash``, leaves exactly the values a flagged start of the same interpreter sets, byte for byte."""
+    from sandbox import private_copy
+
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    venv = private_copy(scn.venv, tmp_path / ODD / "venv")
+    python = str(venv.path / "bin" / "python")
+    caller = os.fsencode(tmp_path / ODD) + b";x\xff"  # a byte that is not UTF-8, as a caller may have
+    os.makedirs(caller)
+    caller = os.fsdecode(caller)
+    base = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": caller}  # the driver: the host's loader cache
+    hooked = scn.host.run([python, "-c", SHOW_PLAN], {**base, "TMS_AUTOPRELOAD": "1"}, timeout=120)
+    assert hooked.returncode == 0, hooked.stderr
+    script = f'set -e; eval "$("$0" -m tms_autopreload env)"; eval "$("$0" -m tms_autopreload env)"; "$0" -c "$1"'
+    evaluated = scn.host.run([shell, "-c", script, python, SHOW_PLAN], base, timeout=120)
+    assert evaluated.returncode == 0, evaluated.stderr
+    shown = {k: bytes.fromhex(v) for k, v in (w.split("=") for w in hooked.stdout.split())}
+    assert b"-unset-".hex() not in hooked.stdout, shown  # the plan sets all four
+    assert b";" in shown["TMS_AUTOPRELOAD_ADDED"] and b"&b(c)" in shown["TMS_AUTOPRELOAD_ADDED"], shown
+    # The caller's entries kept byte for byte; ld.so splits LD_LIBRARY_PATH at ';' as at ':', and so does the plan.
+    assert shown["LD_LIBRARY_PATH"].endswith(os.fsencode(tmp_path / ODD) + b":x\xff"), shown
+    assert evaluated.stdout == hooked.stdout, (evaluated.stdout, hooked.stdout)
