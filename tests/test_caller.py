@@ -281,8 +281,9 @@ ODD = "a&b(c)*d$HOME'e\"f`g\\h|i<j>k!l{m}n~o#p"
 def test_env_lines_evaluated_by_a_real_shell_set_what_a_flagged_start_sets(scenario, tmp_path, shell):
     """A venv whose path holds every character a shell reads specially (``&``, ``(``, ``*``, ``$``, quotes)
     and a caller's LD_LIBRARY_PATH just as odd, with ``;`` (the separator of TMS_AUTOPRELOAD_ADDED, and one of
-    LD_LIBRARY_PATH's for ld.so) and a byte that is not UTF-8 too: ``eval "$(tms-autopreload env)"``, run twice under ``set -e`` by ``sh`` and
-    ``bash``, leaves exactly the values a flagged start of the same interpreter sets, byte for byte."""
+    LD_LIBRARY_PATH's for ld.so) and a byte that is not UTF-8 too: ``eval "$(tms-autopreload env)"``, run twice
+    under ``set -e`` by ``sh`` and ``bash``, leaves exactly the values a flagged start of the same interpreter
+    sets, byte for byte."""
     from sandbox import private_copy
 
     scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
@@ -294,7 +295,7 @@ def test_env_lines_evaluated_by_a_real_shell_set_what_a_flagged_start_sets(scena
     base = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": caller}  # the driver: the host's loader cache
     hooked = scn.host.run([python, "-c", SHOW_PLAN], {**base, "TMS_AUTOPRELOAD": "1"}, timeout=120)
     assert hooked.returncode == 0, hooked.stderr
-    script = f'set -e; eval "$("$0" -m tms_autopreload env)"; eval "$("$0" -m tms_autopreload env)"; "$0" -c "$1"'
+    script = 'set -e; eval "$("$0" -m tms_autopreload env)"; eval "$("$0" -m tms_autopreload env)"; "$0" -c "$1"'
     evaluated = scn.host.run([shell, "-c", script, python, SHOW_PLAN], base, timeout=120)
     assert evaluated.returncode == 0, evaluated.stderr
     shown = {k: bytes.fromhex(v) for k, v in (w.split("=") for w in hooked.stdout.split())}
