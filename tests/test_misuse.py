@@ -123,6 +123,9 @@ def test_kernel_install_never_replaces_a_kernel_it_did_not_write(real_torch, tmp
     assert "choose another --name" in r.stderr
     assert (foreign / "kernel.json").read_text() == spec and (foreign / "logo-64x64.png").exists()
 
+    # A home that exists: where it does not, IPython's get_ipython_dir() makes a tempfile.mkdtemp() directory
+    # in /tmp for each run, and never removes it.
+    (tmp_path / "home").mkdir()
     home = {"HOME": str(tmp_path / "home")}
     r = kernel(scn, "install", "--user", "--name", "python3", env=home)
     assert r.returncode == 1 and "a kernel named 'python3' already exists" in r.stderr, r.stdout + r.stderr
