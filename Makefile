@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv-test
 
-.PHONY: test check lint aarch64 dist demo demo-clean bench fuzz mutants clean
+.PHONY: test check lint aarch64 dist demo demo-clean bench fuzz mutants mutants-patches clean
 
 # The test command (CI runs it through .ci/run): a venv with the test tools (uv among them, which
 # finds or installs interpreters); the lint; what the machine must have, checked before any test and
@@ -77,12 +77,30 @@ fuzz: $(VENV)/.ready
 	TMS_TEST_STRICT=1 TMS_FUZZ_EXAMPLES=100000 TMS_FUZZ_E2E=200 $(VENV)/bin/python -m pytest -q \
 		-W ignore::hypothesis.errors.HypothesisWarning tests/test_fuzz.py tests/test_inputs.py
 
-# How many hand-made bugs of the decision core the suite catches (docs/development.md): each patch of
-# tests/mutants/ applied to a scratch copy of the tree, and the test files it names run there as `check`
-# runs them. Slow (a pytest session per mutant), so not part of `test`. MUTANTS_ARGS passes options:
-# `make mutants MUTANTS_ARGS="--tests-from main -j 2"`, `--only ldcache`.
-mutants: $(VENV)/.ready
-	$(VENV)/bin/python tools/mutants.py $(MUTANTS_ARGS)
+# How many bugs the suite catches (docs/development.md): each mutant applied to a scratch copy of the tree,
+# and its module's test files run there as `check` runs them. `make mutants` runs cosmic-ray's generated
+# mutants (tools/generated_mutants.py), a sample in an order fixed by MUTANTS_SEED, starting none after
+# MUTANTS_BUDGET minutes; `make mutants-patches` the hand-made ones of tests/mutants/. Slow (a pytest
+# session per mutant), so not part of `test`. MUTANTS_ARGS passes options: `make mutants
+# MUTANTS_ARGS="--since main"` (the mutants of lines changed since main), `--then-full`;
+# `make mutants-patches MUTANTS_ARGS="--tests-from main"`, `--only ldcache`.
+MUTANTS_VENV ?= .venv-mutants
+MUTANTS_SEED ?= 2026
+MUTANTS_BUDGET ?= 30
+mutants: $(VENV)/.ready $(MUTANTS_VENV)/.ready
+	$(VENV)/bin/python tools/prereqs.py check
+	$(VENV)/bin/python tools/mutants.py --generated --cosmic-ray $(MUTANTS_VENV)/bin/cosmic-ray \
+		--sample 100000 --seed $(MUTANTS_SEED) --budget $(MUTANTS_BUDGET) -j $(JOBS) $(MUTANTS_ARGS)
+
+mutants-patches: $(VENV)/.ready
+	$(VENV)/bin/python tools/prereqs.py check
+	$(VENV)/bin/python tools/mutants.py -j $(JOBS) $(MUTANTS_ARGS)
+
+# cosmic-ray in a venv of its own: nothing of it reaches the test venv.
+$(MUTANTS_VENV)/.ready: tests/mutants-requirements.txt
+	$(PYTHON) -m venv $(MUTANTS_VENV)
+	$(MUTANTS_VENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/mutants-requirements.txt
+	touch $@
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(MUTANTS_VENV) build dist *.egg-info

@@ -52,8 +52,10 @@ SLOW_FIXTURES = {"real_torch", "ray_cluster", "field", "client", "gpuless_cluste
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Mark slow what needs the whole suite's set-up, before ``-m "not slow"`` deselects; and mark the
-    aarch64 lane (interpreters of an arm64 root file system), which ``-m aarch64`` selects."""
+    """Mark slow what needs the whole suite's set-up, before ``-m "not slow"`` deselects; mark the
+    aarch64 lane (interpreters of an arm64 root file system), which ``-m aarch64`` selects; and run the
+    tests marked ``drift`` last, so that under ``-x`` a behaviour test speaks first."""
+    items.sort(key=lambda item: item.get_closest_marker("drift") is not None)  # stable: the rest keep their order
     for item in items:
         params = getattr(item, "callspec", None)
         python = params.params.get("python", DEFAULT_PYTHON) if params else DEFAULT_PYTHON

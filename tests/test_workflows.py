@@ -33,7 +33,7 @@ def _make_calls(workflow: Path) -> list[list[str]]:
     return calls
 
 
-@pytest.mark.parametrize("name", ["ci.yml", "release.yml"])
+@pytest.mark.parametrize("name", ["ci.yml", "release.yml", "mutants.yml"])
 def test_the_workflows_run_the_makefiles_targets(name):
     calls = _make_calls(WORKFLOWS / name)
     assert calls
@@ -50,6 +50,19 @@ def test_ci_runs_lint_and_the_fast_lane_on_every_python_from_the_floor_and_the_w
     assert versions == [f"3.{minor}" for minor in range(int(floor.split(".")[1]), 16)], versions
     calls = {" ".join(c[:2]) for c in _make_calls(WORKFLOWS / "ci.yml")}
     assert calls == {"make lint", "make check", "make test", "make aarch64"}, calls
+
+
+def test_the_mutants_shards_cover_the_set_once_each_within_the_runners_limit():
+    """Shards 1..N, each running ``--shard K/N`` of the same N; the budget leaves time to finish the test runs
+    it started before the job's limit, which stays under a hosted runner's 6 hours."""
+    text = (WORKFLOWS / "mutants.yml").read_text()
+    (matrix,) = re.findall(r"^ +shard: \[(.*)\]$", text, re.M)
+    shards = [int(v) for v in matrix.split(",")]
+    (n,) = set(re.findall(r"--shard \$SHARD/(\d+) ", text))
+    assert shards == list(range(1, int(n) + 1)), (shards, n)
+    (budget,) = re.findall(r"MUTANTS_BUDGET=(\d+)", text)
+    (limit,) = re.findall(r"timeout-minutes: (\d+)", text)
+    assert int(budget) + 30 <= int(limit) <= 360, (budget, limit)
 
 
 def test_release_builds_once_and_publishes_without_a_stored_token():

@@ -22,17 +22,23 @@ pytest session that builds its scenarios), so it is not part of ``make test``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import IO
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generated_mutants import Generated, changed_lines, listed, selected
 
 ROOT = Path(__file__).resolve().parent.parent
-KILLED, SURVIVED, ERROR = "killed", "survived", "error"
+KILLED, SURVIVED, ERROR, NOT_RUN = "killed", "survived", "error", "not run"
 # pytest's exit codes: 0 all passed, 1 some failed, 2 a collection error (an import the mutant broke);
 # 3 internal error, 4 usage error, 5 no tests: the run says nothing about the mutant.
 _KILLING = (1, 2)
@@ -46,6 +52,7 @@ class Mutant:
         self.name = path.stem
         self.why = ""
         self.tests: list[str] = []
+        self.outcome = ""
         for line in path.read_text().splitlines():
             if not line.startswith("#"):
                 break
@@ -56,6 +63,11 @@ class Mutant:
                 self.why = line[1:].strip()
         if not self.tests:
             raise SystemExit(f"{path}: no '# tests: FILE ...' line before the patch")
+
+    def apply(self, tree: Path, cosmic_ray: Path) -> str:
+        """Make this bug in ``tree``; what went wrong, or ``""``."""
+        r = subprocess.run(["git", "apply", str(self.path)], cwd=tree, capture_output=True, text=True)
+        return "" if r.returncode == 0 else f"does not apply: {r.stderr.strip()}"
 
 
 def load(directory: Path, only: list[str]) -> list[Mutant]:
@@ -84,9 +96,11 @@ def scratch_tree(root: Path, dest: Path, tests_from: str | None) -> None:
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
 
 
-def run_tests(tree: Path, tests: list[str], timeout: float) -> tuple[int | None, str]:
-    """(pytest's exit code or None on timeout, the tail of its output) for ``tests`` in ``tree``."""
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider", *tests]
+def run_tests(tree: Path, tests: list[str], timeout: float, lane: str = "check") -> tuple[int | None, str]:
+    """(pytest's exit code or None on timeout, the tail of its output) for ``tests`` in ``tree``, as the
+    lane runs them: ``check`` leaves out the tests marked slow, ``test`` runs them all."""
+    command = [sys.executable, "-m", "pytest", "-q", "-x", *(["-m", "not slow"] if lane == "check" else []),
+               "-p", "no:cacheprovider", *tests]
     env = {**os.environ, "TMS_TEST_STRICT": "1"}
     try:
         r = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
@@ -99,26 +113,27 @@ def present(tree: Path, tests: list[str]) -> list[str]:
     return [t for t in tests if (tree / t.partition("::")[0]).exists()]
 
 
-def try_mutant(mutant: Mutant, base: Path, work: Path, timeout: float) -> tuple[str, float, str]:
+def try_mutant(mutant: Mutant | Generated, base: Path, work: Path, options: argparse.Namespace,
+               lane: str = "check") -> tuple[str, float, str]:
     """(outcome, seconds, detail) of one mutant in a copy of ``base`` made under ``work``."""
-    tree = work / mutant.name
-    shutil.copytree(base, tree, symlinks=True)
+    tree = Path(tempfile.mkdtemp(prefix="mutant-", dir=work))
+    shutil.copytree(base, tree, symlinks=True, dirs_exist_ok=True)
     started = time.monotonic()
     try:
-        applied = subprocess.run(["git", "apply", str(mutant.path)], cwd=tree, capture_output=True, text=True)
-        if applied.returncode != 0:
-            return ERROR, 0.0, f"does not apply: {applied.stderr.strip()}"
+        failed = mutant.apply(tree, options.cosmic_ray)
+        if failed:
+            return ERROR, 0.0, failed
         tests = present(tree, mutant.tests)
         if not tests:
             return ERROR, 0.0, "none of its test files exists in this tree"
-        code, tail = run_tests(tree, tests, timeout)
+        code, tail = run_tests(tree, tests, options.timeout, lane)
         outcome = SURVIVED if code == 0 else KILLED if code in _KILLING else ERROR
         return outcome, time.monotonic() - started, "" if outcome != ERROR else f"pytest exit {code}: {tail}"
     finally:
         shutil.rmtree(tree, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def options(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=ROOT, help="the source tree (default: this checkout)")
     parser.add_argument("--mutants", type=Path, help="the directory of patches (default: ROOT/tests/mutants)")
@@ -128,17 +143,58 @@ def main(argv: list[str] | None = None) -> int:
                         help="run these (files or node ids) for every mutant instead of the files it names")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="mutants run at once (default 1)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one test run may take")
+    generated = parser.add_argument_group("generated mutants (cosmic-ray's, tools/generated_mutants.py)")
+    generated.add_argument("--generated", action="store_true", help="cosmic-ray's mutants instead of the patches")
+    generated.add_argument("--cosmic-ray", type=Path, default=ROOT / ".venv-mutants" / "bin" / "cosmic-ray",
+                           help="the cosmic-ray program (default: .venv-mutants's, which `make mutants` makes)")
+    generated.add_argument("--sample", type=int, metavar="N", help="N of them, in an order fixed by --seed")
+    generated.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    generated.add_argument("--since", metavar="REV", help="only those on lines changed since this revision")
+    generated.add_argument("--shard", metavar="K/N", help="only the K-th of N shards (every N-th, from the K-th)")
+    parser.add_argument("--budget", type=float, metavar="MINUTES",
+                        help="start no test run after this many minutes (--then-full's too); those left are "
+                             "counted as not run")
+    parser.add_argument("--then-full", action="store_true",
+                        help="run each survivor again with all its tests, as `make test` runs them (slow ones too)")
+    parser.add_argument("--report", type=Path, metavar="FILE", help="write each outcome as a JSON line here")
     args = parser.parse_args(argv)
-    root = args.root.resolve()
-    started = time.monotonic()
-    mutants = load(args.mutants or root / "tests" / "mutants", args.only)
+    if args.shard:
+        k, _, n = args.shard.partition("/")
+        if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+            parser.error(f"--shard {args.shard}: give K/N with 1 <= K <= N, such as 2/8")
+        args.shard = (int(k), int(n))
+    if args.generated and not args.cosmic_ray.exists():
+        parser.error(f"{args.cosmic_ray} does not exist: `make mutants` installs cosmic-ray there "
+                     "(tests/mutants-requirements.txt), or pass --cosmic-ray PATH")
+    return args
+
+
+def chosen(args: argparse.Namespace, base: Path, work: Path) -> list[Mutant | Generated]:
+    """The mutants this run tries: the patches, or cosmic-ray's as the options select them."""
+    if not args.generated:
+        found: list[Mutant | Generated] = list(load(args.mutants or args.root / "tests" / "mutants", args.only))
+    else:
+        since = changed_lines(args.root, args.since) if args.since else None
+        every = listed(base, args.cosmic_ray, work)
+        found = list(selected([g for g in every if not args.only or any(o in g.name for o in args.only)],
+                              sample=args.sample, seed=args.seed, since=since, shard=args.shard))
+        print(f"cosmic-ray: {len(every)} mutants of the kept operators; this run tries {len(found)}", flush=True)
     if args.tests:
-        for mutant in mutants:
+        for mutant in found:
             mutant.tests = args.tests
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = options(argv)
+    args.root, args.cosmic_ray = args.root.resolve(), args.cosmic_ray.absolute()
+    started = time.monotonic()
+    deadline = started + 60 * args.budget if args.budget else None
     with tempfile.TemporaryDirectory(prefix="tms-mutants-") as tmp:
         base = Path(tmp) / "base"
         base.mkdir()
-        scratch_tree(root, base, args.tests_from)
+        scratch_tree(args.root, base, args.tests_from)
+        mutants = chosen(args, base, Path(tmp))
         union = present(base, sorted({t for m in mutants for t in m.tests}))
         code, tail = run_tests(base, union, args.timeout)
         if code != 0:
@@ -146,19 +202,53 @@ def main(argv: list[str] | None = None) -> int:
                   f"judged:\n{tail}", file=sys.stderr)
             return 2
         print(f"unchanged tree: {' '.join(union)} pass", flush=True)
-        counts = {KILLED: 0, SURVIVED: 0, ERROR: 0}
-        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            results = pool.map(lambda m: (m, *try_mutant(m, base, Path(tmp), args.timeout)), mutants)
-            for mutant, outcome, seconds, detail in results:
-                counts[outcome] += 1
-                print(f"{outcome:8} {mutant.name:45} {seconds:6.1f} s  {mutant.why}", flush=True)
-                if detail:
-                    print(f"         {detail}", flush=True)
-    judged = counts[KILLED] + counts[SURVIVED]
-    rate = f"{100 * counts[KILLED] / judged:.0f}%" if judged else "n/a"
-    print(f"kill rate: {counts[KILLED]}/{judged} ({rate})" + (f"; {counts[ERROR]} not judged" if counts[ERROR] else "")
-          + f"; {time.monotonic() - started:.0f} s in all")
+
+        def judge(mutant: Mutant | Generated, lane: str = "check") -> tuple[str, float, str]:
+            if deadline and time.monotonic() > deadline:
+                return NOT_RUN, 0.0, ""
+            return try_mutant(mutant, base, Path(tmp), args, lane)
+
+        report = args.report.open("w") if args.report else None
+        try:
+            counts = judge_all(mutants, judge, args.jobs, "check", report)
+            judged = counts[KILLED] + counts[SURVIVED]
+            print(f"kill rate: {rate(counts[KILLED], judged)}"
+                  + (f"; {counts[ERROR]} not judged" if counts[ERROR] else "")
+                  + (f"; {counts[NOT_RUN]} not run within the budget" if counts[NOT_RUN] else "")
+                  + f"; {time.monotonic() - started:.0f} s in all", flush=True)
+            survivors = [m for m in mutants if m.outcome == SURVIVED]
+            if args.then_full and survivors:
+                full = judge_all(survivors, lambda m: judge(m, "test"), args.jobs, "test", report)
+                print(f"make test on the survivors: {rate(full[KILLED], full[KILLED] + full[SURVIVED])} more killed"
+                      + (f"; {full[NOT_RUN]} not run within the budget" if full[NOT_RUN] else "")
+                      + f"; {time.monotonic() - started:.0f} s in all")
+        finally:
+            if report:
+                report.close()
     return 1 if counts[ERROR] else 0
+
+
+def judge_all(mutants: Sequence[Mutant | Generated], judge: Callable[[Mutant | Generated], tuple[str, float, str]],
+              jobs: int, lane: str, report: IO[str] | None) -> dict[str, int]:
+    """Judge each mutant (``jobs`` at once), print each outcome as it comes, write it to ``report``; the counts.
+    Each mutant keeps its last outcome (``.outcome``)."""
+    counts = {KILLED: 0, SURVIVED: 0, ERROR: 0, NOT_RUN: 0}
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        for mutant, (outcome, seconds, detail) in zip(mutants, pool.map(judge, mutants), strict=True):
+            counts[outcome] += 1
+            mutant.outcome = outcome
+            if outcome != NOT_RUN:
+                print(f"{outcome:8} {mutant.name:45} {seconds:6.1f} s  {lane}: {mutant.why}", flush=True)
+            if detail:
+                print(f"         {detail}", flush=True)
+            if report:
+                report.write(json.dumps({"name": mutant.name, "lane": lane, "outcome": outcome,
+                                         "seconds": round(seconds, 1)}) + "\n")
+    return counts
+
+
+def rate(killed: int, judged: int) -> str:
+    return f"{killed}/{judged} ({100 * killed / judged:.0f}%)" if judged else f"{killed}/0 (n/a)"
 
 
 if __name__ == "__main__":
