@@ -1,6 +1,6 @@
 """Bugs a person could make in the decision core that no other test caught, one test for each kind.
 
-Each was made by hand (``tests/mutants/``: the patch that makes it, and ``make mutants`` counts how many
+Each was made by hand (``tests/mutants/``: the patch that makes it, and ``make mutants-patches`` counts how many
 such bugs the suite catches) and got through the suite before: the step it breaks was never reached by a
 host whose files disagree, whose copies compete, or whose children need what the plan moves. The
 conda-layout kind (a user's own ``LD_PRELOAD`` kept beside the runtime preloaded by path) is in

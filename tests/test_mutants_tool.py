@@ -1,5 +1,5 @@
-"""``tools/mutants.py`` (``make mutants``) on a small tree of its own: a mutant its tests catch is killed,
-one that changes nothing the tests can see survives, and the kill rate counts both."""
+"""``tools/mutants.py`` (``make mutants``, ``make mutants-patches``) on a small tree of its own: a mutant its
+tests catch is killed, one that changes nothing the tests can see survives, and the kill rate counts both."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_a_caught_mutant_is_killed_and_a_no_op_survives(tmp_path):
 @pytest.mark.drift
 def test_every_mutant_applies_to_this_tree_and_names_tests_that_exist():
     """The mutants are data about this code: a change that moves the lines a mutant edits must bring the
-    patch along (regenerate it with `git diff`), or `make mutants` measures nothing for it."""
+    patch along (regenerate it with `git diff`), or `make mutants-patches` measures nothing for it."""
     from support import ROOT
 
     for patch in sorted((ROOT / "tests" / "mutants").glob("*.patch")):

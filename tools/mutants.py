@@ -1,8 +1,10 @@
 """How many plausible bugs the suite catches: apply each mutant, run the tests that cover it, count.
 
-A mutant is one small patch (``tests/mutants/NN-name.patch``, ``git apply`` format) that makes a bug a
-person could make by hand in the decision core. Its first lines say what the bug is and which test files
-cover it::
+A mutant is either generated or made by hand. ``--generated`` takes cosmic-ray's (the operators and each
+module's test files: ``tools/generated_mutants.py``), as ``make mutants`` runs them. Without it, a mutant is
+one small patch (``tests/mutants/NN-name.patch``, ``git apply`` format) that makes a bug a person could make
+by hand and cosmic-ray cannot (a fix text, a dropped statement, another argument); its first lines say
+what the bug is and which test files cover it (``make mutants-patches``)::
 
     # the wheel copy torch loads by path is ignored when ...
     # tests: tests/test_resolver.py tests/test_conda.py
@@ -11,12 +13,13 @@ cover it::
 
 Each mutant is applied to a scratch copy of the tree (its tracked and untracked, not ignored files), and
 its test files run there as the fast lane runs them (``-m "not slow"``, ``TMS_TEST_STRICT=1``), stopping at
-the first failure: a failing run *kills* the mutant, a passing one lets it *survive*. ``--tests-from REV``
+the first failure: a failing run *kills* the mutant, a passing one lets it *survive*; ``--then-full`` runs
+each survivor again with its files' slow tests too, as ``make test`` would. ``--tests-from REV``
 takes ``tests/`` from another revision (the suite as it was, against the package as it is); a test file
 that revision lacks is left out. ``--tests`` runs the given tests for every mutant instead (the tests a
 change adds, against the mutants an older suite let through). Before any mutant, the unchanged copy must
-pass every test named, or no count means anything. ``make mutants`` runs it; it is slow (each mutant is a
-pytest session that builds its scenarios), so it is not part of ``make test``.
+pass every test named, or no count means anything. It is slow (each mutant is a pytest session that
+builds its scenarios), so it is not part of ``make test``.
 """
 
 from __future__ import annotations
