@@ -99,11 +99,14 @@ def scratch_tree(root: Path, dest: Path, tests_from: str | None) -> None:
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
 
 
-def run_tests(tree: Path, tests: list[str], timeout: float, lane: str = "check") -> tuple[int | None, str]:
+def run_tests(tree: Path, tests: list[str], timeout: float, lane: str = "check",
+              workers: int = 0) -> tuple[int | None, str]:
     """(pytest's exit code or None on timeout, the tail of its output) for ``tests`` in ``tree``, as the
-    lane runs them: ``check`` leaves out the tests marked slow, ``test`` runs them all."""
-    command = [sys.executable, "-m", "pytest", "-q", "-x", *(["-m", "not slow"] if lane == "check" else []),
-               "-p", "no:cacheprovider", *tests]
+    lane runs them: ``check`` leaves out the tests marked slow, ``test`` runs them all. One process stopping
+    at the first failure (a mutant's run), or ``workers`` of them running every test (the baseline)."""
+    command = [sys.executable, "-m", "pytest", "-q", *(["-m", "not slow"] if lane == "check" else []),
+               "-p", "no:cacheprovider", *(["-n", str(workers), "--dist", "loadscope"] if workers else ["-x"]),
+               *tests]
     env = {**os.environ, "TMS_TEST_STRICT": "1"}
     try:
         r = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
@@ -157,6 +160,9 @@ def options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, metavar="MINUTES",
                         help="start no test run after this many minutes (--then-full's too); those left are "
                              "counted as not run")
+    parser.add_argument("--lane", choices=("check", "test"), default="check",
+                        help="run each mutant's tests as `make check` runs them (the default: no slow tests) or as "
+                             "`make test` does (all of them)")
     parser.add_argument("--then-full", action="store_true",
                         help="run each survivor again with all its tests, as `make test` runs them (slow ones too)")
     parser.add_argument("--report", type=Path, metavar="FILE", help="write each outcome as a JSON line here")
@@ -198,29 +204,39 @@ def main(argv: list[str] | None = None) -> int:
         base.mkdir()
         scratch_tree(args.root, base, args.tests_from)
         mutants = chosen(args, base, Path(tmp))
-        union = present(base, sorted({t for m in mutants for t in m.tests}))
-        code, tail = run_tests(base, union, args.timeout)
-        if code != 0:
-            print(f"the unchanged tree does not pass {' '.join(union)} (pytest exit {code}); no mutant can be "
-                  f"judged:\n{tail}", file=sys.stderr)
-            return 2
-        print(f"unchanged tree: {' '.join(union)} pass", flush=True)
 
-        def judge(mutant: Mutant | Generated, lane: str = "check") -> tuple[str, float, str]:
+        def baseline(some: Sequence[Mutant | Generated], lane: str) -> bool:
+            """Whether the unchanged copy passes every test file of ``some`` in ``lane``: else no count means
+            anything."""
+            union = present(base, sorted({t for m in some for t in m.tests}))
+            code, tail = run_tests(base, union, args.timeout * 4, lane, workers=max(1, args.jobs))
+            if code != 0:
+                print(f"the unchanged tree does not pass {' '.join(union)} as `make {lane}` runs them (pytest exit "
+                      f"{code}); no mutant can be judged:\n{tail}", file=sys.stderr)
+                return False
+            print(f"unchanged tree, as `make {lane}` runs them: {' '.join(union)} pass", flush=True)
+            return True
+
+        if not baseline(mutants, args.lane):
+            return 2
+
+        def judge(mutant: Mutant | Generated, lane: str = args.lane) -> tuple[str, float, str]:
             if deadline and time.monotonic() > deadline:
                 return NOT_RUN, 0.0, ""
             return try_mutant(mutant, base, Path(tmp), args, lane)
 
         report = args.report.open("w") if args.report else None
         try:
-            counts = judge_all(mutants, judge, args.jobs, "check", report)
+            counts = judge_all(mutants, judge, args.jobs, args.lane, report)
             judged = counts[KILLED] + counts[SURVIVED]
             print(f"kill rate: {rate(counts[KILLED], judged)}"
                   + (f"; {counts[ERROR]} not judged" if counts[ERROR] else "")
                   + (f"; {counts[NOT_RUN]} not run within the budget" if counts[NOT_RUN] else "")
                   + f"; {time.monotonic() - started:.0f} s in all", flush=True)
             survivors = [m for m in mutants if m.outcome == SURVIVED]
-            if args.then_full and survivors:
+            if args.then_full and args.lane == "check" and survivors:
+                if not baseline(survivors, "test"):
+                    return 2
                 full = judge_all(survivors, lambda m: judge(m, "test"), args.jobs, "test", report)
                 print(f"make test on the survivors: {rate(full[KILLED], full[KILLED] + full[SURVIVED])} more killed"
                       + (f"; {full[NOT_RUN]} not run within the budget" if full[NOT_RUN] else "")
