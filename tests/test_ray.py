@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import Scenario, assert_applied, need
-from support import (MAPPED, RAY_VERSION, RAY_VERSIONS, REEXECD, ROOT, Host, RayCluster, clean_env, find_python,
-                     private_copy, ray_venv, runtime_wheel, tms_wheel, write_torch_standin)
+from support import (MAPPED, RAY_VERSION, RAY_VERSIONS, REEXECD, ROOT, Host, RayCluster, clean_env, fenced_blocks,
+                     find_python, private_copy, ray_venv, runtime_wheel, tms_wheel, write_torch_standin)
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -360,6 +360,10 @@ def test_doctor_ray_names_the_token_a_cluster_wants_and_where_it_goes(ray_cluste
     assert runs["another token"].stderr.startswith(
         f"{prefix}the Ray cluster at {address} refused the token this process sent: it is not the cluster's (Ray: "
         f"RPC error: InvalidAuthToken: "), runs["another token"].stderr
+    # docs/integrations.md shows the first, for its example address, as printed
+    shown = [line for block in fenced_blocks((ROOT / "docs" / "integrations.md").read_text(), "text")
+             for line in block.splitlines() if line.startswith(f"{prefix}the Ray cluster at ")]
+    assert shown == [runs["no mode"].stderr.strip().replace(address, "10.0.0.1:6379")], shown
     short = runs["no mode, short timeout"].stderr
     assert short.startswith(f"{prefix}cannot reach the Ray cluster at {address}: no answer within 8 s; Ray: "
                             f"`Unauthenticated` ") and short.strip().endswith(fix), short
