@@ -40,9 +40,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from basics import CACHE, cache_lock, clean_env, run  # noqa: E402,F401
 from downloads import RUNTIME_WHEELS, extract, runtime_wheel, wheel  # noqa: E402,F401
-from sandbox import (TORCH_VERSION, TORCH_VERSIONS, Venv, base_python, build_own_wheel,  # noqa: E402,F401
-                     check_namespaces, find_python, ld_cache, locate_python, private_copy, python_for_every_account,
-                     ray_jobs_venv, ray_venv, tms_wheel, torch_venv, unshare_mounts, uv)
+from sandbox import (RAY_VERSION, RAY_VERSIONS, TORCH_VERSION, TORCH_VERSIONS, Venv, base_python,  # noqa: E402,F401
+                     build_own_wheel, check_namespaces, find_python, ld_cache, locate_python, private_copy,
+                     python_for_every_account, ray_jobs_venv, ray_venv, tms_wheel, torch_venv, unshare_mounts, uv)
 from basics import SetupError  # noqa: E402
 from standins import cc, driver_stub, global_deps, hip_stub, write_torch_standin  # noqa: E402,F401
 # ---------------------------------------------------------------- hosts
@@ -278,6 +278,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def user_ray_dir() -> list[tuple[str, int, int]] | None:
+    """What ``~/.ray`` of the user running the tests holds (each file's path in it, size and mtime), or None
+    where there is none: Ray 2.60 writes its authentication token there (``~/.ray/auth_token``) when a
+    ``ray.init()`` starts a cluster, and a ``ray start --head`` that finds one turns authentication on.
+    A test's Ray runs with a HOME of its own (:attr:`RayCluster.home`); this is the check that it did."""
+    root = Path.home() / ".ray"
+    if not root.is_dir():
+        return None
+    return sorted((str(f.relative_to(root)), f.lstat().st_size, f.lstat().st_mtime_ns) for f in root.rglob("*"))
+
+
 class RayCluster:
     """Ray nodes one test starts, each from its own venv in its own mount namespace.
 
@@ -287,17 +298,37 @@ class RayCluster:
     runs, so every node keeps its state (sessions, sockets, ``ray_current_cluster``) in this cluster's own
     temporary directory, ``temp / name``, which :meth:`stop` removes: Ray's shared ``/tmp/ray`` is never
     written, and a later ``ray.init()`` on the machine does not find a dead test cluster there.
+
+    Its processes and its clients (:meth:`client_env`) have a HOME of their own, :attr:`home`, under that
+    directory: Ray reads and writes its authentication token in ``~/.ray``, so the user's own would decide
+    whether a test cluster wants a token, and a test's would be left in the user's. ``token=True`` is a
+    cluster with token authentication, made as a new user of Ray 2.60 gets one: a token in ``~/.ray``
+    (``ray get-auth-token --generate``, the file ``ray.init()`` writes) and a plain ``ray start --head``,
+    which finds it and turns authentication on; the nodes that join it, and its clients, say
+    ``RAY_AUTH_MODE=token`` (Ray turns it on by itself only for a head and for ``ray.init()`` without an
+    address). Without, no token exists there and no process says ``RAY_AUTH_MODE``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, token: bool = False) -> None:
         self.marker = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.temp = Path(tempfile.mkdtemp(prefix="tmsray-"))  # short: Ray's socket paths live under it
+        self.home = self.temp / "home"
+        self.home.mkdir()
+        self.token = token
+        self.user_ray = user_ray_dir()
         self.nodes: list[str] = []
 
     def env(self, **extra: str) -> dict[str, str]:
-        return clean_env(RAY_USAGE_STATS_ENABLED="0", **{MARKER_VAR: self.marker}, **extra)
+        """The environment of this cluster's processes: a clean one with the marker and :attr:`home`."""
+        return clean_env(**{"RAY_USAGE_STATS_ENABLED": "0", "HOME": str(self.home), MARKER_VAR: self.marker,
+                            **extra})
+
+    def client_env(self, **extra: str) -> dict[str, str]:
+        """The environment of a driver or a command that connects to this cluster: :meth:`env`, with
+        ``RAY_AUTH_MODE=token`` where the cluster wants a token (its own, found in :attr:`home`)."""
+        return self.env(**({"RAY_AUTH_MODE": "token"} if self.token else {}), **extra)
 
     def start(self, host: Host, venv_path: Path, *args: str, head: bool = False, env: dict[str, str] | None = None,
               name: str | None = None, timeout: int = 180, dashboard: int | None = None,
@@ -308,14 +339,20 @@ class RayCluster:
         (``ray job submit`` talks to it; needs ``ray[default]``), none by default; ``cwd``: where it starts."""
         name = name or f"node{len(self.nodes)}"
         self.nodes.append(name)
+        ray = str(venv_path / "bin" / "ray")
         board = (["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}"]
                  if dashboard else ["--include-dashboard=false"])
         where = ["--head", f"--port={self.port}", *board] if head else [f"--address={self.address}"]
+        node_env = (self.env if head else self.client_env)(**(env or {}))
+        if head and self.token:
+            r = host.run([ray, "get-auth-token", "--generate"], node_env, timeout=timeout)
+            if r.returncode != 0 or not (self.home / ".ray" / "auth_token").is_file():
+                raise AssertionError(f"ray get-auth-token --generate failed:\n{r.stdout}\n{r.stderr}")
         # One node starts at a time on this machine (the lanes run modules on parallel workers): on two cores
         # a node starting beside another cluster's overran Ray's fixed 30 s wait for it to register.
         with cache_lock("ray-start"):
-            r = host.run([str(venv_path / "bin" / "ray"), "start", *where, f"--temp-dir={self.temp / name}",
-                          *RAY_NODE, *worker_ports(), *args], self.env(**(env or {})), timeout=timeout, cwd=cwd)
+            r = host.run([ray, "start", *where, f"--temp-dir={self.temp / name}", *RAY_NODE, *worker_ports(), *args],
+                         node_env, timeout=timeout, cwd=cwd)
         if r.returncode != 0:
             raise AssertionError(f"ray start failed:\n{r.stdout}\n{r.stderr}")
 
@@ -326,6 +363,16 @@ class RayCluster:
         """End this cluster's processes (:func:`end_marked_processes`), then remove its directory."""
         end_marked_processes(f"{MARKER_VAR}={self.marker}", grace)
         shutil.rmtree(self.temp, ignore_errors=True)
+
+    def leftovers(self) -> list[str]:
+        """What this cluster left behind once stopped, each said in a line: none of its processes may live
+        on, its directory must be gone, and the user's ``~/.ray`` must be as it was when it was made."""
+        left = [f"process {pid} of the cluster" for pid in self.pids()]
+        if self.temp.exists():
+            left.append(f"its directory {self.temp}")
+        if user_ray_dir() != self.user_ray:
+            left.append(f"{Path.home() / '.ray'} changed: {self.user_ray} then, {user_ray_dir()} now")
+        return left
 
 
 def worker_ports() -> list[str]:

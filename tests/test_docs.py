@@ -21,6 +21,8 @@ from tms_autopreload.commands import main as cli  # noqa: E402
 DOCS = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md")])
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"(?ms)^```[^\n]*\n(.*?)^```")
+# A block of what a command printed (```text), which shows no command even where a line begins with its name.
+OUTPUT = re.compile(r"(?ms)^```text\n.*?^```")
 INLINE = re.compile(r"`([^`\n]+)`")
 # A synopsis (``doctor [--json]``, ``FILE|-``, ``CMD [ARGS...]``) describes commands; it is not one.
 SYNOPSIS = re.compile(r"[\[\]]|\.\.\.|\|-|\b[A-Z]{2,}\b")
@@ -94,7 +96,7 @@ def _command_lines():
     command, they do not show one)."""
     for doc in DOCS:
         text = doc.read_text()
-        snippets = [line for b in FENCE.findall(text) for line in b.replace("\\\n", " ").splitlines()]
+        snippets = [line for b in FENCE.findall(OUTPUT.sub("", text)) for line in b.replace("\\\n", " ").splitlines()]
         prose = [line for line in FENCE.sub("", text).splitlines() if not line.startswith("#")]
         snippets += INLINE.findall("\n".join(prose))
         for snippet in snippets:

@@ -1,5 +1,5 @@
 """miles' ``allocate_gpus_for_actor`` (``miles/ray/train/actor_factory.py``): its ``offload_train`` block,
-before and after ``patches/miles/``, run on the driver of a real Ray 2.58.0 cluster whose nodes differ.
+before and after ``patches/miles/``, run on the driver of a real Ray 2.60.0 cluster whose nodes differ.
 
 miles cannot be installed here (no wheel of it; it needs Megatron and a GPU), so the test takes the
 block itself: the patches carry the whole ``if args.offload_train and args.train_backend == "megatron":``
@@ -11,7 +11,7 @@ each node with the ``runtime_env`` it built, as miles starts its train actors.
 The cluster: node A (the driver's) is a CUDA 13 pip install, node B a CUDA 12 pip install (each a
 private copy of the cached Ray venv with torch_memory_saver 0.0.10, NVIDIA's runtime wheel, our wheel
 and a torch stand-in). Their loaders see only the driver stub. Every daemon and worker
-carries a marker variable, and only those are ended afterwards.
+carries a marker variable, and only those are ended afterwards; the cluster has no token authentication.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Scenario, need
-from support import (MAPPED, Host, RayCluster, clean_env, find_python, private_copy, ray_venv, runtime_wheel, tms_wheel,
+from support import (MAPPED, Host, RayCluster, find_python, private_copy, ray_venv, runtime_wheel, tms_wheel,
                      write_torch_standin)
 from test_patches import parse
 
@@ -115,9 +115,10 @@ def miles_cluster(parts, tmp_path_factory):
     try:
         cluster.start(a.host, a.venv.path, '--resources={"cu13node": 1}', head=True, name="a")
         cluster.start(b.host, b.venv.path, '--resources={"cu12node": 1}', name="b")
-        yield a, b, cluster.address, cluster.temp
+        yield a, b, cluster.address, cluster
     finally:
         cluster.stop()  # exactly this cluster's processes, never `ray stop`; its directory goes too
+    assert not cluster.leftovers()
 
 
 def raylet_errors(temp: Path, node: str) -> str:
@@ -126,14 +127,15 @@ def raylet_errors(temp: Path, node: str) -> str:
     return "".join(p.read_text(errors="replace") for p in (temp / node).glob("session_2*/logs/raylet.err"))
 
 
-def drive(cluster, tmp_path, shape: str, side: str, target: str, actor_timeout: int) -> dict:
-    a, _, address, _ = cluster
+def drive(miles_cluster, tmp_path, shape: str, side: str, target: str, actor_timeout: int) -> dict:
+    a, _, address, cluster = miles_cluster
     block = tmp_path / f"{shape}-{side}.py"
     block.write_text(offload_block(PATCHES[shape], side))
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     r = a.host.run([str(a.venv.python), str(script), str(block), target, str(tmp_path / "disk"), shape],
-                   clean_env(RAY_ADDRESS_FOR_TEST=address, ACTOR_TIMEOUT_FOR_TEST=str(actor_timeout)), timeout=600)
+                   cluster.client_env(RAY_ADDRESS_FOR_TEST=address, ACTOR_TIMEOUT_FOR_TEST=str(actor_timeout)),
+                   timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     line = next(line for line in r.stdout.splitlines() if line.startswith("miles-test-result: "))
     return json.loads(line.split(": ", 1)[1])
@@ -150,8 +152,8 @@ def test_the_blocks_are_whole():
 
 @pytest.mark.parametrize("shape", list(PATCHES))
 def test_before_every_actor_gets_the_drivers_pick_and_dies(miles_cluster, tmp_path, shape):
-    a, b, _, temp = miles_cluster
-    seen = {node: len(raylet_errors(temp, node)) for node in "ab"}
+    a, b, _, cluster = miles_cluster
+    seen = {node: len(raylet_errors(cluster.temp, node)) for node in "ab"}
     out = drive(miles_cluster, tmp_path, shape, "before", "cpu", 30)
     assert out["error"] is None, out
     # The driver (node A, torch for CUDA 13) picks its own cu13 build and sends that path to every node.
@@ -160,7 +162,7 @@ def test_before_every_actor_gets_the_drivers_pick_and_dies(miles_cluster, tmp_pa
     # handed node A's cu13 build. On both, the bash Ray starts the worker through dies in the loader.
     for node, log in (("cu13node", "a"), ("cu12node", "b")):
         assert "died" in out[node], out[node]
-        new = raylet_errors(temp, log)[seen[log]:]
+        new = raylet_errors(cluster.temp, log)[seen[log]:]
         assert "bash: error while loading shared libraries: libcudart.so.13: cannot open shared object file" \
             in new, new[-3000:]
 

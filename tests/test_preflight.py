@@ -1,9 +1,10 @@
 """`doctor --ray` on the clusters users really have: a head left over from a venv with Ray only, a CPU-only
 node, a daemon with a stale LD_LIBRARY_PATH, an address where nothing answers, a head that dies.
 
-Real Ray 2.58.0, real torch_memory_saver 0.0.10 and NVIDIA's cu13 runtime wheel; GPUs are declared to
+Real Ray 2.60.0, real torch_memory_saver 0.0.10 and NVIDIA's cu13 runtime wheel; GPUs are declared to
 Ray with `ray start --num-gpus` (there are none here), the driver is the tests' stub. Each Ray process
-carries the cluster's marker and is ended by PID (support.RayCluster), never by `ray stop`.
+carries the cluster's marker and is ended by PID (support.RayCluster), never by `ray stop`. These clusters
+have no token authentication (no token in their own HOME, no `RAY_AUTH_MODE`); test_ray.py's has.
 """
 
 from __future__ import annotations
@@ -56,11 +57,17 @@ def field(parts, tmp_path_factory):
         yield cluster, bare, stale, cpu
     finally:
         cluster.stop()
+    assert not cluster.leftovers()
 
 
 def preflight(world: Scenario, address: str, *args: str, timeout: int = 300, env: dict | None = None):
     return world.host.run([str(world.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address", address,
-                           *args], clean_env(RAY_USAGE_STATS_ENABLED="0", **(env or {})), timeout=timeout)
+                           *args], clean_env(**{"RAY_USAGE_STATS_ENABLED": "0", **(env or {})}), timeout=timeout)
+
+
+def ask(world: Scenario, cluster: RayCluster, *args: str, env: dict | None = None):
+    """:func:`preflight` of ``cluster``, as its client (its HOME, :meth:`RayCluster.client_env`)."""
+    return preflight(world, cluster.address, *args, env=cluster.client_env(**(env or {})))
 
 
 def by_prefix(doc: dict) -> dict:
@@ -69,7 +76,7 @@ def by_prefix(doc: dict) -> dict:
 
 def test_node_without_the_package_and_a_cpu_only_node(field, parts, capsys):
     cluster, bare, stale, cpu = field
-    r = preflight(stale, cluster.address)
+    r = ask(stale, cluster)
     with capsys.disabled():
         print("\n" + r.stdout)
     assert r.returncode == 1, r.stdout + r.stderr
@@ -80,7 +87,7 @@ def test_node_without_the_package_and_a_cpu_only_node(field, parts, capsys):
     row_line = next(line for line in lines if "NOT INSTALLED" in line)
     assert f"tms_autopreload is not installed for {bare_python}: the flag does nothing there" in row_line, row_line
     assert any(line.startswith("versions differ on ") and "tms_autopreload not installed" in line for line in lines)
-    doc = json.loads(preflight(stale, cluster.address, "--json").stdout)
+    doc = json.loads(ask(stale, cluster, "--json").stdout)
     assert not doc["ok"]
     rows = by_prefix(doc)
     missing = rows[str(bare.path)]
@@ -94,7 +101,7 @@ def test_node_without_the_package_and_a_cpu_only_node(field, parts, capsys):
     assert gpuless["gpus"] == 0 and not gpuless["ok"]
     assert gpuless["error"].startswith("the NVIDIA driver library libcuda.so.1 is not found by the loader")
     # --all-nodes counts the CPU-only node too.
-    r = preflight(stale, cluster.address, "--all-nodes")
+    r = ask(stale, cluster, "--all-nodes")
     assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith("3 nodes: 1 ok, 2 failing"), r.stdout
 
 
@@ -103,7 +110,7 @@ def test_stale_daemon_library_path_still_gives_one_libcudart(field):
     nvidia/cu13/lib, and every worker inherits it. The worker still starts hooked and maps one libcudart,
     its own venv's (the plan puts torch's runtime directory first), not the other venv's copy."""
     cluster, _, stale, _ = field
-    doc = json.loads(preflight(stale, cluster.address, "--json").stdout)
+    doc = json.loads(ask(stale, cluster, "--json").stdout)
     good = by_prefix(doc)[str(stale.venv.path)]
     started = good["answer"]["started"]
     assert good["ok"] and started["hooked"] and started["execs"] == 1, good
@@ -164,6 +171,39 @@ def test_preflight_errors_are_the_packages_errors_with_their_fix_apart():
     assert issubclass(preflight.Unreachable, (Error, RuntimeError)) and preflight.Unreachable("x").cause == "no-cluster"
 
 
+def test_a_refusal_by_rays_token_authentication_says_which_and_its_fix():
+    """The driver's ``refused`` event carries Ray's facts (token mode here, a token found here); each of the
+    three cases has its own sentence and fix, of cause ``ray-token``, and Ray's own words in parentheses. A
+    run ended by ``--timeout`` before Ray gave up has only Ray's ``Unauthenticated`` lines: counted, with
+    the same fix. (Against a real Ray 2.60 cluster: test_ray.py's
+    test_doctor_ray_names_the_token_a_cluster_wants_and_where_it_goes.)"""
+    from tms_autopreload.commands import preflight
+
+    why = "RPC error: InvalidAuthToken: Authentication token is missing or incorrect"
+    said = {}
+    for token_mode, has_token in ((False, False), (False, True), (True, False), (True, True)):
+        err = preflight._refused("10.0.0.1:6379", {"why": why, "token_mode": token_mode, "has_token": has_token})
+        assert isinstance(err, preflight.Unreachable) and err.cause == "ray-token", err
+        assert f"(Ray: {why})" in err.message and err.fix, err
+        said[token_mode, has_token] = str(err)
+    assert said[False, False] == said[False, True]  # without token mode no token is sent, found or not
+    assert said[False, False].startswith("the Ray cluster at 10.0.0.1:6379 refused this connection: it wants a token")
+    assert "RAY_AUTH_MODE is not `token` here" in said[False, False]
+    assert ". Fix: `export RAY_AUTH_MODE=token`, with the cluster's token" in said[False, False]
+    assert said[True, False].startswith("RAY_AUTH_MODE is `token` here, but Ray found no token to send the Ray "
+                                        "cluster at 10.0.0.1:6379")
+    assert said[True, False].endswith("or, for a cluster without token authentication, unset RAY_AUTH_MODE")
+    assert said[True, True].startswith("the Ray cluster at 10.0.0.1:6379 refused the token this process sent: it is "
+                                       "not the cluster's")
+    for text in said.values():
+        assert all(place in text for place in ("RAY_AUTH_TOKEN,", "RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token")), text
+    log = "[2026-12-04 W gcs_client.cc:210] Failed to get cluster ID from GCS server: Unauthenticated: RPC error\n"
+    assert preflight._ray_said(log * 3).startswith("; Ray: `Unauthenticated` 3 times: the cluster wants a token")
+    assert preflight._ray_said(log).endswith(f"If RAY_AUTH_MODE is not `token` here: {preflight._TOKEN_MODE_FIX}")
+    assert preflight._ray_said("Failed to connect to GCS at address x within 5 seconds\n") == \
+        "; Ray: `Failed to connect to GCS ...` 1 time"
+
+
 def test_reexecuted_means_the_marker_names_this_pid():
     """The one rule node_answer's `execs` and doctor --deep's probe ask: the environment this image started
     with holds TMS_AUTOPRELOAD_EXEC_PID=<its PID> (an exec keeps the PID); a marker of another PID is inherited."""
@@ -186,20 +226,21 @@ def gpuless_cluster(parts, tmp_path_factory):
         yield cluster, head
     finally:
         cluster.stop()
+    assert not cluster.leftovers()
 
 
 def test_doctor_ray_that_counted_no_node_exits_1(gpuless_cluster):
     cluster, head = gpuless_cluster
-    r = preflight(head, cluster.address)
+    r = ask(head, cluster)
     assert r.returncode == 1, r.stdout + r.stderr
     last = r.stdout.strip().splitlines()[-1]
     assert last.startswith("1 nodes: 0 ok, 0 failing, 1 without a GPU for Ray (shown, not counted: 1 of them "
                            "failing; --all-nodes counts them); no node was counted, so nothing was checked: declare "
                            "each GPU node's GPUs to Ray (`ray start --num-gpus N`), or pass --all-nodes to count "
                            "every node"), r.stdout
-    doc = json.loads(preflight(head, cluster.address, "--json").stdout)
+    doc = json.loads(ask(head, cluster, "--json").stdout)
     assert not doc["ok"] and doc["nodes"][0]["gpus"] == 0 and "no node was counted" in doc["summary"], doc
-    r = preflight(head, cluster.address, "--all-nodes")
+    r = ask(head, cluster, "--all-nodes")
     assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith("1 nodes: 0 ok, 1 failing"), r.stdout
 
 
@@ -212,7 +253,7 @@ def test_doctor_ray_from_a_flagged_shell_answers_as_from_any_other(gpuless_clust
     cluster, head = gpuless_cluster
     docs = []
     for env in ({}, {"TMS_AUTOPRELOAD": "1"}, {"SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_MODE": "dlopen"}):
-        r = preflight(head, cluster.address, "--json", env=env)
+        r = ask(head, cluster, "--json", env=env)
         assert r.returncode == 1 and r.stdout, (env, r.returncode, r.stderr[-2000:])
         doc = json.loads(r.stdout)
         doc["summary"] = re.sub(r" \(\d+\.\d s\)$", "", doc["summary"])
@@ -310,7 +351,9 @@ def test_a_head_that_dies_mid_preflight_ends_within_the_timeout(field):
     cluster, _, stale, _ = field
     argv = stale.host.wrap([str(stale.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address",
                             cluster.address, "--timeout", "40", "--runtime-env",
-                            json.dumps({"env_vars": {HANG: "1"}})], clean_env(RAY_USAGE_STATS_ENABLED="0"))
+                            json.dumps({"env_vars": {HANG: "1"}})],
+                           # the cluster's HOME, without its marker: stop() must not end the preflight too
+                           clean_env(RAY_USAGE_STATS_ENABLED="0", HOME=str(cluster.home)))
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

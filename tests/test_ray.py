@@ -1,4 +1,4 @@
-"""Real Ray 2.58.0 workers, on two nodes that differ the way real clusters do.
+"""Real Ray 2.60.0 workers (2.58.0 in one named scenario), on two nodes that differ the way real clusters do.
 
 Two Ray nodes run on this machine, each started from its own venv inside its own mount namespace:
 node A is a CUDA 13 world (torch built for 13, NVIDIA's cu13 runtime wheel), node B a CUDA 12 world
@@ -6,6 +6,11 @@ node A is a CUDA 13 world (torch built for 13, NVIDIA's cu13 runtime wheel), nod
 only the driver stub. The driver runs on node A. Actors get only ``SLIME_OFFLOAD_TRAIN=1`` through
 ``runtime_env`` and must come up with their own node's build; a path resolved on the driver, as slime
 does today, must be shown wrong for node B.
+
+The cluster has token authentication, as a new user of Ray 2.60 gets it (support.RayCluster: a token in
+the cluster's own ``~/.ray``, found by a plain ``ray start --head``); its drivers and ``doctor --ray`` say
+``RAY_AUTH_MODE=token``, and without it ``doctor --ray`` names that cause and the fix. The clusters of
+test_preflight.py and test_miles.py, and the 2.58.0 scenario here, have none.
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import Scenario, assert_applied, need
-from support import (MAPPED, REEXECD, ROOT, Host, RayCluster, clean_env, find_python, private_copy, ray_venv,
-                     runtime_wheel, tms_wheel, write_torch_standin)
+from support import (MAPPED, RAY_VERSION, RAY_VERSIONS, REEXECD, ROOT, Host, RayCluster, clean_env, fenced_blocks,
+                     find_python, private_copy, ray_venv, runtime_wheel, tms_wheel, write_torch_standin)
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -56,14 +62,13 @@ for node in ('cu13node', 'cu12node'):
     out[node]['ray_pid'] = info['Pid']
 site = next(p for p in sys.path if p.endswith('site-packages'))
 out['driver_path'] = slime_today(site)
+out['ray'] = ray.__version__
 print(json.dumps(out))
 """
 
 
-def _ray_world(parts, tmp_path_factory, world: str, major: int) -> Scenario:
-    from support import find_python
-
-    venv = need(private_copy, need(ray_venv, find_python("3.11"), world),
+def _ray_world(parts, tmp_path_factory, world: str, major: int, version: str = RAY_VERSION) -> Scenario:
+    venv = need(private_copy, need(ray_venv, find_python("3.11"), world, version),
                 tmp_path_factory.mktemp(f"ray-venv-{world}") / "venv")
     need(venv.install, parts.own_wheel, tms_wheel("0.0.9.post1"), runtime_wheel(major))
     torch = f"cu{major}-pip"
@@ -80,18 +85,23 @@ def join(cluster: RayCluster, world: Scenario, resource: str, *args: str) -> Non
     cluster.start(world.host, world.venv.path, f'--resources={{"{resource}": 1}}', *args)
 
 
+def two_node_cluster(a: Scenario, b: Scenario, cluster: RayCluster) -> None:
+    """Node A, the head, and node B joined to it, each offering its resource name (``cu13node``, ``cu12node``)."""
+    cluster.start(a.host, a.venv.path, '--resources={"cu13node": 1}', GPU, head=True)
+    join(cluster, b, "cu12node", GPU)
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(parts, tmp_path_factory):
     a = _ray_world(parts, tmp_path_factory, "cu13", 13)
     b = _ray_world(parts, tmp_path_factory, "cu12", 12)
-    cluster = RayCluster()
+    cluster = RayCluster(token=True)
     try:
-        cluster.start(a.host, a.venv.path, '--resources={"cu13node": 1}', GPU, head=True)
-        join(cluster, b, "cu12node", GPU)
+        two_node_cluster(a, b, cluster)
         yield a, b, cluster.address, cluster
     finally:
         cluster.stop()
-    assert not cluster.pids() and not cluster.temp.exists()  # nothing left behind: no process, no state
+    assert not cluster.leftovers()  # nothing left behind: no process, no state, the user's ~/.ray as it was
 
 
 def test_the_cluster_keeps_its_state_in_its_own_directory(ray_cluster):
@@ -108,14 +118,18 @@ def test_the_cluster_keeps_its_state_in_its_own_directory(ray_cluster):
     assert not os.path.exists(shared) or not open(shared).read().strip().endswith(port)
 
 
-def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path, mode):
-    a, b, address, _ = ray_cluster
-    script = tmp_path / "driver.py"
-    script.write_text(textwrap.dedent(ACTOR))
-    r = a.host.run([str(a.venv.python), str(script)], clean_env(RAY_ADDRESS_FOR_TEST=address, MODE_FOR_TEST=mode),
-                   timeout=600)
+def each_node_resolves_its_own(a: Scenario, b: Scenario, cluster: RayCluster, mode: str, version: str,
+                                script: os.PathLike) -> None:
+    """The ACTOR driver on node A: an actor on each node, with the flag only, maps its own node's build and
+    runtime (in ``mode``), its bash child starts, and the driver ran Ray ``version``; the path slime makes
+    on the driver today names node A's build, which kills a worker's bash on node B."""
+    with open(script, "w") as fh:
+        fh.write(textwrap.dedent(ACTOR))
+    r = a.host.run([str(a.venv.python), str(script)],
+                   cluster.client_env(RAY_ADDRESS_FOR_TEST=cluster.address, MODE_FOR_TEST=mode), timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["ray"] == version, out["ray"]
     for node, world, build, runtime in (("cu13node", a, CU13, "nvidia/cu13/lib/libcudart.so.13"),
                                         ("cu12node", b, CU12, "nvidia/cuda_runtime/lib/libcudart.so.12")):
         got = out[node]
@@ -134,9 +148,34 @@ def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path, mode)
     assert r.returncode == 127 and "libcudart.so.13: cannot open shared object file" in r.stderr
 
 
+def test_heterogeneous_nodes_each_resolve_their_own(ray_cluster, tmp_path, mode):
+    a, b, _, cluster = ray_cluster
+    each_node_resolves_its_own(a, b, cluster, mode, RAY_VERSION, tmp_path / "driver.py")
+
+
+@pytest.mark.slow  # real Ray: a cluster of its own
+def test_ray_2_58_heterogeneous_nodes_each_resolve_their_own(parts, tmp_path_factory, tmp_path):
+    """The release before today's, Ray 2.58.0 (token authentication off unless asked), kept for one scenario:
+    the same two nodes from 2.58.0 venvs, a cluster without a token, each node's actor hooked with its own
+    build, and ``doctor --ray`` passing both nodes."""
+    version = RAY_VERSIONS[1]
+    a = _ray_world(parts, tmp_path_factory, "cu13", 13, version)
+    b = _ray_world(parts, tmp_path_factory, "cu12", 12, version)
+    cluster = RayCluster()
+    try:
+        two_node_cluster(a, b, cluster)
+        each_node_resolves_its_own(a, b, cluster, "exec", version, tmp_path / "driver.py")
+        r = preflight(a, cluster)
+        assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith("2 nodes: 2 ok, 0 failing"), \
+            r.stdout + r.stderr
+    finally:
+        cluster.stop()
+    assert not cluster.leftovers()
+
+
 def test_local_actor_pid_and_no_stray_process(ray_cluster, tmp_path):
     """The exec keeps the PID Ray started: no second process appears for the worker."""
-    a, _, address, _ = ray_cluster
+    a, _, address, cluster = ray_cluster
     code = REEXECD + textwrap.dedent("""
         import json, os, ray
         ray.init(address=os.environ['RAY_ADDRESS_FOR_TEST'], log_to_driver=False)
@@ -161,7 +200,7 @@ def test_local_actor_pid_and_no_stray_process(ray_cluster, tmp_path):
     """)
     script = tmp_path / "local.py"
     script.write_text(code)
-    r = a.host.run([str(a.venv.python), str(script)], clean_env(RAY_ADDRESS_FOR_TEST=address), timeout=600)
+    r = a.host.run([str(a.venv.python), str(script)], cluster.client_env(RAY_ADDRESS_FOR_TEST=address), timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["strays"] == []
@@ -173,23 +212,25 @@ def test_local_actor_pid_and_no_stray_process(ray_cluster, tmp_path):
 HANG = "TMS_TEST_HANG_WORKER"
 
 
-def preflight(world, address, *args, timeout=300):
-    return world.host.run([str(world.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address", address,
-                           *args], clean_env(RAY_USAGE_STATS_ENABLED="0"), timeout=timeout)
+def preflight(world, cluster, *args, timeout=300, env=None):
+    """``doctor --ray --address`` the cluster's, from ``world``'s venv, as a client of it (``env``: instead of
+    :meth:`RayCluster.client_env`)."""
+    return world.host.run([str(world.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address",
+                           cluster.address, *args], cluster.client_env() if env is None else env, timeout=timeout)
 
 
 # The job runtime_env of docs/integrations.md's example.
 SLIME_JOB = json.dumps({"env_vars": {"SLIME_OFFLOAD_TRAIN": "1"}})
 
 
-def table_then_document(world, address, code, summary):
+def table_then_document(world, cluster, code, summary):
     """Run the preflight twice: the table (printed, for the record; exit code and summary line checked),
     then ``--json`` with the docs' slime runtime_env. Returns (the table, the document)."""
-    r = preflight(world, address)
+    r = preflight(world, cluster)
     assert r.returncode == code, r.stdout + r.stderr
     print(r.stdout)
     assert r.stdout.strip().splitlines()[-1].startswith(summary), r.stdout
-    return r.stdout, json.loads(preflight(world, address, "--json", "--runtime-env", SLIME_JOB).stdout)
+    return r.stdout, json.loads(preflight(world, cluster, "--json", "--runtime-env", SLIME_JOB).stdout)
 
 
 def rows_by_build(doc):
@@ -201,8 +242,8 @@ def rows_by_build(doc):
 
 
 def test_preflight_every_node_answers_with_its_own_build(ray_cluster):
-    a, b, address, _ = ray_cluster
-    _, doc = table_then_document(a, address, 0, "2 nodes: 2 ok, 0 failing")
+    a, b, _, cluster = ray_cluster
+    _, doc = table_then_document(a, cluster, 0, "2 nodes: 2 ok, 0 failing")
     assert doc["ok"] and len(doc["nodes"]) == 2
     got = rows_by_build(doc)
     for build, world, major in ((CU13, a, 13), (CU12, b, 12)):
@@ -234,8 +275,8 @@ def driverless_node(ray_cluster, parts, tmp_path_factory):
 
 
 def test_preflight_shows_the_driverless_node_failing(ray_cluster, driverless_node):
-    a, _, address, _ = ray_cluster
-    table, doc = table_then_document(a, address, 1, "3 nodes: 2 ok, 1 failing")
+    a, _, _, cluster = ray_cluster
+    table, doc = table_then_document(a, cluster, 1, "3 nodes: 2 ok, 1 failing")
     assert not doc["ok"]
     got = rows_by_build(doc)
     assert got[CU13]["ok"] and got[CU12]["ok"]
@@ -248,9 +289,9 @@ def test_preflight_shows_the_driverless_node_failing(ray_cluster, driverless_nod
 
 
 def test_preflight_ends_within_its_timeout_when_a_worker_cannot_start(ray_cluster, driverless_node):
-    a, _, address, _ = ray_cluster
+    a, _, _, cluster = ray_cluster
     # A timeout, not a bound on speed: if --timeout 20 did not end the wait, the run's timeout fails the test.
-    r = preflight(a, address, "--timeout", "20", "--json", "--runtime-env", json.dumps({"env_vars": {HANG: "1"}}),
+    r = preflight(a, cluster, "--timeout", "20", "--json", "--runtime-env", json.dumps({"env_vars": {HANG: "1"}}),
                   timeout=180)
     assert r.returncode == 1, r.stdout + r.stderr
     doc = json.loads(r.stdout)
@@ -273,11 +314,59 @@ def test_preflight_shows_progress_on_a_terminal(ray_cluster):
 
     if shutil.which("script") is None:
         pytest.skip("script(1) from util-linux is needed for a pty")
-    a, _, address, _ = ray_cluster
+    a, _, address, cluster = ray_cluster
     cmd = shlex.join([str(a.venv.python), "-m", "tms_autopreload", "doctor", "--ray", "--address", address])
-    r = a.host.run(["script", "-q", "-e", "-c", cmd, "/dev/null"], clean_env(RAY_USAGE_STATS_ENABLED="0"),
-                   timeout=300)
+    r = a.host.run(["script", "-q", "-e", "-c", cmd, "/dev/null"], cluster.client_env(), timeout=300)
     assert "nodes answered" in r.stdout and "nodes:" in r.stdout, r.stdout + r.stderr
+
+
+def test_doctor_ray_names_the_token_a_cluster_wants_and_where_it_goes(ray_cluster, tmp_path):
+    """The cluster wants a token (its head found one in ``~/.ray``, as Ray 2.60 does after a ``ray.init()``).
+    ``doctor --ray --address`` from a shell without ``RAY_AUTH_MODE=token`` said only Ray's ``Failed to
+    connect to Ray cluster at <the node's own IP>``; it says the cause and the fix, from Ray's own facts:
+    the cluster refused a process that sent no token, a process in token mode found none to send, a token
+    that is not the cluster's was refused (``RAY_AUTH_TOKEN`` is sent before the right one in ``~/.ray``).
+    A ``--timeout`` shorter than Ray's 20 s of retries still names the cause, from Ray's words."""
+    a, _, address, cluster = ray_cluster
+    assert (cluster.home / ".ray" / "auth_token").is_file()
+    empty = tmp_path / "home"
+    empty.mkdir()
+    prefix = "tms-autopreload doctor --ray: "
+    cases = {
+        "no mode": ((), cluster.env()),
+        "no token": ((), cluster.client_env(HOME=str(empty))),
+        "another token": ((), cluster.client_env(RAY_AUTH_TOKEN="0123456789abcdef" * 4)),
+        "no mode, short timeout": (("--timeout", "8"), cluster.env()),
+    }
+    with ThreadPoolExecutor(len(cases)) as pool:  # Ray retries for 20 s before it gives up: wait once, not thrice
+        futures = {name: pool.submit(preflight, a, cluster, *args, env=env, timeout=120)
+                   for name, (args, env) in cases.items()}
+        runs = {name: future.result() for name, future in futures.items()}
+    for name, r in runs.items():
+        print(f"{name}: {r.stderr}")
+        assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, (name, r.stderr)
+        assert "Failed to connect to Ray cluster" not in r.stderr, (name, r.stderr)
+    fix = ("`export RAY_AUTH_MODE=token`, with the cluster's token (on its head: `ray get-auth-token`, or the file "
+           "~/.ray/auth_token of the user who started it) in RAY_AUTH_TOKEN, in a file named by RAY_AUTH_TOKEN_PATH, "
+           "or in ~/.ray/auth_token")
+    assert runs["no mode"].stderr.strip() == (
+        f"{prefix}the Ray cluster at {address} refused this connection: it wants a token (Ray's token "
+        f"authentication), and RAY_AUTH_MODE is not `token` here, so none was sent (Ray: RPC error: InvalidAuthToken: "
+        f"Authentication token is missing or incorrect). Fix: {fix}")
+    assert runs["no token"].stderr.startswith(
+        f"{prefix}RAY_AUTH_MODE is `token` here, but Ray found no token to send the Ray cluster at {address} (Ray: "
+        f"Token authentication is enabled but no authentication token was found). Fix: put the cluster's token "), \
+        runs["no token"].stderr
+    assert runs["another token"].stderr.startswith(
+        f"{prefix}the Ray cluster at {address} refused the token this process sent: it is not the cluster's (Ray: "
+        f"RPC error: InvalidAuthToken: "), runs["another token"].stderr
+    # docs/integrations.md shows the first, for its example address, as printed
+    shown = [line for block in fenced_blocks((ROOT / "docs" / "integrations.md").read_text(), "text")
+             for line in block.splitlines() if line.startswith(f"{prefix}the Ray cluster at ")]
+    assert shown == [runs["no mode"].stderr.strip().replace(address, "10.0.0.1:6379")], shown
+    short = runs["no mode, short timeout"].stderr
+    assert short.startswith(f"{prefix}cannot reach the Ray cluster at {address}: no answer within 8 s; Ray: "
+                            f"`Unauthenticated` ") and short.strip().endswith(fix), short
 
 
 # ---------------------------------------------------------------- `ray job submit` with resolved values
@@ -317,7 +406,7 @@ def jobs_node(parts, tmp_path):
         yield node, cluster, f"http://127.0.0.1:{port}", path
     finally:
         cluster.stop()
-    assert not cluster.pids() and not cluster.temp.exists()
+    assert not cluster.leftovers()
 
 
 def test_ray_job_submit_with_resolved_values_from_a_flagged_shell(jobs_node, tmp_path):
@@ -363,22 +452,28 @@ ray.shutdown()
 @pytest.mark.slow  # real Ray: a cluster of its own, and one the driver starts
 def test_a_flag_on_the_driver_reaches_the_actors_only_of_a_cluster_the_driver_starts(parts, tmp_path):
     """README's slime section: `SLIME_OFFLOAD_TRAIN=1` in the driver's environment is not in the actors' on a
-    cluster started with `ray start` (Ray 2.58.0); only a cluster that the driver's own `ray.init()` starts
-    copies it. So for slime the patch, which puts the flag in each actor's runtime_env, is what matters."""
+    cluster started with `ray start` (Ray 2.60.0); only a cluster that the driver's own `ray.init()` starts
+    copies it. So for slime the patch, which puts the flag in each actor's runtime_env, is what matters.
+    That `ray.init()` is the one that writes Ray 2.60's token, ``~/.ray/auth_token``: in the cluster's own
+    HOME, and the user's ``~/.ray`` is left as it was (``leftovers()``)."""
     venv = need(ray_venv, find_python("3.11"), "bare")
     host = need(Host, tmp_path / "host", parts.host_dirs(("driver",)))
     script = tmp_path / "probe.py"
     script.write_text(FLAG_PROBE)
     cluster = RayCluster()
+    token = cluster.home / ".ray" / "auth_token"
     seen = {}
     try:
         cluster.start(host, venv.path, head=True)
         for address in (cluster.address, "local"):
+            assert not token.exists()  # none for `ray start`, nor for a driver that connects to its cluster
             r = host.run([str(venv.python), str(script), address, str(cluster.temp / "local")],
                          cluster.env(SLIME_OFFLOAD_TRAIN="1"), timeout=300)
             line = next((x for x in r.stdout.splitlines() if x.startswith("flag-probe: ")), None)
             assert line is not None, r.stdout[-2000:] + r.stderr[-2000:]
             seen[address] = json.loads(line.split(": ", 1)[1])
+        assert token.is_file()  # the driver that started a cluster wrote one
     finally:
         cluster.stop()
     assert seen == {cluster.address: None, "local": "1"}, seen
+    assert not cluster.leftovers()

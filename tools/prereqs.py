@@ -39,10 +39,12 @@ import slurm  # noqa: E402
 GIB = 1 << 30
 # CPython versions the whole suite runs on this machine's own glibc (tests/test_hook.py's matrix).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-# Free space each lane needs. What `make test` puts in the download cache measured 13.1 GB (2026-12-03, `du`): the
-# two real-torch venvs (2.14.1 and 2.15.0, 5.5 GB each), seven Ray venvs (1.9 GB), the Debian root file
-# systems (0.6 GB) and the pinned wheels (60 MB). The rest is margin for what pip unpacks while it
-# installs. One run's temporary directory (the scenario venvs) was seen past 375 MB.
+# Free space each lane needs. What `make test` puts in the download cache: 13.6 GB, the 13.1 GB measured on
+# 2026-12-03 (`du`) with the Ray venvs of 2026-12-04: the two real-torch venvs (2.14.1 and 2.15.0, 5.5 GB each),
+# nine Ray venvs (2.4 GB: seven of Ray 2.60.0, 1.9 GB, and two of 2.58.0, 0.5 GB, where there were seven of
+# 2.58.0, 1.9 GB), the Debian root file systems (0.6 GB) and the pinned wheels (60 MB). The rest is margin
+# for what pip unpacks while it installs. One run's temporary directory (the scenario venvs) was seen past
+# 375 MB.
 CACHE_SPACE = {"check": 1 * GIB, "test": 16 * GIB, "aarch64": 2 * GIB}
 TEMP_SPACE = 2 * GIB
 

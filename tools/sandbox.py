@@ -24,7 +24,10 @@ from tms_source import source_wheel
 # CUDA 13.2). The first is the default of every real-torch test; the second joins where it proves something.
 TORCH_VERSIONS = ("2.14.1", "2.15.0")
 TORCH_VERSION = TORCH_VERSIONS[0]
-RAY_VERSION = "2.58.0"
+# Real Ray: today's release (2.60.0, which turns token authentication on for a cluster it starts) for every
+# Ray scenario, and the release before (2.58.0, authentication off unless asked) for one named scenario.
+RAY_VERSIONS = ("2.60.0", "2.58.0")
+RAY_VERSION = RAY_VERSIONS[0]
 # Installed next to real torch: numpy (torch_memory_saver 0.0.10 imports it without declaring it),
 # and the Jupyter client and kernel the notebook tests start.
 TORCH_EXTRAS = ("numpy==2.4.6", "ipykernel==7.4.0", "jupyter_client==8.10.0")
@@ -299,9 +302,9 @@ def torch_venv(python: str, version: str = TORCH_VERSION) -> Venv:
     return cached_venv(f"torch-{version}", python, f"torch=={version}", TORCH_EXTRAS)
 
 
-def ray_venv(python: str, world: str) -> Venv:
-    """Real Ray, one venv per simulated node ``world``."""
-    return cached_venv(f"ray-{RAY_VERSION}-{world}", python, f"ray=={RAY_VERSION}")
+def ray_venv(python: str, world: str, version: str = RAY_VERSION) -> Venv:
+    """Real Ray ``version``, one venv per simulated node ``world`` (about 260 MB each)."""
+    return cached_venv(f"ray-{version}-{world}", python, f"ray=={version}")
 
 
 def ray_jobs_venv(python: str) -> Venv:

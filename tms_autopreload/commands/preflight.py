@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from .. import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects, reexecuted, state_build
-from ..errors import CAUSE_CLUSTER_LOST, CAUSE_NO_CLUSTER, CAUSE_NO_RAY, CAUSE_USAGE, Error
+from ..errors import CAUSE_CLUSTER_LOST, CAUSE_NO_CLUSTER, CAUSE_NO_RAY, CAUSE_RAY_TOKEN, CAUSE_USAGE, Error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,7 +46,8 @@ class NoRay(Error, RuntimeError):
 
 class Unreachable(Error, RuntimeError):
     """No Ray cluster answers at the address: ``cause`` "no-cluster" when none ever did, "cluster-lost"
-    when it stopped answering during the preflight (a head that died); the message says where and why."""
+    when it stopped answering during the preflight (a head that died), "ray-token" when Ray's token
+    authentication stopped the connection (:func:`_refused`); the message says where and why."""
 
     cause = CAUSE_NO_CLUSTER
 
@@ -179,6 +180,17 @@ def port_answers(address: str, timeout: float = 3.0) -> bool:
         return False
 
 
+# Where a Ray process finds the token it sends (Ray 2.60, each tried: RAY_AUTH_TOKEN is read first, then the
+# file RAY_AUTH_TOKEN_PATH names, then ~/.ray/auth_token), and where a cluster's own is.
+_TOKEN_PLACES = ("the cluster's token (on its head: `ray get-auth-token`, or the file ~/.ray/auth_token of the user "
+                 "who started it) in RAY_AUTH_TOKEN, in a file named by RAY_AUTH_TOKEN_PATH, or in ~/.ray/auth_token")
+_TOKEN_MODE_FIX = f"`export RAY_AUTH_MODE=token`, with {_TOKEN_PLACES}"
+
+
+def _times(n: int) -> str:
+    return f"{n} time{'s' if n > 1 else ''}"
+
+
 def _ray_said(log: str) -> str:
     """Ray's own stderr, summarised in a clause: its connection warnings counted, never printed.
 
@@ -187,13 +199,41 @@ def _ray_said(log: str) -> str:
     to GCS at address ... within 5 seconds``; no exception reaches Python, the TCP probe
     (:func:`port_answers`) answers, and when Ray's core worker ends the driver it exits 1 as a Python
     traceback does. Whether the cluster ever answered is not decided here: the driver's ``connected``
-    event says that.
+    event says that. Against a cluster with token authentication that refuses what this process sends,
+    ``ray.init`` retries for about 20 s printing ``Failed to get cluster ID from GCS server:
+    Unauthenticated: ...`` (ray==2.60.0) before it raises, and the driver then says so from Ray's facts
+    (the ``refused`` event); a ``--timeout`` that ends it sooner leaves only these lines, counted here with
+    the likely cause, as words and not as a fact.
     """
     lines = [line for line in log.splitlines() if line.strip()]
+    refused = [line for line in lines if "Unauthenticated" in line]
+    if refused:
+        return (f"; Ray: `Unauthenticated` {_times(len(refused))}: the cluster wants a token and refused what this "
+                f"process sent. If RAY_AUTH_MODE is not `token` here: {_TOKEN_MODE_FIX}")
     gcs = [line for line in lines if "Failed to connect to GCS" in line]
     if gcs:
-        return f"; Ray: `Failed to connect to GCS ...` {len(gcs)} time{'s' if len(gcs) > 1 else ''}"
+        return f"; Ray: `Failed to connect to GCS ...` {_times(len(gcs))}"
     return ""
+
+
+def _refused(address: str, event: "dict[str, Any]") -> Unreachable:
+    """The error of the driver's ``refused`` event (ray_driver._refusal): Ray's token authentication stopped
+    the connection. Which of three it was, and so the fix, follows from the event's facts: this process
+    was not in token mode (the cluster wants a token, none was sent); it was, and found no token to send
+    (Ray refused before connecting); or it sent one the cluster refused (another cluster's, or an old one).
+    """
+    said = f"(Ray: {event['why']})"
+    if not event["token_mode"]:
+        return Unreachable(f"the Ray cluster at {address} refused this connection: it wants a token (Ray's token "
+                           f"authentication), and RAY_AUTH_MODE is not `token` here, so none was sent {said}",
+                           fix=_TOKEN_MODE_FIX, cause=CAUSE_RAY_TOKEN)
+    if not event["has_token"]:
+        return Unreachable(f"RAY_AUTH_MODE is `token` here, but Ray found no token to send the Ray cluster at "
+                           f"{address} {said}", fix=f"put {_TOKEN_PLACES}; or, for a cluster without token "
+                           "authentication, unset RAY_AUTH_MODE", cause=CAUSE_RAY_TOKEN)
+    return Unreachable(f"the Ray cluster at {address} refused the token this process sent: it is not the cluster's "
+                       f"{said}", fix=f"put {_TOKEN_PLACES} (the first of these that is set is the one sent)",
+                       cause=CAUSE_RAY_TOKEN)
 
 
 def _no_ray() -> "NoRay":
@@ -245,6 +285,8 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
     if "rows" in kinds:
         rows: "list[dict[str, Any]]" = kinds["rows"]["rows"]  # the driver's JSON (ray_driver.main)
         return rows
+    if "refused" in kinds:
+        raise _refused(address, kinds["refused"])
     if "unreachable" in kinds:
         raise Unreachable(f"cannot reach the Ray cluster at {address}: {kinds['unreachable']['why']}{said}")
     if "connected" in kinds:  # ray.init returned: the cluster answered once
@@ -282,6 +324,6 @@ def _events(child: "subprocess.Popen[bytes]", request: str, deadline: float,
             events.append(event)
             if event["event"] == "progress" and progress is not None:
                 progress(event["answered"], event["total"])
-            if event["event"] in ("done", "noray", "badenv", "unreachable", "lost"):
+            if event["event"] in ("done", "noray", "badenv", "unreachable", "refused", "lost"):
                 return events
     return events

@@ -7,8 +7,9 @@ parent keeps this child's stderr off the terminal and ends it at the deadline.
 
 The request is one JSON object on stdin (address, runtime_env, timeout, deadline, gcs_check); the
 answer is JSON lines on stdout, one event each: ``noray``, ``badenv`` and ``unreachable`` (each with
-``why``) end it before connecting; then ``connected``, ``progress`` per node answered, ``rows`` and
-``done``; or ``lost`` when the cluster's GCS stops accepting connections while nodes are awaited.
+``why``) end it before connecting, and so does ``refused`` (:func:`_refusal`: Ray's token authentication
+stopped it); then ``connected``, ``progress`` per node answered, ``rows`` and ``done``; or ``lost`` when
+the cluster's GCS stops accepting connections while nodes are awaited.
 
 Ray is imported only here; it is not a dependency of the package.
 """
@@ -52,6 +53,42 @@ def _shipped_probe() -> "Callable[[tuple[str, ...]], dict[str, Any]]":
     return probe
 
 
+def _refusal(exc: BaseException, gcs: "str | None") -> "dict[str, Any] | None":
+    """The ``refused`` event when Ray's token authentication (Ray 2.52 and later) is why ``ray.init`` raised
+    ``exc``, else None; ``gcs``: the cluster's GCS address, where the command was given one.
+
+    Facts, each Ray's own: ``ray.init`` raises ``AuthenticationError`` itself when this process is in token
+    mode and finds no token to send. When the cluster refuses what this process sent (no token, without
+    ``RAY_AUTH_MODE=token``; or another token) it retries for about 20 s and raises a ``ConnectionError``
+    that names only the address, so the GCS is asked once more here the way ``ray status`` asks it
+    (``ray._raylet.GcsClient``), which raises ``AuthenticationError`` at once when the GCS refuses this
+    process. Not with a token mode and no token: there Ray 2.60's GcsClient aborts the process, where
+    ``ray.init`` raised first. The event carries Ray's message and whether this process is in token mode
+    and has a token (``AuthenticationTokenLoader``, as Ray's CLI asks it), which decide the fix.
+    """
+    try:
+        from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, GcsClient, get_authentication_mode
+        from ray.exceptions import AuthenticationError
+    except ImportError:  # a Ray before token authentication
+        return None
+    token_mode = get_authentication_mode() == AuthenticationMode.TOKEN
+    try:
+        has_token = bool(AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True))
+    except AuthenticationError:  # RAY_AUTH_TOKEN_PATH names a file that cannot be read
+        has_token = False
+    refusal = exc if isinstance(exc, AuthenticationError) else None
+    if refusal is None and gcs is not None and (has_token or not token_mode) and port_answers(gcs, 2.0):
+        try:
+            GcsClient(address=gcs)
+        except AuthenticationError as refused:
+            refusal = refused
+        except Exception:  # noqa: BLE001 - any other failure is not an answer about authentication
+            pass
+    if refusal is None:
+        return None
+    return {"event": "refused", "why": refusal.message, "token_mode": token_mode, "has_token": has_token}
+
+
 def main() -> None:
     """Connect, probe every alive node, and emit JSON lines: connected, progress, rows."""
     request = json.loads(sys.stdin.read())
@@ -71,7 +108,7 @@ def main() -> None:
     try:
         ray.init(address=request["address"], log_to_driver=False, logging_level="ERROR")
     except Exception as exc:  # noqa: BLE001 - Ray raises several kinds for "no cluster there"
-        _emit({"event": "unreachable", "why": _last_line(exc)})
+        _emit(_refusal(exc, request["gcs_check"]) or {"event": "unreachable", "why": _last_line(exc)})
         return
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     _emit({"event": "connected", "gcs": ray.get_runtime_context().gcs_address, "nodes": len(nodes)})
