@@ -42,8 +42,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
       "tests/test_fuzz.py", "tests/test_guarantees.py", "tests/test_hook.py", "tests/test_way_out.py",
       "tests/test_launchers.py", "tests/test_inprocess.py")),
     ("commands", ("commands/*.py",),
-     ("tests/test_cli.py", "tests/test_caller.py", "tests/test_forced_path.py", "tests/test_way_out.py",
-      "tests/test_troubleshooting.py", "tests/test_driver.py", "tests/test_docs.py", "tests/test_preflight.py")),
+     ("tests/test_cli.py", "tests/test_caller.py", "tests/test_forced_path.py", "tests/test_misuse.py",
+      "tests/test_way_out.py", "tests/test_troubleshooting.py", "tests/test_driver.py", "tests/test_docs.py",
+      "tests/test_preflight.py")),
 )
 
 # The operators kept, by cosmic-ray's names. Left out, as the upstream guide suggests for a first scope:
