@@ -19,7 +19,7 @@ import sys
 
 import pytest
 import support
-from conftest import assert_applied, mode_env
+from conftest import assert_applied, mode_env, report_host
 from support import MAPPED, REEXECD, assert_stopped
 
 sys.path.insert(0, str(support.ROOT))
@@ -211,3 +211,51 @@ def test_a_dotted_pth_file_is_skipped_where_site_py_skips_hidden_ones(tmp_path, 
     path: list[str] = []
     sitepath.add_site_dir(str(tmp_path), path, set(), skip_dotted)
     assert path == [str(tmp_path)] + ([] if skip_dotted else [str(tmp_path / "a")])
+
+
+
+# ---------------------------------------------------------------- doctor --deep: one library bypasses the hook
+
+# Two libraries that call the allocator the way torch's own do, each linking the runtime by name.
+CALLER = """
+int cudaMalloc(void **p, unsigned long n);
+int cudaFree(void *p);
+int NAME(void) { void *p = 0; return cudaMalloc(&p, 16) + cudaFree(p); }
+"""
+# The module doctor --deep imports: one library loaded as torch loads its own, one with RTLD_DEEPBIND (its own
+# dependencies first, so it binds libcudart's definitions before the hook's).
+MIXED = """
+import ctypes, os
+here = os.path.dirname(os.path.abspath(__file__))
+ctypes.CDLL(os.path.join(here, 'libtms_test_reaches.so'))
+ctypes.CDLL(os.path.join(here, 'libtms_test_deepbound.so'), os.RTLD_NOW | os.RTLD_DEEPBIND)
+"""
+
+
+def test_doctor_deep_fails_where_one_library_bypasses_the_hook_and_another_reaches_it(scenario, parts, tmp_path):
+    """The import loads two libraries that call cudaMalloc and cudaFree: one reaches the hook, one (opened with
+    RTLD_DEEPBIND) binds the runtime's own definitions. reference.md: exit 0 only when every reference binds to
+    the hook. A CI step trusts the exit status, so one bypassing library among intercepted ones must fail it, in
+    the text and the JSON form alike, with each library's real bindings and status as the loader logged them."""
+    scn = report_host(scenario)
+    mods = tmp_path / "mods"
+    link = ["-Wl,--no-as-needed", f"-L{parts.rt[13]}", "-l:libcudart.so.13"]
+    for name in ("reaches", "deepbound"):
+        support.cc(mods / f"libtms_test_{name}.so", CALLER.replace("NAME", name), *link)
+    (mods / "tms_test_mixed.py").write_text(MIXED)
+    argv = ["-m", "tms_autopreload", "doctor", "--deep", "--import", "tms_test_mixed"]
+    env = {"PYTHONPATH": str(mods)}
+    r = scn.run([*argv, "--json"], env)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and doc["hook_mapped"] and not doc["error"] and not doc["import_error"], doc
+    hook, runtime = os.path.realpath(scn.site / CU13), os.path.realpath(scn.parts.rt[13] / "libcudart.so.13")
+    seen = {lib["name"]: (lib["status"], {s: os.path.realpath(t) for s, t in lib["bindings"].items()})
+            for lib in doc["libraries"]}
+    assert seen == {"libtms_test_reaches.so": ("intercepted", {"cudaMalloc": hook, "cudaFree": hook}),
+                    "libtms_test_deepbound.so": ("bypassed", {"cudaMalloc": runtime, "cudaFree": runtime})}, seen
+    assert doc["verdict"].startswith("BYPASSED: 1 of 2 libraries"), doc["verdict"]
+    r = scn.run(argv, env)
+    verdict = [line for line in r.stdout.splitlines() if line.startswith("verdict:")]
+    assert r.returncode == 1 and len(verdict) == 1 and "INTERCEPTED" not in verdict[0], (r.returncode, r.stdout)
+    assert "libtms_test_deepbound.so: cudaMalloc, cudaFree -> libcudart.so.13 (BYPASSED: " in r.stdout, r.stdout
