@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import support
@@ -259,3 +260,68 @@ def test_doctor_deep_fails_where_one_library_bypasses_the_hook_and_another_reach
     verdict = [line for line in r.stdout.splitlines() if line.startswith("verdict:")]
     assert r.returncode == 1 and len(verdict) == 1 and "INTERCEPTED" not in verdict[0], (r.returncode, r.stdout)
     assert "libtms_test_deepbound.so: cudaMalloc, cudaFree -> libcudart.so.13 (BYPASSED: " in r.stdout, r.stdout
+
+
+# ---------------------------------------------------------------- a child with other overrides than its parent
+
+# A flagged process that reports the builds mapped in it, then starts one child per entry of argv[1] (each the
+# changes to its own environment: a value, or None to unset), each reporting the same or how it stopped.
+CHILD = MAPPED + "import json; print(json.dumps(mapped('torch_memory_saver')))"
+FAMILY = MAPPED + f"CHILD = {CHILD!r}\n" + r"""
+import json, os, subprocess, sys
+children = []
+for changes in json.loads(sys.argv[1]):
+    env = {k: v for k, v in os.environ.items() if k not in changes}
+    env.update({k: v for k, v in changes.items() if v is not None})
+    r = subprocess.run([sys.executable, '-c', CHILD], env=env, capture_output=True, text=True)
+    children.append([r.returncode, r.stdout, r.stderr])
+print(json.dumps({'hooks': mapped('torch_memory_saver'), 'children': children}))
+"""
+MAJOR, FORCED = "TMS_AUTOPRELOAD_CUDA_MAJOR", "TMS_AUTOPRELOAD_PATH"
+
+
+def _key(overrides: dict[str, str]) -> tuple:
+    return tuple(sorted(overrides.items()))
+
+
+def _started(rc: int, stdout: str, stderr: str) -> list[str] | str:
+    """What a flagged start did: the builds it mapped (real paths), or the stop message it ended with."""
+    if rc == 78:
+        return assert_stopped(SimpleNamespace(returncode=rc, stdout=stdout, stderr=stderr))
+    assert rc == 0, (rc, stderr[-3000:])
+    return [os.path.realpath(h) for h in json.loads(stdout.strip().splitlines()[-1])]
+
+
+def test_a_child_with_other_overrides_than_its_parent_gets_what_its_own_start_gets(scenario, tmp_path):
+    """A flagged parent passes its plan and its state down; a child whose ``TMS_AUTOPRELOAD_CUDA_MAJOR`` or
+    ``TMS_AUTOPRELOAD_PATH`` is another than the parent's (set where the parent had none, unset where it had one,
+    or another value) was resolved for nothing yet (reference.md: only a child whose own overrides give the same
+    key skips resolving). Each such child maps the build a flagged start of its own environment maps, or stops as
+    that start stops, never keeping its parent's build. Host with both runtimes, CUDA 13 torch, two copies of the
+    cu13 build for the path override."""
+    scn = scenario(torch="cu13-sys", host=("driver", "cuda12", "cuda13"))
+    copies = {}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        copies[name] = os.path.realpath(shutil.copy(scn.site / CU13, tmp_path / name / CU13))
+    families = [({}, [{MAJOR: "12"}, {FORCED: copies["a"]}]),
+                ({MAJOR: "12"}, [{MAJOR: None}, {MAJOR: "11"}]),
+                ({FORCED: copies["a"]}, [{FORCED: None}, {FORCED: copies["b"]}])]
+    started = {}  # what a flagged start of each environment did, by its overrides
+    seen = []
+    for parent, children in families:
+        r = scn.run(["-c", FAMILY, json.dumps(children)], {"TMS_AUTOPRELOAD": "1", **parent})
+        assert r.returncode == 0, r.stderr[-3000:]
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        started[_key(parent)] = [os.path.realpath(h) for h in out["hooks"]]
+        seen += [(parent, changes, child) for changes, child in zip(children, out["children"], strict=True)]
+    for parent, changes, child in seen:
+        own = {k: v for k, v in {**parent, **changes}.items() if v is not None}
+        if _key(own) not in started:
+            r = scn.run(["-c", CHILD], {"TMS_AUTOPRELOAD": "1", **own})
+            started[_key(own)] = _started(r.returncode, r.stdout, r.stderr)
+        assert _started(*child) == started[_key(own)], (parent, changes, child, started[_key(own)])
+    site = {k: os.path.realpath(scn.site / v) for k, v in (("cu12", CU12), ("cu13", CU13))}
+    assert started[()] == [site["cu13"]] and started[((MAJOR, "12"),)] == [site["cu12"]], started
+    assert started[((FORCED, copies["a"]),)] == [copies["a"]] and started[((FORCED, copies["b"]),)] == [copies["b"]]
+    assert "CUDA 11" in started[((MAJOR, "11"),)], started
