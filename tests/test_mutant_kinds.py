@@ -7,6 +7,15 @@ conda-layout kind (a user's own ``LD_PRELOAD`` kept beside the runtime preloaded
 ``tests/test_conda.py``, with the worlds it needs. The last three are pure steps the fast lane reached only
 where they could not fail (no hard-linked build, no group-writable file, an interpreter without site.py's
 hidden-file check).
+
+The tests after those are a later sample's kinds, each made by hand and seen to get through the fast lane:
+``doctor --deep`` answering ok where one library bypasses the hook beside others that reach it (no test had
+such a mix); a child started with other overrides than its parent's keeping its parent's build (only a docs
+test read the state variable's fields); without torch, NVIDIA's pip wheel's runtime copy taken over the one the
+loader finds (the world with both was checked only for ``doctor`` agreeing with the hook). Two more of that
+sample are tested beside the worlds they need: a venv given its base interpreter's site-packages
+(``tests/test_sitepath.py``) and pip's own reinstall command losing ``--force-reinstall``
+(``tests/test_way_out.py``).
 """
 
 from __future__ import annotations
@@ -214,7 +223,6 @@ def test_a_dotted_pth_file_is_skipped_where_site_py_skips_hidden_ones(tmp_path, 
     assert path == [str(tmp_path)] + ([] if skip_dotted else [str(tmp_path / "a")])
 
 
-
 # ---------------------------------------------------------------- doctor --deep: one library bypasses the hook
 
 # Two libraries that call the allocator the way torch's own do, each linking the runtime by name.
@@ -325,3 +333,35 @@ def test_a_child_with_other_overrides_than_its_parent_gets_what_its_own_start_ge
     assert started[()] == [site["cu13"]] and started[((MAJOR, "12"),)] == [site["cu12"]], started
     assert started[((FORCED, copies["a"]),)] == [copies["a"]] and started[((FORCED, copies["b"]),)] == [copies["b"]]
     assert "CUDA 11" in started[((MAJOR, "11"),)], started
+
+
+# ---------------------------------------------------------------- without torch: the loader's copy or the wheel's
+
+RUNTIME_PROBE = MAPPED + """
+import ctypes, json
+ctypes.CDLL('libcudart.so.13')  # a program without torch links the runtime by its name
+print(json.dumps({'hooks': mapped('torch_memory_saver'), 'runtimes': mapped('libcudart')}))
+"""
+
+
+@pytest.mark.parametrize("world, pip, host, env, copy", [
+    ("loader's copy only", (), ("driver", "cuda13"), {}, "loader"),
+    ("pip wheel only", (13,), ("driver",), {}, "pip"),
+    ("both", (13,), ("driver", "cuda13"), {}, "loader"),
+    ("both, major overridden", (13,), ("driver", "cuda13"), {MAJOR: "13"}, "loader"),
+])
+def test_without_torch_the_loaders_runtime_copy_wins_over_the_pip_wheels(scenario, world, pip, host, env, copy):
+    """No torch (``tms-autopreload run -- CMD``'s users), CUDA 13 visible as the host's copy, NVIDIA's pip
+    wheel, or both. reference.md: without torch the runtime library is "the copy the loader finds"; design.md:
+    one visible libcudart, "loader or NVIDIA pip wheel", decides, so the wheel's only where the loader finds
+    none. The hook binds that copy, and a program that then loads ``libcudart.so.13`` by name gets the same one:
+    one runtime mapped, the one doctor names. The same with ``TMS_AUTOPRELOAD_CUDA_MAJOR`` naming that major."""
+    scn = scenario(torch=None, pip=pip, host=host)
+    want = str(scn.parts.rt[13] / "libcudart.so.13") if copy == "loader" else \
+        str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    doc = scn.doctor(env)
+    assert doc["ok"] and doc["runtime"]["library"] == want, (world, doc["runtime"], doc["error"])
+    r = scn.flagged(RUNTIME_PROBE, env, flag="TMS_AUTOPRELOAD")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["hooks"] == [str(scn.site / CU13)] and out["runtimes"] == [want], (world, out)
