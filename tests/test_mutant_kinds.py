@@ -344,12 +344,16 @@ print(json.dumps({'hooks': mapped('torch_memory_saver'), 'runtimes': mapped('lib
 """
 
 
-@pytest.mark.parametrize("world, pip, host, env, copy", [
-    ("loader's copy only", (), ("driver", "cuda13"), {}, "loader"),
-    ("pip wheel only", (13,), ("driver",), {}, "pip"),
-    ("both", (13,), ("driver", "cuda13"), {}, "loader"),
-    ("both, major overridden", (13,), ("driver", "cuda13"), {MAJOR: "13"}, "loader"),
-])
+NO_TORCH_WORLDS = {  # world: (NVIDIA's runtime wheels, the host's runtimes, overrides, the copy that wins)
+    "loader-copy-only": ((), ("driver", "cuda13"), {}, "loader"),
+    "pip-wheel-only": ((13,), ("driver",), {}, "pip"),
+    "both": ((13,), ("driver", "cuda13"), {}, "loader"),
+    "both-major-overridden": ((13,), ("driver", "cuda13"), {MAJOR: "13"}, "loader"),
+}
+
+
+@pytest.mark.parametrize("world, pip, host, env, copy", [(w, *v) for w, v in NO_TORCH_WORLDS.items()],
+                         ids=list(NO_TORCH_WORLDS))
 def test_without_torch_the_loaders_runtime_copy_wins_over_the_pip_wheels(scenario, world, pip, host, env, copy):
     """No torch (``tms-autopreload run -- CMD``'s users), CUDA 13 visible as the host's copy, NVIDIA's pip
     wheel, or both. reference.md: without torch the runtime library is "the copy the loader finds"; design.md:
