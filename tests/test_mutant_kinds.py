@@ -7,6 +7,15 @@ conda-layout kind (a user's own ``LD_PRELOAD`` kept beside the runtime preloaded
 ``tests/test_conda.py``, with the worlds it needs. The last three are pure steps the fast lane reached only
 where they could not fail (no hard-linked build, no group-writable file, an interpreter without site.py's
 hidden-file check).
+
+The tests after those are a later sample's kinds, each made by hand and seen to get through the fast lane:
+``doctor --deep`` answering ok where one library bypasses the hook beside others that reach it (no test had
+such a mix); a child started with other overrides than its parent's keeping its parent's build (only a docs
+test read the state variable's fields); without torch, NVIDIA's pip wheel's runtime copy taken over the one the
+loader finds (the world with both was checked only for ``doctor`` agreeing with the hook). Two more of that
+sample are tested beside the worlds they need: a venv given its base interpreter's site-packages
+(``tests/test_sitepath.py``) and pip's own reinstall command losing ``--force-reinstall``
+(``tests/test_way_out.py``).
 """
 
 from __future__ import annotations
@@ -16,10 +25,11 @@ import os
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import support
-from conftest import assert_applied, mode_env
+from conftest import assert_applied, mode_env, report_host
 from support import MAPPED, REEXECD, assert_stopped
 
 sys.path.insert(0, str(support.ROOT))
@@ -211,3 +221,151 @@ def test_a_dotted_pth_file_is_skipped_where_site_py_skips_hidden_ones(tmp_path, 
     path: list[str] = []
     sitepath.add_site_dir(str(tmp_path), path, set(), skip_dotted)
     assert path == [str(tmp_path)] + ([] if skip_dotted else [str(tmp_path / "a")])
+
+
+# ---------------------------------------------------------------- doctor --deep: one library bypasses the hook
+
+# Two libraries that call the allocator the way torch's own do, each linking the runtime by name.
+CALLER = """
+int cudaMalloc(void **p, unsigned long n);
+int cudaFree(void *p);
+int NAME(void) { void *p = 0; return cudaMalloc(&p, 16) + cudaFree(p); }
+"""
+# The module doctor --deep imports: one library loaded as torch loads its own, one with RTLD_DEEPBIND (its own
+# dependencies first, so it binds libcudart's definitions before the hook's).
+MIXED = """
+import ctypes, os
+here = os.path.dirname(os.path.abspath(__file__))
+ctypes.CDLL(os.path.join(here, 'libtms_test_reaches.so'))
+ctypes.CDLL(os.path.join(here, 'libtms_test_deepbound.so'), os.RTLD_NOW | os.RTLD_DEEPBIND)
+"""
+
+
+def test_doctor_deep_fails_where_one_library_bypasses_the_hook_and_another_reaches_it(scenario, parts, tmp_path):
+    """The import loads two libraries that call cudaMalloc and cudaFree: one reaches the hook, one (opened with
+    RTLD_DEEPBIND) binds the runtime's own definitions. reference.md: exit 0 only when every reference binds to
+    the hook. A CI step trusts the exit status, so one bypassing library among intercepted ones must fail it, in
+    the text and the JSON form alike, with each library's real bindings and status as the loader logged them."""
+    scn = report_host(scenario)
+    mods = tmp_path / "mods"
+    link = ["-Wl,--no-as-needed", f"-L{parts.rt[13]}", "-l:libcudart.so.13"]
+    for name in ("reaches", "deepbound"):
+        support.cc(mods / f"libtms_test_{name}.so", CALLER.replace("NAME", name), *link)
+    (mods / "tms_test_mixed.py").write_text(MIXED)
+    argv = ["-m", "tms_autopreload", "doctor", "--deep", "--import", "tms_test_mixed"]
+    env = {"PYTHONPATH": str(mods)}
+    r = scn.run([*argv, "--json"], env)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and doc["hook_mapped"] and not doc["error"] and not doc["import_error"], doc
+    hook, runtime = os.path.realpath(scn.site / CU13), os.path.realpath(scn.parts.rt[13] / "libcudart.so.13")
+    seen = {lib["name"]: (lib["status"], {s: os.path.realpath(t) for s, t in lib["bindings"].items()})
+            for lib in doc["libraries"]}
+    assert seen == {"libtms_test_reaches.so": ("intercepted", {"cudaMalloc": hook, "cudaFree": hook}),
+                    "libtms_test_deepbound.so": ("bypassed", {"cudaMalloc": runtime, "cudaFree": runtime})}, seen
+    assert doc["verdict"].startswith("BYPASSED: 1 of 2 libraries"), doc["verdict"]
+    r = scn.run(argv, env)
+    verdict = [line for line in r.stdout.splitlines() if line.startswith("verdict:")]
+    assert r.returncode == 1 and len(verdict) == 1 and "INTERCEPTED" not in verdict[0], (r.returncode, r.stdout)
+    assert "libtms_test_deepbound.so: cudaMalloc, cudaFree -> libcudart.so.13 (BYPASSED: " in r.stdout, r.stdout
+
+
+# ---------------------------------------------------------------- a child with other overrides than its parent
+
+# A flagged process that reports the builds mapped in it, then starts one child per entry of argv[1] (each the
+# changes to its own environment: a value, or None to unset), each reporting the same or how it stopped.
+CHILD = MAPPED + "import json; print(json.dumps(mapped('torch_memory_saver')))"
+FAMILY = MAPPED + f"CHILD = {CHILD!r}\n" + r"""
+import json, os, subprocess, sys
+children = []
+for changes in json.loads(sys.argv[1]):
+    env = {k: v for k, v in os.environ.items() if k not in changes}
+    env.update({k: v for k, v in changes.items() if v is not None})
+    r = subprocess.run([sys.executable, '-c', CHILD], env=env, capture_output=True, text=True)
+    children.append([r.returncode, r.stdout, r.stderr])
+print(json.dumps({'hooks': mapped('torch_memory_saver'), 'children': children}))
+"""
+MAJOR, FORCED = "TMS_AUTOPRELOAD_CUDA_MAJOR", "TMS_AUTOPRELOAD_PATH"
+
+
+def _key(overrides: dict[str, str]) -> tuple:
+    return tuple(sorted(overrides.items()))
+
+
+def _started(rc: int, stdout: str, stderr: str) -> list[str] | str:
+    """What a flagged start did: the builds it mapped (real paths), or the stop message it ended with."""
+    if rc == 78:
+        return assert_stopped(SimpleNamespace(returncode=rc, stdout=stdout, stderr=stderr))
+    assert rc == 0, (rc, stderr[-3000:])
+    return [os.path.realpath(h) for h in json.loads(stdout.strip().splitlines()[-1])]
+
+
+def test_a_child_with_other_overrides_than_its_parent_gets_what_its_own_start_gets(scenario, tmp_path):
+    """A flagged parent passes its plan and its state down; a child whose ``TMS_AUTOPRELOAD_CUDA_MAJOR`` or
+    ``TMS_AUTOPRELOAD_PATH`` is another than the parent's (set where the parent had none, unset where it had one,
+    or another value) was resolved for nothing yet (reference.md: only a child whose own overrides give the same
+    key skips resolving). Each such child maps the build a flagged start of its own environment maps, or stops as
+    that start stops, never keeping its parent's build. Host with both runtimes, CUDA 13 torch, two copies of the
+    cu13 build for the path override."""
+    scn = scenario(torch="cu13-sys", host=("driver", "cuda12", "cuda13"))
+    copies = {}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        copies[name] = os.path.realpath(shutil.copy(scn.site / CU13, tmp_path / name / CU13))
+    families = [({}, [{MAJOR: "12"}, {FORCED: copies["a"]}]),
+                ({MAJOR: "12"}, [{MAJOR: None}, {MAJOR: "11"}]),
+                ({FORCED: copies["a"]}, [{FORCED: None}, {FORCED: copies["b"]}])]
+    started = {}  # what a flagged start of each environment did, by its overrides
+    seen = []
+    for parent, children in families:
+        r = scn.run(["-c", FAMILY, json.dumps(children)], {"TMS_AUTOPRELOAD": "1", **parent})
+        assert r.returncode == 0, r.stderr[-3000:]
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        started[_key(parent)] = [os.path.realpath(h) for h in out["hooks"]]
+        seen += [(parent, changes, child) for changes, child in zip(children, out["children"], strict=True)]
+    for parent, changes, child in seen:
+        own = {k: v for k, v in {**parent, **changes}.items() if v is not None}
+        if _key(own) not in started:
+            r = scn.run(["-c", CHILD], {"TMS_AUTOPRELOAD": "1", **own})
+            started[_key(own)] = _started(r.returncode, r.stdout, r.stderr)
+        assert _started(*child) == started[_key(own)], (parent, changes, child, started[_key(own)])
+    site = {k: os.path.realpath(scn.site / v) for k, v in (("cu12", CU12), ("cu13", CU13))}
+    assert started[()] == [site["cu13"]] and started[((MAJOR, "12"),)] == [site["cu12"]], started
+    assert started[((FORCED, copies["a"]),)] == [copies["a"]] and started[((FORCED, copies["b"]),)] == [copies["b"]]
+    assert "CUDA 11" in started[((MAJOR, "11"),)], started
+
+
+# ---------------------------------------------------------------- without torch: the loader's copy or the wheel's
+
+RUNTIME_PROBE = MAPPED + """
+import ctypes, json
+ctypes.CDLL('libcudart.so.13')  # a program without torch links the runtime by its name
+print(json.dumps({'hooks': mapped('torch_memory_saver'), 'runtimes': mapped('libcudart')}))
+"""
+
+
+NO_TORCH_WORLDS = {  # world: (NVIDIA's runtime wheels, the host's runtimes, overrides, the copy that wins)
+    "loader-copy-only": ((), ("driver", "cuda13"), {}, "loader"),
+    "pip-wheel-only": ((13,), ("driver",), {}, "pip"),
+    "both": ((13,), ("driver", "cuda13"), {}, "loader"),
+    "both-major-overridden": ((13,), ("driver", "cuda13"), {MAJOR: "13"}, "loader"),
+}
+
+
+@pytest.mark.parametrize("world, pip, host, env, copy", [(w, *v) for w, v in NO_TORCH_WORLDS.items()],
+                         ids=list(NO_TORCH_WORLDS))
+def test_without_torch_the_loaders_runtime_copy_wins_over_the_pip_wheels(scenario, world, pip, host, env, copy):
+    """No torch (``tms-autopreload run -- CMD``'s users), CUDA 13 visible as the host's copy, NVIDIA's pip
+    wheel, or both. reference.md: without torch the runtime library is "the copy the loader finds"; design.md:
+    one visible libcudart, "loader or NVIDIA pip wheel", decides, so the wheel's only where the loader finds
+    none. The hook binds that copy, and a program that then loads ``libcudart.so.13`` by name gets the same one:
+    one runtime mapped, the one doctor names. The same with ``TMS_AUTOPRELOAD_CUDA_MAJOR`` naming that major."""
+    scn = scenario(torch=None, pip=pip, host=host)
+    want = str(scn.parts.rt[13] / "libcudart.so.13") if copy == "loader" else \
+        str(scn.site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    doc = scn.doctor(env)
+    assert doc["ok"] and doc["runtime"]["library"] == want, (world, doc["runtime"], doc["error"])
+    r = scn.flagged(RUNTIME_PROBE, env, flag="TMS_AUTOPRELOAD")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["hooks"] == [str(scn.site / CU13)] and out["runtimes"] == [want], (world, out)

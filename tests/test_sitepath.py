@@ -398,7 +398,8 @@ def test_search_path_at_an_import_line_is_the_final_path(parts, rootfs, tmp_path
         assert raw == final[:final.index(str(venv.site)) + 1], raw
 
 
-@pytest.mark.slow  # a base interpreter and a venv per case; the fast lane keeps the import line's test above
+@pytest.mark.slow  # a base interpreter and a venv per case; the fast lane keeps the import line's test above, and
+# a flagged start in a venv without system site packages (the last test here)
 @pytest.mark.parametrize("python", [DEFAULT_PYTHON, "sid/3.14"])
 @pytest.mark.parametrize("how, options, extra_env, system_site, left_out", [
     ("-s", ("-s",), None, True, ("user",)),
@@ -414,3 +415,30 @@ def test_search_path_follows_site_options(parts, rootfs, tmp_path, python, how, 
                                                          system_site)
     assert computed == final
     assert str(named["zz"]) in final and not any(str(named[n]) in final for n in left_out), final
+
+
+# ---------------------------------------------------------------- a venv without the base interpreter's site-packages
+
+def test_a_venv_without_system_site_packages_never_sees_the_base_interpreters_torch(scenario, parts, tmp_path):
+    """A GPU image's python3 holds a CUDA 12 torch in its own site-packages; a venv made over it without
+    ``--system-site-packages`` (the default) holds the package and torch_memory_saver but no torch, on a host with
+    the CUDA 13 runtime. The venv's interpreter cannot import the base's torch, so a flagged start there has no
+    torch: the one visible runtime, CUDA 13, decides, and doctor says no torch. Deciding by the base's torch would
+    ask for CUDA 12, which this host lacks, and stop a start that needs nothing of it."""
+    base = need(base_python, need(locate_python, DEFAULT_PYTHON), tmp_path / "base")
+    write_torch_standin(base.site, cuda="12.8", hip=None, deps_lib=parts.global_deps("cu12-sys"))
+    venv = need(Venv, tmp_path / "venv", str(base.python))
+    assert "include-system-site-packages = false" in (venv.path / "pyvenv.cfg").read_text()
+    # The packages as pip installed them into the fast lane's venv of the same wheels: hard-linked, not a pip run
+    # (nothing writes into them).
+    model = scenario(torch=None, host=("driver", "cuda13"))
+    run(["cp", "-al", *map(str, model.site.iterdir()), str(venv.site)])
+    scn = Scenario(venv, model.host, parts)
+    doc = scn.doctor()
+    assert doc["ok"] and doc["runtime"]["torch_dir"] is None, (doc["runtime"], doc["error"])
+    assert doc["runtime"]["source"].startswith("no torch; only libcudart.so.13"), doc["runtime"]
+    probe = MAPPED + ("import json\ntry:\n    import torch\n    seen = 'imported'\nexcept ImportError as exc:\n"
+                      "    seen = type(exc).__name__\nprint(json.dumps([seen, mapped('torch_memory_saver')]))")
+    r = scn.flagged(probe, flag="TMS_AUTOPRELOAD")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == ["ModuleNotFoundError", [str(venv.site / CU13)]], r.stdout

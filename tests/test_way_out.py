@@ -35,6 +35,7 @@ runs the cells of :data:`FAST`; ``make test`` every one.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shlex
@@ -44,8 +45,8 @@ from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, need
-from support import (Host, Venv, assert_stopped, base_python, clean_env, locate_python, private_copy, run, tms_wheel,
-                     uv, write_torch_standin)
+from support import (MAPPED, Host, Venv, assert_stopped, base_python, clean_env, locate_python, private_copy, run,
+                     tms_wheel, uv, write_torch_standin)
 
 WORLDS = ["pip-venv-activated", "pip-venv-by-path", "without-pip", "uv-venv", "uv-venv-without-uv", "user-site",
           "target"]
@@ -233,6 +234,37 @@ def _world_class(world: str) -> type:
 
 for _class in map(_world_class, WORLDS):
     globals()[_class.__name__] = _class
+
+
+# ---------------------------------------------------------------- pip's own command, in a venv with pip
+
+# A flagged start's report once it is hooked: the torch_memory_saver builds mapped in it.
+HOOKED = MAPPED + "import json; print(json.dumps(mapped('torch_memory_saver')))"
+
+
+def test_a_build_deleted_from_an_index_install_is_put_back_by_pips_own_command(scenario, kit, tmp_path):
+    """torch_memory_saver 0.0.10 installed from the index (pip keeps no record of where from) in a venv with
+    its own pip, the cu13 build deleted: the stop's fix is that pip's command, and pasted into the flagged shell
+    (offline, from the suite's wheels) it installs the release again over the damaged copy, so the retried start
+    is hooked with the build put back. Without ``--force-reinstall`` pip answers "Requirement already
+    satisfied" and puts nothing back. The fast lane's one world with pip (its cells above have uv's command, the
+    others pip after ``ensurepip``); the scenario's venv gets the suite's own pip hard-linked, not by a pip run."""
+    import pip
+
+    scn = scenario(tms="0.0.10", torch="cu13-sys", tag="index-reinstall-with-pip")
+    for record in scn.site.glob("torch_memory_saver-*.dist-info/direct_url.json"):
+        record.unlink()  # as from the index: only a direct install (a file, a URL, a checkout) is recorded
+    own = Path(pip.__file__).parent  # hard-linked: nothing writes into its files
+    run(["cp", "-al", str(own), *map(str, own.parent.glob("pip-*.dist-info")), str(scn.site)])
+    (scn.site / CU13).unlink()
+    env = clean_env(SLIME_OFFLOAD_TRAIN="1", **_offline(kit, tmp_path))
+    python = str(scn.venv.python)
+    said = assert_stopped(scn.host.run([python, "-c", "pass"], env), "is missing")
+    fix = the_fix(said)
+    assert fix.startswith(f"env TMS_AUTOPRELOAD_DISABLE=1 {python} -m pip install "), fix
+    after = scn.host.run(["sh", "-c", f"{fix} && {shlex.join([python, '-c', HOOKED])}"], env, timeout=600)
+    assert after.returncode == 0, (fix, after.stdout[-2000:], after.stderr[-3000:])
+    assert json.loads(after.stdout.strip().splitlines()[-1]) == [str(scn.site / CU13)], after.stdout
 
 
 @pytest.mark.slow
