@@ -5,6 +5,7 @@ here. The real loader's side of the same steps is in test_resolver.py.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -218,3 +219,58 @@ def test_traces_started_together_are_all_reaped_when_collecting_one_is_interrupt
             os.waitpid(pid, os.WNOHANG)  # reaped already
         with pytest.raises(OSError):
             os.fstat(fd)  # closed
+
+
+# ---------------------------------------------------------------- a damaged release's reinstall command
+
+def installed_release(site, version="0.0.10", live=True, record=None):
+    """torch_memory_saver ``version`` as pip leaves it in ``site`` (its package, a RECORD with sizes, maybe a
+    ``direct_url.json``), its CUDA 13 build removed since; ``live=False``: the old record a ``pip install
+    --target DIR --upgrade`` leaves beside the new one, whose files it lists are not those on disk."""
+    package = site / "torch_memory_saver"
+    package.mkdir(parents=True, exist_ok=True)
+    code = package / "__init__.py"
+    code.write_text("# the installed release's code\n")
+    info = site / f"torch_memory_saver-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch_memory_saver\nVersion: {version}\n")
+    size = code.stat().st_size if live else code.stat().st_size + 1
+    (info / "RECORD").write_text(f"torch_memory_saver/__init__.py,,{size}\n{CU13},,123456\n"
+                                 f"{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+    if record is not None:
+        (info / "direct_url.json").write_text(json.dumps(record))
+    return str(package)
+
+
+def test_a_removed_build_of_an_index_release_is_forced_back_as_that_release(tmp_path):
+    """pip's record lists the CUDA 13 build, which is gone: the fix names it and reinstalls that release by
+    ``--force-reinstall`` (a plain install of the installed version does nothing), for a CUDA 13 runtime."""
+    package = installed_release(tmp_path / "site")
+    hint = releases.reinstall_hint(package, 13)
+    assert hint and hint.startswith(f"torch-memory-saver 0.0.10 is installed but its {CU13} is missing: "), hint
+    assert "--force-reinstall" in hint and "torch-memory-saver==0.0.10" in hint, hint
+    assert releases.build_install_hint("cuda", 13, package) == hint
+
+
+@pytest.mark.parametrize("live", ["0.0.9.post1", "0.0.10"])
+def test_of_two_records_left_in_one_folder_the_one_whose_files_are_there_is_reinstalled(tmp_path, live):
+    """Two records of torch_memory_saver in one folder (``pip install --target DIR --upgrade`` leaves the
+    old one): the release whose recorded files are on disk is the installed one, whichever is newer."""
+    for version in ("0.0.9.post1", "0.0.10"):
+        package = installed_release(tmp_path / "site", version, live=version == live)
+    hint = releases.reinstall_hint(package, 13)
+    assert hint and hint.startswith(f"torch-memory-saver {live} is installed but") and f"=={live}`" in hint, hint
+
+
+def test_a_removed_build_is_reinstalled_from_the_recorded_source_while_it_is_there(tmp_path):
+    """A copy pip installed from a wheel file (PEP 610 ``archive_info``) is installed again from that file
+    while it is there; once it is gone, from the index as its release."""
+    wheel = tmp_path / "dl" / "torch_memory_saver-0.0.10-cp39-abi3-linux_x86_64.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"a wheel")
+    package = installed_release(tmp_path / "site", record={"url": wheel.as_uri(), "archive_info": {}})
+    hint = releases.reinstall_hint(package, 13)
+    assert hint and "--force-reinstall" in hint and str(wheel) in hint and "==0.0.10" not in hint, hint
+    wheel.unlink()
+    hint = releases.reinstall_hint(package, 13)
+    assert hint and "torch-memory-saver==0.0.10" in hint and str(wheel) not in hint, hint
