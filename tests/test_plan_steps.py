@@ -5,8 +5,10 @@ here. The real loader's side of the same steps is in test_resolver.py.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from types import SimpleNamespace
 
 import pytest
 import support
@@ -15,12 +17,13 @@ sys.path.insert(0, str(support.ROOT))
 
 from tms_autopreload import decision, errors, releases, results
 from tms_autopreload import attempt as judging
-from tms_autopreload.builds import Build
-from tms_autopreload.ldso import Found
-from tms_autopreload.runtime import Runtime
+from tms_autopreload.builds import Build, find_builds
+from tms_autopreload.elf import DynamicInfo, read_dynamic
+from tms_autopreload.ldso import Found, Object
+from tms_autopreload.runtime import Runtime, _parse_version_py
 from tms_autopreload.trace import Trace, _parse
 from tms_autopreload.errors import CAUSE_WORLD_WRITABLE
-from tms_autopreload.trust import Refusal
+from tms_autopreload.trust import Refusal, Trusted
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -218,3 +221,123 @@ def test_traces_started_together_are_all_reaped_when_collecting_one_is_interrupt
             os.waitpid(pid, os.WNOHANG)  # reaped already
         with pytest.raises(OSError):
             os.fstat(fd)  # closed
+
+
+# ---------------------------------------------------------------- a damaged release's reinstall command
+
+def installed_release(site, version="0.0.10", live=True, record=None):
+    """torch_memory_saver ``version`` as pip leaves it in ``site`` (its package, a RECORD with sizes, maybe a
+    ``direct_url.json``), its CUDA 13 build removed since; ``live=False``: the old record a ``pip install
+    --target DIR --upgrade`` leaves beside the new one, whose files it lists are not those on disk."""
+    package = site / "torch_memory_saver"
+    package.mkdir(parents=True, exist_ok=True)
+    code = package / "__init__.py"
+    code.write_text("# the installed release's code\n")
+    info = site / f"torch_memory_saver-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch_memory_saver\nVersion: {version}\n")
+    size = code.stat().st_size if live else code.stat().st_size + 1
+    (info / "RECORD").write_text(f"torch_memory_saver/__init__.py,,{size}\n{CU13},,123456\n"
+                                 f"{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+    if record is not None:
+        (info / "direct_url.json").write_text(json.dumps(record))
+    return str(package)
+
+
+def test_a_removed_build_of_an_index_release_is_forced_back_as_that_release(tmp_path):
+    """pip's record lists the CUDA 13 build, which is gone: the fix names it and reinstalls that release by
+    ``--force-reinstall`` (a plain install of the installed version does nothing), for a CUDA 13 runtime."""
+    package = installed_release(tmp_path / "site")
+    hint = releases.reinstall_hint(package, 13)
+    assert hint and hint.startswith(f"torch-memory-saver 0.0.10 is installed but its {CU13} is missing: "), hint
+    assert "--force-reinstall" in hint and "torch-memory-saver==0.0.10" in hint, hint
+    assert releases.build_install_hint("cuda", 13, package) == hint
+
+
+@pytest.mark.parametrize("live", ["0.0.9.post1", "0.0.10"])
+def test_of_two_records_left_in_one_folder_the_one_whose_files_are_there_is_reinstalled(tmp_path, live):
+    """Two records of torch_memory_saver in one folder (``pip install --target DIR --upgrade`` leaves the
+    old one): the release whose recorded files are on disk is the installed one, whichever is newer."""
+    for version in ("0.0.9.post1", "0.0.10"):
+        package = installed_release(tmp_path / "site", version, live=version == live)
+    hint = releases.reinstall_hint(package, 13)
+    assert hint and hint.startswith(f"torch-memory-saver {live} is installed but") and f"=={live}`" in hint, hint
+
+
+def test_a_removed_build_is_reinstalled_from_the_recorded_source_while_it_is_there(tmp_path):
+    """A copy pip installed from a wheel file (PEP 610 ``archive_info``) is installed again from that file
+    while it is there; once it is gone, from the index as its release."""
+    wheel = tmp_path / "dl" / "torch_memory_saver-0.0.10-cp39-abi3-linux_x86_64.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"a wheel")
+    package = installed_release(tmp_path / "site", record={"url": wheel.as_uri(), "archive_info": {}})
+    hint = releases.reinstall_hint(package, 13)
+    assert hint and "--force-reinstall" in hint and str(wheel) in hint and "==0.0.10" not in hint, hint
+    wheel.unlink()
+    hint = releases.reinstall_hint(package, 13)
+    assert hint and "torch-memory-saver==0.0.10" in hint and str(wheel) not in hint, hint
+
+
+# ---------------------------------------------------------------- builds: where they are found, who may write them
+
+def test_a_usable_build_others_can_write_is_refused_and_a_broken_one_is_not_judged(tmp_path):
+    """Who can write a build is judged for the builds that could be preloaded: a usable one every user can
+    write is refused (the fix takes that away); one with a problem is never preloaded, so never judged."""
+    trusted = Trusted([str(tmp_path)])
+    usable, broken = tmp_path / CU13, tmp_path / CU12
+    for path in (usable, broken):
+        path.write_bytes(b"")
+        path.chmod(0o666)
+    refused = Build(str(usable), "cuda", 13, None, None, trusted).refusal
+    assert refused is not None and refused.cause == CAUSE_WORLD_WRITABLE and refused.fix == f"chmod o-w {usable}"
+    assert Build(str(broken), "unusable", None, None, "not a loadable ELF object", trusted).refusal is None
+
+
+def test_builds_beside_a_package_directory_that_cannot_be_listed_are_still_found(tmp_path):
+    """The builds in the directory above the package's are found also where the package's own directory
+    cannot be listed (here: gone since the import found it)."""
+    for name in (CU13, CU12):
+        (tmp_path / name).write_bytes(b"")
+    want = read_dynamic(os.path.realpath(sys.executable))
+    found = find_builds(str(tmp_path / "torch_memory_saver"), want, Trusted([str(tmp_path)]))
+    assert [b.name for b in found] == [CU12, CU13]
+
+
+# ---------------------------------------------------------------- a child program's own problem
+
+def test_a_child_that_finds_a_library_of_the_hooks_closure_by_its_own_runpath_poses_its_own_problem(tmp_path):
+    """A child whose DT_RUNPATH holds a library the hook's closure needs is traced on its own (the
+    interpreter's trace is not its answer); one whose DT_RUNPATH holds only what the closure does not need
+    is not; before the interpreter's trace has answered, only that trace can tell."""
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "libcudart.so.13").write_bytes(b"")
+    exe = Object("/venv/bin/python", DynamicInfo(64, 62, ("libc.so.6",), None, (), ()))
+    loader = SimpleNamespace(executable=exe)
+    child = ("/usr/bin/tool", DynamicInfo(64, 62, ("libcudart.so.13", "libc.so.6"), None, (), (str(own),)))
+    assert judging._own_problem(loader, child, [], lambda: {"libcudart.so.13", "libcuda.so.1"}) is True
+    assert judging._own_problem(loader, child, [], lambda: {"libcuda.so.1"}) is False
+    assert judging._own_problem(loader, child, [], None) is None
+
+
+# ---------------------------------------------------------------- what a plan drops of the process's LD_PRELOAD
+
+def test_a_plan_warns_of_a_dropped_entry_that_is_no_build_but_not_of_a_replaced_build(tmp_path):
+    """An LD_PRELOAD entry whose path holds ``torch_memory_saver`` but is no preload build is dropped by the
+    plan (its check would count it as a build): said. A build the plan replaces by the chosen one: not said."""
+    plan = results.Plan(str(tmp_path / CU13), str(tmp_path / CU13), None, cuda())
+    other = "/opt/torch_memory_saver_tools/libtrace.so"
+    warned = decision._with_check_warning(plan, None, None, f"{other}:{tmp_path / CU12}")
+    assert len(warned.warnings) == 1 and warned.warnings[0].startswith(f"LD_PRELOAD loses {other}: "), warned.warnings
+    assert decision._with_check_warning(plan, None, None, str(tmp_path / CU12)).warnings == ()
+
+
+# ---------------------------------------------------------------- torch/version.py
+
+def test_torch_version_lines_that_are_no_quoted_string_are_not_read():
+    """``name = 'value'`` and ``name = None`` are read; a line without a value, an unclosed quote or an
+    unquoted word gives nothing for its name (and never raises)."""
+    assert _parse_version_py("__version__ = '2.14.1'\ncuda: Optional[str] = \"13.0\"\nhip = None\n") == {
+        "__version__": "2.14.1", "cuda": "13.0", "hip": None}
+    assert _parse_version_py("cuda =\n") == {}
+    assert _parse_version_py("__version__ = '2.14.1\ncuda = 13.0 # '\nhip = 6.6\n") == {}

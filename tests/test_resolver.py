@@ -17,7 +17,7 @@ import sys
 
 import pytest
 import support
-from conftest import AARCH64, DEFAULT_PYTHON, assert_applied, mode_env
+from conftest import AARCH64, DEFAULT_PYTHON, assert_applied, mode_env, report_host
 from support import MAPPED, REEXECD, assert_stopped
 
 sys.path.insert(0, str(support.ROOT))
@@ -393,3 +393,23 @@ def test_cuda12_system_runtime_gets_the_cu12_build_bound_to_that_runtime(scenari
     assert verdict(doc, CU13)["status"] == "rejected"
     out = hooked(scn, scn.site / CU12, mode)
     assert mapped(out, "libcudart") == [str(scn.parts.rt[12] / "libcudart.so.12")]
+
+
+def test_an_interpreter_the_loader_cannot_start_is_said_in_the_systems_words(scenario):
+    """Where the interpreter cannot be started for the loader's trace (its file no longer executable since
+    it started, say: here ``posix_spawn`` refuses it), the answer names it and says why in the system's
+    words, ``strerror`` alone (the path is said already), then the way out."""
+    scn = report_host(scenario)
+    code = ("import json, os, sys\n"
+            "def refuse(path, *args, **kw):\n"
+            "    raise PermissionError(13, 'Permission denied', path)\n"
+            "os.posix_spawn = refuse\n"
+            "from tms_autopreload import decision\n"
+            "r = decision.survey()\n"
+            "print(json.dumps([sys.executable, r.failure.cause, r.error]))")
+    r = scn.run(["-c", code])
+    assert r.returncode == 0, r.stderr
+    exe, cause, error = json.loads(r.stdout)
+    assert cause == "interpreter-fails", error
+    assert error == (f"cannot run the interpreter {exe} to verify the plan with the loader (Permission denied). "
+                     f"Fix: set LD_PRELOAD by hand with `tms-autopreload env` from a working Python"), error

@@ -91,7 +91,8 @@ def test_torch_213_stops_its_list_at_a_library_no_wheel_holds(scenario, parts):
             rt = scn.doctor()["runtime"]
             assert (rt["second"] and os.path.basename(rt["second"]["path"])) == second, (version, rt)
         support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=deps, version="2.13.0")
-        assert "_preload_cuda_deps stops at libcublasLt.so.*[0-9]" in scn.doctor()["runtime"]["library_why"]
+        why = scn.doctor()["runtime"]["library_why"]
+        assert "torch 2.13.0's _preload_cuda_deps stops at libcublasLt.so.*[0-9]" in why, why
     finally:
         support.write_torch_standin(scn.site, cuda="13.0", hip=None, deps_lib=deps)
 
@@ -120,6 +121,28 @@ def test_a_library_that_fails_to_load_stops_torchs_list(scenario, parts):
         broken.unlink()
     assert rt["second"] is None, rt
     assert f"_preload_cuda_deps stops at {broken}, which would not load" in rt["library_why"], rt
+
+
+def test_a_library_of_this_machine_lets_the_list_go_on_and_one_of_another_stops_it(scenario):
+    """An earlier library of the list built for this machine, whose needs are found, loads: the list goes
+    on to the runtime's entry (the CUDA 12 copy is still loaded by path). The same file marked for another
+    machine (its ELF header's e_machine) would not load, and stops the list there."""
+    scn = _second_world(scenario)
+    lib = scn.site / "nvidia" / "cu13" / "lib" / "libcublasLt.so.13"
+    support.cc(lib, "int tms_test_cublaslt(void) { return 0; }\n", "-Wl,-soname,libcublasLt.so.13")
+    try:
+        rt = scn.doctor()["runtime"]
+        assert (rt["second"] and os.path.basename(rt["second"]["path"])) == "libcudart.so.12", rt
+        assert "stops at" not in rt["library_why"], rt["library_why"]
+        data = bytearray(lib.read_bytes())
+        other = 183 if int.from_bytes(data[18:20], "little") != 183 else 62  # AArch64, else x86-64
+        data[18:20] = other.to_bytes(2, "little")
+        lib.write_bytes(bytes(data))
+        rt = scn.doctor()["runtime"]
+    finally:
+        lib.unlink()
+    assert rt["second"] is None, rt
+    assert f"stops at {lib}, which would not load (built for another machine)" in rt["library_why"], rt
 
 
 def test_override_that_splits_the_hook_from_torch_is_said_and_not_ok(scenario):
