@@ -434,8 +434,10 @@ def test_skipped_preload_message_with_newlines_in_the_name_found_by_fuzzing():
     out = ("ERROR: ld.so: object '\n0\n' from LD_PRELOAD cannot be preloaded (cannot open shared object file): "
            "ignored.\n\tlinux-vdso.so.1 (0x1)\n\t/x/torch_memory_saver_cu13.so (0x2)\n")
     t = trace._parse(out, 0)
-    assert t.ok and t.errors == () and t.skipped == (("\n0\n", "cannot open shared object file"),)
+    assert t.ok is True and t.errors == () and t.skipped == (("\n0\n", "cannot open shared object file"),)
     assert t.loaded == ("/x/torch_memory_saver_cu13.so",) and t.skip_of("torch_memory_saver_cu13.so") is None
+    # ``ok`` is the answer itself, a bool: a name the loader did not find is a start that would fail
+    assert trace._parse(out + "\tlibtms_gone.so.1 => not found\n", 0).ok is False
 
 
 def test_offset_past_off_t_found_by_fuzzing(tmp_path):

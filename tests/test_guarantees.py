@@ -394,6 +394,34 @@ def test_world_writable_directory_is_refused(scenario, tmp_path):
     assert_stopped(r, "writable by every user")
 
 
+def test_a_build_owned_by_another_account_is_refused_naming_it(scenario):
+    """A build another account owns (so can rewrite) is refused, the message naming the account as the
+    system does, by uid and user name (``nobody``, whose group is ``nogroup``); an owner with no entry in the
+    user database (a tarball's uid, in a container) by its number alone, refused all the same."""
+    import pwd
+
+    scn = report_host(scenario)
+    build = scn.site / CU13
+    unknown = next(uid for uid in range(54321, 60000) if not _has_entry(pwd.getpwuid, uid))
+    before = build.stat().st_uid
+    for uid, named in ((pwd.getpwnam("nobody").pw_uid, f"uid {pwd.getpwnam('nobody').pw_uid} (nobody)"),
+                       (unknown, f"uid {unknown}")):
+        os.chown(build, uid, -1)
+        try:
+            r, _ = start(scn)
+        finally:
+            os.chown(build, before, -1)
+        assert_stopped(r, f"{build} is owned by {named}, who cannot write this environment's code")
+
+
+def _has_entry(lookup, key) -> bool:
+    try:
+        lookup(key)
+    except KeyError:
+        return False
+    return True
+
+
 def test_world_writable_build_named_explicitly_runs_with_a_warning(scenario):
     scn = report_host(scenario)
     with mode(scn.site / CU13, 0o777) as build:

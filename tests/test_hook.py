@@ -268,6 +268,21 @@ def test_kill_switch_fails_safe(scenario, value):
                    f"1/true/yes/on or 0/false/no/off); using on (the hook is off)\n"), err
 
 
+def test_repair_tools_pass_the_kill_switch_to_their_children_and_the_own_command_does_not(scenario, tmp_path):
+    """A flagged start of a program the package never hooks is left alone; a repair tool (a ``pip`` console
+    script, known by its name and what it imports) gets TMS_AUTOPRELOAD_DISABLE=1 for its children (a build
+    backend), while ``tms-autopreload`` itself does not: it answers for its caller's environment, hook on."""
+    scn = report_host(scenario)
+    for name, marker, disabled in (("pip", "from pip._internal.cli.main import main", "1"),
+                                   ("tms-autopreload", "from tms_autopreload.commands.main import main", None)):
+        script = tmp_path / name
+        script.write_text(f"# {marker}  (what the launcher imports; not run here)\n{REPORT}")
+        _, rep, err, rc = start(scn, [str(script)], flag="TMS_AUTOPRELOAD", verbose=False)
+        assert rc == 0 and err == "", (name, err)
+        assert rep["maps"] == [] and execs(rep["reexecd"]) == 0, (name, rep)
+        assert rep["env"].get("TMS_AUTOPRELOAD_DISABLE") == disabled, (name, rep["env"])
+
+
 def test_disable_beats_everything(scenario):
     scn = report_host(scenario)
     _, rep, err, rc = start(scn, ["-c", REPORT], env={"TMS_AUTOPRELOAD_DISABLE": "1", "TMS_AUTOPRELOAD": "1"})

@@ -245,6 +245,20 @@ def test_activate_binds_in_process_once(scenario, parts, toys):
     assert out["consumer"] == out["real"] + 100 and out["preload"] == str(toys["hook"])
 
 
+def test_activate_where_proc_is_not_mounted_says_so(scenario):
+    """Without /proc (a container that does not mount it) dlopen returns, but that the hook is mapped cannot
+    be confirmed: activate() says that, with the fix (mount /proc), not that the hook is not mapped."""
+    scn = report_host(scenario)
+    code = ("import tms_autopreload\ntry:\n    tms_autopreload.activate()\n"
+            "except tms_autopreload.ResolveError as exc:\n    print(exc.cause); print(exc.fix); print(exc.message)")
+    r = scn.host.run([str(scn.venv.python), "-c", code], clean_env(), setup="mount -t tmpfs tmpfs /proc")
+    assert r.returncode == 0, r.stderr
+    cause, fix, message = r.stdout.splitlines()
+    assert (cause, fix) == ("no-proc-maps", "mount /proc"), r.stdout
+    assert message == ("cannot bind the hook in this running process: dlopen returned, but /proc/self/maps cannot "
+                       "be read, so that the hook is mapped cannot be confirmed"), r.stdout
+
+
 def test_activate_in_a_process_started_hooked_changes_nothing(scenario):
     scn = report_host(scenario)
     code = ("import os, tms_autopreload; before = dict(os.environ); p = tms_autopreload.activate(); "

@@ -209,6 +209,31 @@ def test_every_word_but_an_off_word_turns_the_kill_switch_on(value):
     assert tms_autopreload.kill_switch({"TMS_AUTOPRELOAD_DISABLE": "off"}) == (False, None)
 
 
+def test_a_mapped_build_that_ld_preload_does_not_name_is_resolved_again(tmp_path):
+    """A start reuses what a parent resolved only where every torch_memory_saver entry of LD_PRELOAD names the
+    one mapped build: where LD_PRELOAD names none (the build mapped some other way, or through a name without
+    the words), there is nothing to rewrite it from, and the start resolves (None), whatever the value."""
+    build = tmp_path / CU13
+    build.write_bytes(b"")
+    path = str(build)
+    for preload, want in (("", None), ("/opt/other.so", None), (f"/opt/{CU12}", None),
+                          (path, (path, path)), (f"/opt/a.so {path}", (path, f"{path}:/opt/a.so"))):
+        with environment({"LD_PRELOAD": preload}):
+            assert tms_autopreload._inherited([path], path) == want, preload
+
+
+def test_a_file_whose_path_cannot_be_examined_is_refused_not_raised(tmp_path):
+    """Who can write a file is judged component by component; a component that cannot be examined (gone
+    between the listing and the check, here never there) is a refusal naming the path, never an exception
+    out of the survey."""
+    from tms_autopreload import trust
+
+    gone = tmp_path / "gone" / CU13
+    refused = trust.refusal(str(gone), trust.Trusted([sys.prefix]))
+    assert refused is not None and refused.cause == "unchecked", refused
+    assert refused.message == f"cannot check who can write {gone} (No such file or directory)", refused.message
+
+
 def test_the_three_reported_inputs(world):
     """Three answers that once named the wrong thing: each now names the variable the user set."""
     exe = str(world["scn"].venv.python)

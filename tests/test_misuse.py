@@ -290,6 +290,17 @@ def test_fork_children_of_a_hooked_parent_are_hooked_and_nothing_warns(scenario,
     assert "forked inside configure_subprocess()" not in r.stderr, r.stderr
 
 
+def test_a_block_leaves_the_start_method_for_the_program_to_choose(scenario):
+    """The block reads multiprocessing's start method without fixing it: a program that chooses its start
+    method after a block (here in an unhooked process, where the block asks it) still can."""
+    scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
+    code = ("import multiprocessing, tms_autopreload\n"
+            "with tms_autopreload.configure_subprocess():\n    pass\n"
+            "multiprocessing.set_start_method('spawn')\nprint(multiprocessing.get_start_method())")
+    r = scn.run(["-c", code])
+    assert r.returncode == 0 and r.stdout == "spawn\n", r.stderr
+
+
 def test_fork_outside_a_block_says_nothing(scenario):
     scn = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))
     code = ("import multiprocessing, os, tms_autopreload.subprocesses\n"

@@ -154,7 +154,8 @@ def test_two_builds_mapped_at_start_end_with_only_the_right_one(scenario, mode):
 X86_64, X32, I386 = 0x0303, 0x0803, 0x0003  # FLAG_ELF_LIBC6 with FLAG_X8664_LIB64, FLAG_X8664_LIBX32, none
 
 
-def cache_bytes(entries: list[tuple[int, str, str]]) -> bytes:
+def cache_bytes(entries: list[tuple[int, str, str]], hwcaps: tuple[int, ...] = ()) -> bytes:
+    """``hwcaps``: each entry's hwcap word (0, a plain entry, where not given)."""
     header, entry = 48, 24
     strings = b""
     where: dict[str, int] = {}
@@ -164,8 +165,10 @@ def cache_bytes(entries: list[tuple[int, str, str]]) -> bytes:
             strings += text.encode() + b"\0"
     out = b"glibc-ld.so.cache1.1" + len(entries).to_bytes(4, "little") + len(strings).to_bytes(4, "little")
     out += bytes(20)  # flags, padding, extension_offset, unused
-    for flags, key, value in entries:
-        out += b"".join(v.to_bytes(4, "little") for v in (flags, where[key], where[value], 0)) + bytes(8)
+    for i, (flags, key, value) in enumerate(entries):
+        hwcap = hwcaps[i] if i < len(hwcaps) else 0
+        out += b"".join(v.to_bytes(4, "little") for v in (flags, where[key], where[value], 0))
+        out += hwcap.to_bytes(8, "little")
     return out + strings
 
 
@@ -186,6 +189,20 @@ def test_an_x32_entry_ahead_of_the_x86_64_one_is_passed_over(tmp_path):
     assert ldcache.LdCache(data, 3).lookup(name) is None
     assert ldcache.LdCache(data, 3).lookup("libonly32.so.1") == "/lib/i386-linux-gnu/libonly32.so.1"
     assert ldcache.load(62, str(tmp_path / "ld.so.cache")).lookup(name) == f"/lib/x86_64-linux-gnu/{name}"
+
+
+def test_a_name_the_cache_holds_only_in_a_glibc_hwcaps_subdirectory_is_found_there():
+    """ldconfig writes a library found only in a glibc-hwcaps subdirectory (``glibc-hwcaps/x86-64-v2``) as an
+    entry with its hwcap word set (DL_CACHE_HWCAP_EXTENSION and the subdirectory's index: 1 << 62 for the first,
+    what glibc 2.36's ldconfig writes for this layout). Where the cache has
+    no plain entry for the name, that one is the cache's answer, as ld.so takes it on a CPU that runs the
+    subdirectory's code (every x86-64 CPU of the last fifteen years runs x86-64-v2); a name with no entry
+    at all is none."""
+    name = "libtms_test_hw.so.1"
+    hwcaps_path = f"/usr/lib/x86_64-linux-gnu/glibc-hwcaps/x86-64-v2/{name}"
+    data = cache_bytes([(X86_64, name, hwcaps_path)], hwcaps=(1 << 62,))
+    assert ldcache.LdCache(data, 62).lookup(name) == hwcaps_path
+    assert ldcache.LdCache(data, 62).lookup("libtms_test_other.so.1") is None
 
 
 def test_one_build_under_two_names_is_one_candidate(tmp_path):

@@ -176,6 +176,48 @@ def test_a_left_over_pth_whose_package_is_gone(scenario, python):
         assert_left_over_said(scn.run(user, env), pth, str(scn.venv.python), warn)
 
 
+def test_the_left_over_fallback_says_it_once_per_process(tmp_path, monkeypatch, capfd):
+    """site.py runs a venv's ``.pth`` twice (3.10-3.14), and copies of the start-up files may run it again:
+    :func:`tms_autopreload.leftover.left_over`, the code the fallback is written from, says it once however
+    often it is called (here in this process, under ``warn``, so that it returns)."""
+    from tms_autopreload import leftover
+
+    pth = tmp_path / "site-packages" / "tms_autopreload.pth"
+    pth.parent.mkdir()
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "prog")])
+    for name in ("TMS_AUTOPRELOAD_DISABLE", "SLIME_OFFLOAD_TRAIN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TMS_AUTOPRELOAD", "1")
+    monkeypatch.setenv("TMS_AUTOPRELOAD_ON_ERROR", "warn")
+    assert not hasattr(sys, "tms_autopreload_left_over")
+    try:
+        leftover.left_over(str(pth))
+        leftover.left_over(str(pth))
+    finally:
+        if hasattr(sys, "tms_autopreload_left_over"):
+            del sys.tms_autopreload_left_over
+    err = capfd.readouterr().err
+    assert err.count(f"tms-autopreload: {pth} is left over") == 1, err
+
+
+def test_the_left_over_fix_looks_for_pip_where_this_interpreter_would_find_it(tmp_path, monkeypatch):
+    """Outside a venv the site directories site.py has still to add count (a user site's ``.pth`` runs before
+    the system's site-packages is on the path); in a venv the base's do not, pip there or not for the venv."""
+    import site as site_module
+
+    from tms_autopreload import leftover
+
+    base, user_site = tmp_path / "base-site", tmp_path / "site"
+    (base / "pip").mkdir(parents=True)
+    user_site.mkdir()
+    monkeypatch.setattr(sys, "path", [])
+    monkeypatch.setattr(site_module, "getsitepackages", lambda: [str(base)])
+    monkeypatch.setattr(sys, "base_prefix", sys.prefix)
+    assert leftover._pip_found(str(user_site))  # not a venv: the system's site-packages, still to be added
+    monkeypatch.setattr(sys, "base_prefix", str(tmp_path / "base"))
+    assert not leftover._pip_found(str(user_site))  # a venv: its base's pip is not the venv's
+
+
 # ---------------------------------------------------------------- what 3.18 needs
 
 # (version, wheels offered, the one pip must choose). The plain wheel is this project's; the tagged
