@@ -386,3 +386,29 @@ def test_a_failing_drivers_row_error_reads_whole_from_a_foreign_document(driver,
 
     row = rows.node_row("n", "192.0.2.1", "id", {"survey": {"plan": {"build": "/x.so"}, "driver": driver}}, None)
     assert row["ok"] is False and row["error"] == said
+
+
+def test_a_nodes_row_names_its_torch_and_the_hooks_its_worker_mapped():
+    """The table's torch column from the node's survey, and the error of a worker that started unhooked:
+    what it mapped instead, or none."""
+    survey = {"plan": {"build": "/x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"}, "driver": {"verdict": "ok"},
+              "error": None, "runtime": {"kind": "cuda", "major": 13, "torch_version": "2.9.1+cu130"}}
+    other = "/y/torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+    for mapped, said in (([other], f"mapped: {[other]}"), ([], "mapped: none")):
+        answer = {"survey": survey, "started": {"hooked": False, "mapped": mapped, "libcudart": ["/x/libcudart.so.13"]}}
+        row = rows.node_row("gpu", "10.0.0.1", "a" * 16, answer, None, gpus=8)
+        assert not row["ok"] and row["error"] == f"the worker started unhooked ({said}, 1 libcudart)", row
+    line = rows.render([row]).splitlines()[1]
+    assert "2.9.1+cu130 (CUDA 13)" in line and "the worker started unhooked" in line, line
+
+
+def test_doctor_json_documents_of_many_nodes_are_read_back_one_row_each():
+    """``doctor --nodes``: the documents nodes printed into one stream, each a row named by its hostname."""
+    doc = {"ok": True, "error": None, "plan": {"build": "/x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"},
+           "runtime": {"kind": "cuda", "major": 13}, "driver": {"verdict": "ok"}, "hostname": "gpu1",
+           "python": "3.11.9", "versions": {"tms_autopreload": "1", "torch_memory_saver": "0.0.10"}}
+    text = "\n".join(json.dumps({**doc, "hostname": name}) for name in ("gpu1", "gpu2"))
+    got = rows.document_rows(text)
+    assert [(r["name"], r["ok"], r["error"]) for r in got] == [("gpu1", True, None), ("gpu2", True, None)], got
+    anonymous = {k: v for k, v in doc.items() if k not in ("hostname", "python")}
+    assert [(r["name"], r["ok"]) for r in rows.document_rows(json.dumps(anonymous))] == [(None, True)]
