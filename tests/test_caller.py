@@ -256,6 +256,23 @@ def test_a_callers_own_runtime_directory_stays_theirs(scenario, own):
     assert docs[0] == docs[1], docs
 
 
+
+def test_only_the_plans_build_is_taken_out_of_the_callers_preload():
+    """``before_plan``: a torch_memory_saver build goes by its released name or as the build the state
+    names (a link of another name); a caller's own file in a folder named after torch_memory_saver stays."""
+    from tms_autopreload import STATE_VAR, state_key
+    from tms_autopreload.commands.caller_env import before_plan
+
+    own = {"LD_PRELOAD": "/opt/torch_memory_saver/libmine.so", "HOME": "/root"}
+    assert before_plan(own) == own
+    link = "/opt/torch_memory_saver/hook.so"
+    applied = {"LD_PRELOAD": f"{link}:/usr/libexec/coreutils/libstdbuf.so", STATE_VAR: state_key(link, {}),
+               "HOME": "/root"}
+    assert before_plan(applied) == {"LD_PRELOAD": "/usr/libexec/coreutils/libstdbuf.so", "HOME": "/root"}
+    released = {"LD_PRELOAD": f"/x/torch_memory_saver_hook_mode_preload_cu13.abi3.so:{own['LD_PRELOAD']}"}
+    assert before_plan(released) == {"LD_PRELOAD": own["LD_PRELOAD"]}
+
+
 @pytest.mark.slow  # two venvs of its own
 def test_a_plan_applied_by_another_environment_is_taken_out(scenario):
     """A hooked process of venv A runs venv B's command (a notebook of one environment calling another's

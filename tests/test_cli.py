@@ -107,3 +107,28 @@ def test_gpu_check_runs_on_a_gpu_and_says_clearly_when_there_is_none():
         return
     assert r.returncode == 2 and r.stderr.startswith("gpu-check: no NVIDIA GPU here"), r.stdout + r.stderr
     pytest.skip("no NVIDIA GPU on this machine: gpu-check said so (exit 2) and checked nothing")
+
+
+def test_doctor_says_when_an_override_splits_the_hook_from_torchs_runtime(scenario):
+    """``TMS_AUTOPRELOAD_CUDA_MAJOR=12`` on a CUDA 13 torch where a CUDA 12 runtime is installed: the plan
+    takes the cu12 build, and ``runtime.split`` says what torch links, which override and the fix; not ok."""
+    scn = report_host(scenario, host=("driver", "cuda13", "cuda12"))
+    doc = scn.doctor({"TMS_AUTOPRELOAD_CUDA_MAJOR": "12"})
+    assert doc["plan"]["build"].endswith("_cu12.abi3.so") and not doc["ok"], doc
+    assert doc["runtime"]["split"] == {"torch_library": "libcudart.so.13",
+                                       "overrides": ["TMS_AUTOPRELOAD_CUDA_MAJOR='12'"], "cause": "split-runtime",
+                                       "fix": "`unset TMS_AUTOPRELOAD_CUDA_MAJOR` to use torch's runtime"}, doc
+    doc = scn.doctor()
+    assert doc["ok"] and doc["runtime"]["split"] is None, doc
+
+
+def test_a_second_runtime_copys_warning_says_whence_it_comes():
+    from tms_autopreload.commands.report import warning_of_second
+
+    second = {"path": "/x/nvidia/cuda_runtime/lib/libcudart.so.12", "shared": "/x/nvidia/cu13/lib/libcudart.so.13",
+              "wheel": "nvidia-cuda-runtime-cu12", "site": "/x", "pip_refuses": None, "required_by": ["vllm"],
+              "conditions": {}, "fix": None}
+    said = warning_of_second(second)
+    assert said.endswith("; it comes with nvidia-cuda-runtime-cu12, and it stays while vllm requires it"), said
+    said = warning_of_second({**second, "wheel": None, "required_by": []})
+    assert said.endswith("; no installed distribution records it, and remove it if nothing needs it"), said

@@ -403,6 +403,106 @@ def test_deep_json_has_its_documented_keys_with_and_without_a_plan(scenario):
     assert set(doc) == DEEP_KEYS, doc
 
 
+
+def _evidence(runtimes=("/x/nvidia/cu13/lib/libcudart.so.13",), **fields):
+    from tms_autopreload.commands.binding_log import Evidence
+
+    ev = Evidence("torch", "/x/hook_cu13.so", runtimes[0], ("cudaMalloc", "cudaFree"))
+    ev.hook_mapped, ev.runtimes = True, list(runtimes)
+    for name, value in fields.items():
+        setattr(ev, name, value)
+    return ev
+
+
+def _library(path, status, reason, **bound):
+    from tms_autopreload.commands.binding_log import Library
+
+    lib = Library(path)
+    lib.bound, lib.status, lib.reason = bound, status, reason
+    return lib
+
+
+def test_deep_report_names_where_each_reference_went_and_a_cause_only_with_its_fix():
+    """The text of ``doctor --deep``, rendered from the evidence: a bypassed library names the object its
+    references were bound to, an unbound one says "nothing"; no cause line where nothing is wrong; where
+    two runtime copies take bindings, the verdict says so and the cause line carries its fix."""
+    runtime = "/x/nvidia/cu13/lib/libcudart.so.13"
+    good = _library("/x/torch/lib/libc10_cuda.so", "intercepted", "every reference binds to the hook",
+                    cudaMalloc="/x/hook_cu13.so", cudaFree="/x/hook_cu13.so")
+    bypassed = _library("/x/lib/libstatic.so", "bypassed", "bound to it", cudaMalloc="/x/lib/libstatic.so")
+    unbound = _library("/x/lib/libweak.so", "unbound", "left unresolved", cudaFree=None)
+    ev = _evidence(libraries=[good, bypassed, unbound], bound_by={runtime: ["/x/torch/lib/libc10_cuda.so"]})
+    assert ev.ok is False and ev.cause is None and ev.verdict() == \
+        "BYPASSED: 2 of 3 libraries do not reach the hook"
+    lines = ev.text("the plan").splitlines()
+    assert "torch's CUDA allocator (libc10_cuda.so): cudaMalloc, cudaFree -> hook" in lines, lines
+    assert "libstatic.so: cudaMalloc -> libstatic.so (BYPASSED: bound to it)" in lines, lines
+    assert "libweak.so: cudaFree -> nothing (UNBOUND: left unresolved)" in lines, lines
+    assert lines[-1] == "verdict:  BYPASSED: 2 of 3 libraries do not reach the hook", lines
+    assert not [line for line in lines if line.startswith("cause:")], lines
+
+    ok = _evidence(libraries=[good], bound_by={runtime: ["/x/torch/lib/libc10_cuda.so"]})
+    assert ok.ok and ok.text("the plan").splitlines()[-1] == (
+        "verdict:  INTERCEPTED: every reference (1 libraries, 2 bindings) binds to the hook; one runtime library "
+        "mapped")
+
+    other = "/usr/local/cuda/lib64/libcudart.so.13"
+    two = _evidence((runtime, other), libraries=[good],
+                    bound_by={runtime: ["/x/torch/lib/libc10_cuda.so"], other: ["/x/lib/libnccl.so.2"]})
+    head = (f"NOT PROVEN: 2 runtime libraries are mapped after `import torch` ({runtime} (bound by 1 object), "
+            f"{other} (bound by 1 object)): ")
+    assert two.verdict() == head + ("so allocations the hook forwards and the rest of the module's CUDA calls can "
+                                    "land in different runtimes; expected exactly one that takes bindings")
+    assert two.text("the plan").splitlines()[-1] == (
+        "cause:    second-runtime-bound; fix: run `tms-autopreload doctor`: it names what each copy is and why it "
+        "is chosen")
+    elsewhere = _evidence((runtime, other), libraries=[good], bound_by={runtime: [], other: ["/x/a.so", "/x/b.so"]})
+    assert elsewhere.verdict() == (
+        f"NOT PROVEN: 2 runtime libraries are mapped after `import torch` ({runtime} (bound by 0 objects), {other} "
+        f"(bound by 2 objects)): so the calls land in {other}, not in {runtime}, the copy the plan binds for "
+        f"torch; expected that one alone to take bindings")
+
+
+def test_deep_without_a_library_that_references_the_symbols_proves_nothing():
+    ev = _evidence(bound_by={"/x/nvidia/cu13/lib/libcudart.so.13": []})
+    assert not ev.ok and ev.verdict() == "NOT PROVEN: no library loaded by `import torch` references cudaMalloc, " \
+                                         "cudaFree"
+
+
+def test_deep_as_is_checks_the_build_its_preload_names_else_the_plans():
+    """``doctor --deep --as-is``: the hook to look for is the torch_memory_saver build the environment's
+    LD_PRELOAD names by an absolute path; without one (none, or a bare name), the plan's."""
+    from tms_autopreload.commands.binding_log import under_test
+    from tms_autopreload.results import Plan
+
+    planned = "/site/torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+    plan = Plan(planned, planned, None, None)
+    own = "/opt/torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+    for preload, hook in ((f"/x/libfoo.so:{own}", own), ("", planned), ("/x/libfoo.so", planned),
+                          ("torch_memory_saver_hook_mode_preload_cu12.abi3.so", planned)):
+        environ = {"LD_PRELOAD": preload, "HOME": "/root"}
+        assert under_test(plan, as_is=True, environ=environ) == (environ, hook, "this environment as it is"), preload
+
+
+def test_deep_finds_unbound_references_past_a_mapped_file_that_is_no_elf_object(tmp_path):
+    """A process maps files that are no ELF object (the locale archive, a cache): the search for
+    references the log never bound reads every mapped object past them."""
+    from tms_autopreload.commands.binding_log import _unbound
+    from support import cc
+
+    runtime = cc(tmp_path / "rt" / "libcudart.so.13", "int cudaMalloc(void **p, unsigned long n) { return 0; }\n",
+                 "-Wl,-soname,libcudart.so.13")
+    user = cc(tmp_path / "libuser.so", "extern int cudaMalloc(void **p, unsigned long n);\n"
+              "int use(void) { void *p; return cudaMalloc(&p, 1); }\n",
+              f"-L{runtime.parent}", "-l:libcudart.so.13")
+    archive = tmp_path / "locale-archive"
+    archive.write_bytes(b"not an ELF object\n" * 64)
+    ev = _evidence((str(runtime),))
+    libraries = {}
+    _unbound([str(archive), str(user)], "libcudart.so.13", frozenset({"cudaMalloc", "cudaFree"}), libraries, ev)
+    assert list(libraries) == [str(user)] and libraries[str(user)].bound == {"cudaMalloc": None}
+
+
 # ---------------------------------------------------------------- LD_PRELOAD naming a runtime library
 
 def test_a_preloaded_runtime_library_is_the_one_the_process_binds(scenario, parts, tmp_path):

@@ -386,3 +386,62 @@ def test_a_failing_drivers_row_error_reads_whole_from_a_foreign_document(driver,
 
     row = rows.node_row("n", "192.0.2.1", "id", {"survey": {"plan": {"build": "/x.so"}, "driver": driver}}, None)
     assert row["ok"] is False and row["error"] == said
+
+
+def test_a_nodes_row_names_its_torch_and_the_hooks_its_worker_mapped():
+    """The table's torch column from the node's survey, and the error of a worker that started unhooked:
+    what it mapped instead, or none."""
+    survey = {"plan": {"build": "/x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"}, "driver": {"verdict": "ok"},
+              "error": None, "runtime": {"kind": "cuda", "major": 13, "torch_version": "2.9.1+cu130"}}
+    other = "/y/torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+    for mapped, said in (([other], f"mapped: {[other]}"), ([], "mapped: none")):
+        answer = {"survey": survey, "started": {"hooked": False, "mapped": mapped, "libcudart": ["/x/libcudart.so.13"]}}
+        row = rows.node_row("gpu", "10.0.0.1", "a" * 16, answer, None, gpus=8)
+        assert not row["ok"] and row["error"] == f"the worker started unhooked ({said}, 1 libcudart)", row
+    line = rows.render([row]).splitlines()[1]
+    assert "2.9.1+cu130 (CUDA 13)" in line and "the worker started unhooked" in line, line
+
+
+def test_doctor_json_documents_of_many_nodes_are_read_back_one_row_each():
+    """``doctor --nodes``: the documents nodes printed into one stream, each a row named by its hostname."""
+    doc = {"ok": True, "error": None, "plan": {"build": "/x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"},
+           "runtime": {"kind": "cuda", "major": 13}, "driver": {"verdict": "ok"}, "hostname": "gpu1",
+           "python": "3.11.9", "versions": {"tms_autopreload": "1", "torch_memory_saver": "0.0.10"}}
+    text = "\n".join(json.dumps({**doc, "hostname": name}) for name in ("gpu1", "gpu2"))
+    got = rows.document_rows(text)
+    assert [(r["name"], r["ok"], r["error"]) for r in got] == [("gpu1", True, None), ("gpu2", True, None)], got
+    anonymous = {k: v for k, v in doc.items() if k not in ("hostname", "python")}
+    assert [(r["name"], r["ok"]) for r in rows.document_rows(json.dumps(anonymous))] == [(None, True)]
+
+
+RAY_STANDIN = {
+    "ray/__init__.py": "import os, sys\n\n\ndef init(**kw):\n"
+                       "    if os.environ['TMS_TEST_RAY_STANDIN'] == 'raise':\n"
+                       "        raise ConnectionError('ray.init: stand-in context\\n'\n"
+                       "                              'no cluster answers at this address')\n"
+                       "    sys.stderr.write('stand-in: the core worker ended this driver\\n')\n"
+                       "    sys.stderr.flush()\n"
+                       "    os._exit(1)\n",
+    "ray/util/__init__.py": "",
+    "ray/util/scheduling_strategies.py": "class NodeAffinitySchedulingStrategy:\n    pass\n",
+    "ray/runtime_env.py": "class RuntimeEnv(dict):\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("how, said", [
+    ("raise", "no cluster answers at this address"),
+    ("exit", "Ray's client ended: stand-in: the core worker ended this driver"),
+])
+def test_a_driver_that_ray_ends_says_why_at_once(tmp_path, how, said):
+    """``doctor --ray``'s driver reports what ``ray.init`` raised (its last line), and a driver that Ray's
+    core worker ends without a word of its own is said as that, with Ray's last line, not as a silence
+    until ``--timeout``. Ray is a stand-in here whose ``ray.init`` raises or ends the process (the real
+    one, against real addresses: test_nothing_listening_ends_at_once_with_exit_2 and its neighbours)."""
+    for name, text in RAY_STANDIN.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    env = clean_env(PYTHONPATH=f"{tmp_path}:{ROOT}", TMS_TEST_RAY_STANDIN=how)
+    r = subprocess.run([sys.executable, "-m", "tms_autopreload", "doctor", "--ray", "--address", "auto",
+                        "--timeout", "20"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr == f"tms-autopreload doctor --ray: cannot reach the Ray cluster at auto: {said}\n", r.stderr

@@ -267,9 +267,15 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
         child = subprocess.Popen([sys.executable, "-c", "from tms_autopreload.commands.ray_driver import main; main()"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=unflagged,
                                  start_new_session=True)
+        ended = False
         try:
-            events = _events(child, json.dumps(request), start + timeout, progress)
+            events, ended = _events(child, json.dumps(request), start + timeout, progress)
         finally:
+            if ended:  # its stdout closed as it exited, a moment before its exit can be waited for
+                try:
+                    child.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
             exited = child.poll() is not None
             if not exited:
                 os.killpg(child.pid, signal.SIGKILL)
@@ -299,8 +305,8 @@ def run(address: str, job_runtime_env: "dict[str, Any] | None", timeout: float,
 
 
 def _events(child: "subprocess.Popen[bytes]", request: str, deadline: float,
-            progress: "Callable[[int, int], None] | None") -> "list[dict[str, Any]]":
-    """The child's events until it is done, it exits, or the deadline passes."""
+            progress: "Callable[[int, int], None] | None") -> "tuple[list[dict[str, Any]], bool]":
+    """The child's events until it is done, it exits, or the deadline passes; and whether its stdout ended."""
     assert child.stdin is not None and child.stdout is not None
     child.stdin.write(request.encode())
     child.stdin.close()
@@ -313,7 +319,7 @@ def _events(child: "subprocess.Popen[bytes]", request: str, deadline: float,
             continue
         chunk = os.read(fd, 65536)
         if not chunk:
-            break
+            return events, True
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
@@ -325,5 +331,5 @@ def _events(child: "subprocess.Popen[bytes]", request: str, deadline: float,
             if event["event"] == "progress" and progress is not None:
                 progress(event["answered"], event["total"])
             if event["event"] in ("done", "noray", "badenv", "unreachable", "refused", "lost"):
-                return events
-    return events
+                return events, False
+    return events, False
