@@ -87,8 +87,10 @@ fuzz: $(VENV)/.ready
 MUTANTS_VENV ?= .venv-mutants
 MUTANTS_SEED ?= 2026
 MUTANTS_BUDGET ?= 30
+# What tools/prereqs.py checks first: the fast lane's needs (`test` with --then-full or --lane test).
+MUTANTS_NEEDS ?= check
 mutants: $(VENV)/.ready $(MUTANTS_VENV)/.ready
-	$(VENV)/bin/python tools/prereqs.py check
+	$(VENV)/bin/python tools/prereqs.py $(MUTANTS_NEEDS)
 	$(VENV)/bin/python tools/mutants.py --generated --cosmic-ray $(MUTANTS_VENV)/bin/cosmic-ray \
 		--sample 100000 --seed $(MUTANTS_SEED) --budget $(MUTANTS_BUDGET) -j $(JOBS) $(MUTANTS_ARGS)
 

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,50 @@ def test_the_options_refuse_a_bad_shard_and_a_missing_cosmic_ray(tmp_path):
                         (["--generated", "--cosmic-ray", missing], "`make mutants` installs cosmic-ray")):
         r = subprocess.run([sys.executable, str(TOOL), *argv], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and words in r.stderr, r.stderr
+
+
+def test_options_that_need_generated_mutants_or_a_fast_lane_say_so():
+    for argv, words in ((["--since", "main"], "--since select among generated mutants: add --generated"),
+                        (["--shard", "1/2", "--sample", "3"], "--sample, --shard select among generated mutants"),
+                        (["--then-full", "--lane", "test"], "with --lane test there are none")):
+        r = subprocess.run([sys.executable, str(TOOL), *argv], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and words in r.stderr, (argv, r.stderr)
+
+
+@pytest.mark.slow  # a pytest session, interrupted
+def test_a_terminated_run_ends_its_tests_and_leaves_no_scratch_tree(tmp_path):
+    """SIGTERM while a mutant's tests run: they are ended, no other mutant starts, and the scratch copies (one
+    of them mutated) are gone, within seconds."""
+    tree = tmp_path / "tree"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "pkg.py").write_text(SOURCE)
+    (tree / "tests" / "test_pkg.py").write_text(TEST + "\n\ndef test_slow_in_a_mutant():\n"
+                                                "    if 'mutant-' in __file__:\n        import time\n"
+                                                "        time.sleep(300)\n")
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    mutants = tmp_path / "mutants"
+    mutants.mkdir()
+    for n in (1, 2):
+        (mutants / f"0{n}-comment.patch").write_text(
+            patch("a comment reworded", "    # twice x\n    return 2 * x", f"    # {n} times x\n    return 2 * x"))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    p = subprocess.Popen([sys.executable, str(TOOL), "--root", str(tree), "--mutants", str(mutants)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**support.clean_env(), "TMPDIR": str(temp)})
+    try:
+        assert p.stdout is not None
+        assert p.stdout.readline().startswith("unchanged tree"), p.stderr
+        deadline = time.monotonic() + 60
+        while not list(temp.glob("tms-mutants-*/mutant-*")):
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.1)
+        time.sleep(2)  # its pytest has started
+        p.terminate()
+        out, err = p.communicate(timeout=30)
+        assert p.returncode != 0 and "killed" not in out and "survived" not in out, (out, err)
+        assert list(temp.glob("tms-mutants-*")) == []  # (the inner pytest keeps its own base in TMPDIR)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,11 +109,29 @@ def run_tests(tree: Path, tests: list[str], timeout: float, lane: str = "check",
                "-p", "no:cacheprovider", *(["-n", str(workers), "--dist", "loadscope"] if workers else ["-x"]),
                *tests]
     env = {**os.environ, "TMS_TEST_STRICT": "1"}
-    try:
-        r = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"no answer within {timeout:.0f} s"
-    return r.returncode, (r.stdout + r.stderr)[-2000:]
+    with subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as child:
+        RUNNING.add(child)
+        try:
+            out, _ = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            return None, f"no answer within {timeout:.0f} s"
+        finally:
+            RUNNING.discard(child)
+    return child.returncode, out[-2000:]
+
+
+# The test runs under way: SIGTERM or SIGINT ends them before this process unwinds, so that its scratch trees
+# go too.
+RUNNING: set[subprocess.Popen[str]] = set()
+
+
+def _terminated(signum: int, frame: object) -> None:
+    for child in list(RUNNING):
+        child.terminate()
+    raise KeyboardInterrupt
 
 
 def present(tree: Path, tests: list[str]) -> list[str]:
@@ -167,6 +186,12 @@ def options(argv: list[str] | None) -> argparse.Namespace:
                         help="run each survivor again with all its tests, as `make test` runs them (slow ones too)")
     parser.add_argument("--report", type=Path, metavar="FILE", help="write each outcome as a JSON line here")
     args = parser.parse_args(argv)
+    generated_only = [o for o, given in (("--sample", args.sample is not None), ("--since", args.since),
+                                         ("--shard", args.shard)) if given]
+    if generated_only and not args.generated:
+        parser.error(f"{', '.join(generated_only)} select among generated mutants: add --generated")
+    if args.then_full and args.lane == "test":
+        parser.error("--then-full runs the fast lane's survivors in make test's lane; with --lane test there are none")
     if args.shard:
         k, _, n = args.shard.partition("/")
         if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
@@ -188,6 +213,10 @@ def chosen(args: argparse.Namespace, base: Path, work: Path) -> list[Mutant | Ge
         found = list(selected([g for g in every if not args.only or any(o in g.name for o in args.only)],
                               sample=args.sample, seed=args.seed, since=since, shard=args.shard))
         print(f"cosmic-ray: {len(every)} mutants of the kept operators; this run tries {len(found)}", flush=True)
+        if not found:
+            raise SystemExit("no generated mutant matches" + (f" {' '.join(args.only)}" if args.only else "")
+                             + (" on the lines changed since " + args.since if args.since else "")
+                             + ": names are module:line:operator#occurrence, and lines move as the code changes")
     if args.tests:
         for mutant in found:
             mutant.tests = args.tests
@@ -196,6 +225,8 @@ def chosen(args: argparse.Namespace, base: Path, work: Path) -> list[Mutant | Ge
 
 def main(argv: list[str] | None = None) -> int:
     args = options(argv)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _terminated)
     args.root, args.cosmic_ray = args.root.resolve(), args.cosmic_ray.absolute()
     started = time.monotonic()
     deadline = started + 60 * args.budget if args.budget else None
@@ -234,11 +265,16 @@ def main(argv: list[str] | None = None) -> int:
                   + (f"; {counts[NOT_RUN]} not run within the budget" if counts[NOT_RUN] else "")
                   + f"; {time.monotonic() - started:.0f} s in all", flush=True)
             survivors = [m for m in mutants if m.outcome == SURVIVED]
-            if args.then_full and args.lane == "check" and survivors:
+            if args.then_full and survivors:
+                if deadline and time.monotonic() > deadline:
+                    print(f"make test on the survivors: none run, {len(survivors)} not run within the budget")
+                    return 1 if counts[ERROR] else 0
                 if not baseline(survivors, "test"):
                     return 2
                 full = judge_all(survivors, lambda m: judge(m, "test"), args.jobs, "test", report)
+                counts[ERROR] += full[ERROR]
                 print(f"make test on the survivors: {rate(full[KILLED], full[KILLED] + full[SURVIVED])} more killed"
+                      + (f"; {full[ERROR]} not judged" if full[ERROR] else "")
                       + (f"; {full[NOT_RUN]} not run within the budget" if full[NOT_RUN] else "")
                       + f"; {time.monotonic() - started:.0f} s in all")
         finally:
@@ -252,7 +288,8 @@ def judge_all(mutants: Sequence[Mutant | Generated], judge: Callable[[Mutant | G
     """Judge each mutant (``jobs`` at once), print each outcome as it comes, write it to ``report``; the counts.
     Each mutant keeps its last outcome (``.outcome``)."""
     counts = {KILLED: 0, SURVIVED: 0, ERROR: 0, NOT_RUN: 0}
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max(1, jobs))
+    try:
         for mutant, (outcome, seconds, detail) in zip(mutants, pool.map(judge, mutants), strict=True):
             counts[outcome] += 1
             mutant.outcome = outcome
@@ -262,7 +299,9 @@ def judge_all(mutants: Sequence[Mutant | Generated], judge: Callable[[Mutant | G
                 print(f"         {detail}", flush=True)
             if report:
                 report.write(json.dumps({"name": mutant.name, "lane": lane, "outcome": outcome,
-                                         "seconds": round(seconds, 1)}) + "\n")
+                                         "seconds": round(seconds, 1), "detail": detail}) + "\n")
+    finally:
+        pool.shutdown(cancel_futures=True)  # interrupted: start no other mutant
     return counts
 
 
