@@ -72,14 +72,20 @@ def test_everything_missing_is_listed_at_once(tmp_path):
             "on PATH (util-linux)\n") in r.stderr, r.stderr
 
 
+def _check_with_cache_on_a_tmpfs(mountpoint, size):
+    """`prereqs.py check` with its download cache on a tmpfs of ``size`` mounted at ``mountpoint``, in a private
+    mount namespace."""
+    mountpoint.mkdir()
+    script = f'mount -t tmpfs -o size={size} tmpfs "{mountpoint}" && exec "$@"'
+    return subprocess.run([*unshare_mounts(), "sh", "-c", script, "sh", sys.executable, str(PREREQS), "check"],
+                          capture_output=True, text=True, timeout=120,
+                          env=clean_env(TMS_TEST_CACHE=str(mountpoint / "cache")))
+
+
 def test_a_full_disk_is_named_with_what_is_needed(tmp_path):
     """A 16 MiB tmpfs as the download cache, in a private mount namespace."""
     small = tmp_path / "small"
-    small.mkdir()
-    script = f'mount -t tmpfs -o size=16m tmpfs "{small}" && exec "$@"'
-    r = subprocess.run([*unshare_mounts(), "sh", "-c", script, "sh", sys.executable, str(PREREQS), "check"],
-                       capture_output=True, text=True, timeout=120,
-                       env=clean_env(TMS_TEST_CACHE=str(small / "cache")))
+    r = _check_with_cache_on_a_tmpfs(small, "16m")
     assert r.returncode == 1
     assert f"  - disk space: 0.0 GiB free under {small}, 1.0 GiB needed\n" in r.stderr, r.stderr
     assert "TMS_TEST_CACHE" in r.stderr
@@ -89,11 +95,7 @@ def test_a_cache_on_another_file_system_than_the_temporary_directory_is_named(tm
     """A tmpfs as the download cache, the temporary directory where it was: the hard-linked venv copies
     would fail there (cp -al across file systems), so prereqs names both places and the fix."""
     other = tmp_path / "other"
-    other.mkdir()
-    script = f'mount -t tmpfs -o size=2g tmpfs "{other}" && exec "$@"'
-    r = subprocess.run([*unshare_mounts(), "sh", "-c", script, "sh", sys.executable, str(PREREQS), "check"],
-                       capture_output=True, text=True, timeout=120,
-                       env=clean_env(TMS_TEST_CACHE=str(other / "cache")))
+    r = _check_with_cache_on_a_tmpfs(other, "2g")
     assert r.returncode == 1
     assert (f"  - the download cache and the temporary directory on one file system: the download cache "
             f"({other / 'cache'}, on the file system of {other}) and the temporary directory") in r.stderr, r.stderr
