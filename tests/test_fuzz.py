@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload
-from tms_autopreload import elf, ldcache, ldso, runtime, sitepath, trace
+from tms_autopreload import elf, glibc_hwcaps, ldcache, ldso, runtime, sitepath, trace
 from tms_autopreload.commands import binding_log as bindings
 from tms_autopreload.commands import main as cli
 from tms_autopreload.commands import node_documents as nodes
@@ -95,9 +95,22 @@ def test_elf_reader_raises_only_elferror(data):
                  st.binary(max_size=8192).map(lambda b: Path("/etc/ld.so.cache").read_bytes()[:4096] + b)),
        st.text(max_size=40))
 def test_ld_cache_parser_never_raises(data, name):
-    cache = _bounded(ldcache.LdCache, data, 62)
-    result = _bounded(cache.lookup, name)
-    assert result is None or isinstance(result, str)
+    for cache in (_bounded(ldcache.LdCache, data, 62), _bounded(ldcache.LdCache, data, 62, lambda: ("x86-64-v2",))):
+        result = _bounded(cache.lookup, name)
+        assert result is None or isinstance(result, str)
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=512),
+                 st.builds(lambda head, lines: head + "\n".join(lines),
+                           st.sampled_from(["Subdirectories of glibc-hwcaps directories, in priority order:\n", ""]),
+                           st.lists(st.builds("  {} {}".format, st.text(max_size=12),
+                                              st.sampled_from(["(supported, searched)", "(supported)", "",
+                                                               "(searched)"])), max_size=6))))
+def test_loader_hwcaps_list_parser_never_raises(text):
+    """``ld.so --help``'s glibc-hwcaps list (glibc_hwcaps.parse): names without blanks, whatever the text."""
+    names = _bounded(glibc_hwcaps.parse, text)
+    assert isinstance(names, tuple) and all(isinstance(n, str) and n and " " not in n for n in names)
 
 
 @FUZZ

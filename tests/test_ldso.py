@@ -230,3 +230,56 @@ def test_a_preload_entry_by_name_is_found_by_the_search_and_then_answers_that_na
     assert loader.preloaded == [(NAME, f"{tmp_path}/rpath/{NAME}")]
     assert answer(loader, build(tmp_path / "needer.so", runpath(place("runpath")))) == \
         (f"{tmp_path}/rpath/{NAME}", PRELOADED)
+
+
+# ---------------------------------------------------------------- glibc-hwcaps copies in the cache
+
+# GLIBC_TUNABLES that take ISA levels away from this CPU: none, x86-64-v4's and v3's, all but the baseline.
+HWCAPS_TUNABLES = ["", "glibc.cpu.hwcaps=-AVX512F,-AVX2", "glibc.cpu.hwcaps=-AVX512F,-AVX2,-SSE4_2"]
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the x86-64-vN subdirectories are x86-64's")
+@pytest.mark.parametrize("tunables", HWCAPS_TUNABLES, ids=["all-levels", "up-to-v2", "baseline"])
+def test_a_name_with_glibc_hwcaps_copies_is_answered_as_the_real_loader_maps_it(lib, tmp_path, tunables):
+    """ldconfig lists a library found plainly and under ``glibc-hwcaps/x86-64-v2/`` and ``x86-64-v3/`` three
+    times; ld.so maps the copy of the best subdirectory the CPU runs, the plain one where it runs none
+    (elf/dl-cache.c). The model asks the loader which it runs (``ld.so --help``, under the same
+    GLIBC_TUNABLES) and answers the file the real loader maps, from a cache built by the real ldconfig and
+    mounted as /etc/ld.so.cache."""
+    from support import Host
+    from tms_autopreload import glibc_hwcaps, ldcache
+
+    libdir = tmp_path / "lib"
+    for sub in ("", "glibc-hwcaps/x86-64-v2", "glibc-hwcaps/x86-64-v3"):
+        (libdir / sub).mkdir(parents=True, exist_ok=True)
+        shutil.copy(lib, libdir / sub / NAME)
+    host = need(Host, tmp_path / "host", [libdir])
+    program = build(tmp_path / "needer", "-Wl,--no-as-needed", f"-L{libdir}", "-l:" + NAME)
+    env = {"LD_TRACE_LOADED_OBJECTS": "1", **({"GLIBC_TUNABLES": tunables} if tunables else {})}
+    loader = read_dynamic(os.path.realpath(sys.executable)).interpreter
+    assert loader is not None
+    traced = host.run([loader, program.path], env)  # as ldd asks: the loader lists a library's objects too
+    assert traced.returncode == 0, traced
+    mapped = next(line.split(" => ")[1].split(" (")[0] for line in traced.stdout.splitlines() if NAME in line)
+
+    cache = ldcache.LdCache(host.cache.read_bytes(), program.info.machine,
+                            lambda: glibc_hwcaps.used(loader, {"GLIBC_TUNABLES": tunables}))
+    assert cache.lookup(NAME) == mapped
+    if not tunables and glibc_hwcaps.used(loader):
+        assert "/glibc-hwcaps/x86-64-v3/" in mapped  # this CPU runs x86-64-v3's code: that copy, not the plain
+    if tunables.endswith("SSE4_2"):
+        assert mapped == str(libdir / NAME)
+
+
+def test_the_loader_says_which_glibc_hwcaps_subdirectories_it_uses():
+    """``ld.so --help``'s list, read: the names marked "(supported, searched)", best first; none from a
+    loader that says nothing of them, or from one that cannot start."""
+    text = ("\nSubdirectories of glibc-hwcaps directories, in priority order:\n  x86-64-v4\n"
+            "  x86-64-v3 (supported, searched)\n  x86-64-v2 (supported, searched)\n\n"
+            "Legacy HWCAP subdirectories under library search path directories:\n  x86_64 (supported, searched)\n")
+    from tms_autopreload import glibc_hwcaps
+
+    assert glibc_hwcaps.parse(text) == ("x86-64-v3", "x86-64-v2")
+    assert glibc_hwcaps.parse("No subdirectories of glibc-hwcaps directories are searched.\n") == ()
+    assert glibc_hwcaps.used("/nonexistent/ld.so") == ()
+    assert glibc_hwcaps.used("/bin/false") == ()

@@ -154,22 +154,30 @@ def test_two_builds_mapped_at_start_end_with_only_the_right_one(scenario, mode):
 X86_64, X32, I386 = 0x0303, 0x0803, 0x0003  # FLAG_ELF_LIBC6 with FLAG_X8664_LIB64, FLAG_X8664_LIBX32, none
 
 
-def cache_bytes(entries: list[tuple[int, str, str]], hwcaps: tuple[int, ...] = ()) -> bytes:
-    """``hwcaps``: each entry's hwcap word (0, a plain entry, where not given)."""
+def cache_bytes(entries: list[tuple[int, str, str]], hwcaps: tuple[int, ...] = (),
+                subdirs: tuple[str, ...] = ()) -> bytes:
+    """``hwcaps``: each entry's hwcap word (0, a plain entry, where not given); ``subdirs``: the glibc-hwcaps
+    names an extension section lists (struct cache_extension, tag 1), by index."""
     header, entry = 48, 24
     strings = b""
     where: dict[str, int] = {}
-    for text in [t for _, key, value in entries for t in (key, value)]:
+    for text in [t for _, key, value in entries for t in (key, value)] + list(subdirs):
         if text not in where:
             where[text] = header + entry * len(entries) + len(strings)
             strings += text.encode() + b"\0"
+    strings += bytes(-len(strings) % 4)
+    extension_at = header + entry * len(entries) + len(strings) if subdirs else 0
     out = b"glibc-ld.so.cache1.1" + len(entries).to_bytes(4, "little") + len(strings).to_bytes(4, "little")
-    out += bytes(20)  # flags, padding, extension_offset, unused
+    out += bytes(4) + extension_at.to_bytes(4, "little") + bytes(12)  # flags, padding; extension_offset; unused
     for i, (flags, key, value) in enumerate(entries):
         hwcap = hwcaps[i] if i < len(hwcaps) else 0
         out += b"".join(v.to_bytes(4, "little") for v in (flags, where[key], where[value], 0))
         out += hwcap.to_bytes(8, "little")
-    return out + strings
+    out += strings
+    if subdirs:
+        words = (0xEAA42174, 1, 1, 0, extension_at + 24, 4 * len(subdirs), *(where[n] for n in subdirs))
+        out += b"".join(w.to_bytes(4, "little") for w in words)
+    return out
 
 
 def test_an_x32_entry_ahead_of_the_x86_64_one_is_passed_over(tmp_path):
@@ -191,18 +199,24 @@ def test_an_x32_entry_ahead_of_the_x86_64_one_is_passed_over(tmp_path):
     assert ldcache.load(62, str(tmp_path / "ld.so.cache")).lookup(name) == f"/lib/x86_64-linux-gnu/{name}"
 
 
-def test_a_name_the_cache_holds_only_in_a_glibc_hwcaps_subdirectory_is_found_there():
+def test_a_name_the_cache_holds_only_in_a_glibc_hwcaps_subdirectory_is_found_there(tmp_path):
     """ldconfig writes a library found only in a glibc-hwcaps subdirectory (``glibc-hwcaps/x86-64-v2``) as an
     entry with its hwcap word set (DL_CACHE_HWCAP_EXTENSION and the subdirectory's index: 1 << 62 for the first,
     what glibc 2.36's ldconfig writes for this layout). Where the cache has
-    no plain entry for the name, that one is the cache's answer, as ld.so takes it on a CPU that runs the
-    subdirectory's code (every x86-64 CPU of the last fifteen years runs x86-64-v2); a name with no entry
-    at all is none."""
+    no plain entry for the name, that one is the cache's answer where the loader uses the subdirectory (every
+    x86-64 CPU of the last fifteen years runs x86-64-v2), and none where it does not, or where the cache lists
+    no such subdirectory; a name with no entry at all is none."""
     name = "libtms_test_hw.so.1"
     hwcaps_path = f"/usr/lib/x86_64-linux-gnu/glibc-hwcaps/x86-64-v2/{name}"
-    data = cache_bytes([(X86_64, name, hwcaps_path)], hwcaps=(1 << 62,))
-    assert ldcache.LdCache(data, 62).lookup(name) == hwcaps_path
-    assert ldcache.LdCache(data, 62).lookup("libtms_test_other.so.1") is None
+    data = cache_bytes([(X86_64, name, hwcaps_path)], hwcaps=(1 << 62,), subdirs=("x86-64-v2",))
+    (tmp_path / "ld.so.cache").write_bytes(data)
+    listed = subprocess.run(["ldconfig", "-p", "-C", str(tmp_path / "ld.so.cache")], capture_output=True, text=True)
+    assert f'{name} (libc6,x86-64, hwcap: "x86-64-v2") => {hwcaps_path}' in listed.stdout, listed  # glibc's reading
+    assert ldcache.LdCache(data, 62, lambda: ("x86-64-v3", "x86-64-v2")).lookup(name) == hwcaps_path
+    assert ldcache.LdCache(data, 62, lambda: ("x86-64-v3",)).lookup(name) is None
+    assert ldcache.LdCache(data, 62).lookup(name) is None
+    assert ldcache.LdCache(data[:data.find(b"x86-64-v2")], 62, lambda: ("x86-64-v2",)).lookup(name) is None
+    assert ldcache.LdCache(data, 62, lambda: ("x86-64-v2",)).lookup("libtms_test_other.so.1") is None
 
 
 def test_one_build_under_two_names_is_one_candidate(tmp_path):

@@ -188,10 +188,10 @@ def test_traces_started_together_are_all_reaped_when_collecting_one_is_interrupt
     from tms_autopreload import trace
 
     spawned = []
-    real_spawn = trace._spawn
+    real_spawn = trace.spawn
 
-    def spawn(executable, env):
-        pid, fd = real_spawn(executable, env)
+    def spawn(argv, env):
+        pid, fd = real_spawn(argv, env)
         spawned.append((pid, fd))
         return pid, fd
 
@@ -210,7 +210,7 @@ def test_traces_started_together_are_all_reaped_when_collecting_one_is_interrupt
                 raise KeyboardInterrupt
             return os.read(fd, n)
 
-    monkeypatch.setattr(trace, "_spawn", spawn)
+    monkeypatch.setattr(trace, "spawn", spawn)
     collect = trace.start_traces([sys.executable, "/bin/sh", "/bin/sh"], dict(os.environ))
     monkeypatch.setattr(trace, "os", InterruptedOnce())
     with pytest.raises(KeyboardInterrupt):

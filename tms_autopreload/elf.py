@@ -37,6 +37,7 @@ __all__ = ["ElfError", "UnreadableFile", "DynamicInfo", "Symbols", "read_dynamic
 
 PT_LOAD = 1
 PT_DYNAMIC = 2
+PT_INTERP = 3
 DT_NULL = 0
 DT_NEEDED = 1
 DT_HASH = 4
@@ -55,6 +56,7 @@ STV_HIDDEN, STV_INTERNAL = 2, 1
 # Bounds on what a file may make us read: far above any real shared object.
 _MAX_PHNUM = 4096
 _MAX_DYN_ENTRIES = 65536
+_MAX_INTERP = 4096  # PATH_MAX: the kernel reads no longer PT_INTERP
 _MAX_STRTAB = 64 << 20  # libtorch_cuda.so's is 4.5 MB
 _MAX_SYMBOLS = 1 << 22  # libtorch_cpu.so has about 300,000
 # How far past the last wanted string offset a first read of the string table goes (a path in DT_RUNPATH
@@ -96,16 +98,17 @@ class DynamicInfo:
     import, more than the whole resolve, ``python3 tools/bench.py --imports``.)
     """
 
-    __slots__ = ("elf_class", "machine", "needed", "soname", "rpath", "runpath")
+    __slots__ = ("elf_class", "machine", "needed", "soname", "rpath", "runpath", "interpreter")
 
     def __init__(self, elf_class: int, machine: int, needed: tuple[str, ...], soname: str | None,
-                 rpath: tuple[str, ...], runpath: tuple[str, ...]) -> None:
+                 rpath: tuple[str, ...], runpath: tuple[str, ...], interpreter: "str | None" = None) -> None:
         self.elf_class = elf_class  # 32 or 64
         self.machine = machine  # e_machine
         self.needed = needed
         self.soname = soname
         self.rpath = rpath
         self.runpath = runpath
+        self.interpreter = interpreter  # PT_INTERP: the loader a program is started by (None for a library)
 
     @property
     def machine_name(self) -> str:
@@ -159,10 +162,10 @@ def read_kind(path: str) -> "tuple[int, int]":
 class _Layout:
     """An open object's header facts and dynamic entries: what both readers start from."""
 
-    __slots__ = ("fd", "size", "end", "is64", "machine", "loads", "tags")
+    __slots__ = ("fd", "size", "end", "is64", "machine", "loads", "tags", "interp")
 
     def __init__(self, fd: int, size: int, end: str, is64: bool, machine: int, loads: "list[tuple[int, int, int]]",
-                 tags: "list[tuple[int, int]]") -> None:
+                 tags: "list[tuple[int, int]]", interp: "tuple[int, int] | None" = None) -> None:
         self.fd = fd
         self.size = size  # the file's length: no read goes past it
         self.end = end  # byte order, as struct spells it ("<" or ">")
@@ -170,6 +173,7 @@ class _Layout:
         self.machine = machine
         self.loads = loads  # (vaddr, offset, filesz) of each PT_LOAD
         self.tags = tags  # dynamic entries up to DT_NULL
+        self.interp = interp  # (offset, filesz) of PT_INTERP, a program's loader path
 
     @property
     def elf_class(self) -> int:
@@ -262,6 +266,7 @@ def _layout(fd: int) -> _Layout:
 
     loads: list[tuple[int, int, int]] = []
     dynamic: tuple[int, int] | None = None
+    interp: tuple[int, int] | None = None
     for at in range(0, len(headers), phsize // word):
         first = headers[at]
         p_type = (first & 0xFFFFFFFF if order == "little" else first >> 32) if is64 else first
@@ -269,6 +274,8 @@ def _layout(fd: int) -> _Layout:
             loads.append((headers[at + _P_VADDR], headers[at + _P_OFFSET], headers[at + _P_FILESZ]))
         elif p_type == PT_DYNAMIC and dynamic is None:
             dynamic = (headers[at + _P_OFFSET], headers[at + _P_FILESZ])
+        elif p_type == PT_INTERP and interp is None:
+            interp = (headers[at + _P_OFFSET], min(headers[at + _P_FILESZ], _MAX_INTERP))
     if dynamic is None:
         raise ElfError("no PT_DYNAMIC segment (statically linked or not a shared object)")
 
@@ -280,7 +287,19 @@ def _layout(fd: int) -> _Layout:
         if tag == DT_NULL:
             break
         tags.append((tag, val))
-    return _Layout(fd, size, "<" if ei_data == 1 else ">", is64, machine, loads, tags)
+    return _Layout(fd, size, "<" if ei_data == 1 else ">", is64, machine, loads, tags, interp)
+
+
+def _interpreter(layout: _Layout) -> "str | None":
+    """PT_INTERP's path, or None: a library has none, and the loader reads it of no object it maps (only the
+    kernel does, of a program), so a bad one is no reason to refuse the object."""
+    if layout.interp is None:
+        return None
+    try:
+        data = layout.read(*layout.interp, "PT_INTERP")
+    except ElfError:
+        return None
+    return data.partition(b"\0")[0].decode("utf-8", "surrogateescape") or None
 
 
 def read_dynamic(path: str) -> DynamicInfo:
@@ -290,14 +309,15 @@ def read_dynamic(path: str) -> DynamicInfo:
     :class:`UnreadableFile` (an ElfError) when the file cannot be opened or read, or is not a regular file (a
     FIFO named like a build is refused without blocking).
     """
-    def parse(fd: int) -> "tuple[_Layout, list[tuple[int, int]], tuple[bytes, int, int]]":
+    def parse(fd: int) -> "tuple[_Layout, list[tuple[int, int]], tuple[bytes, int, int], str | None]":
         layout = _layout(fd)
         entries = [(t, v) for t, v in layout.tags if t in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)]
-        return layout, entries, (layout.strings(tuple(v for _, v in entries)) if entries else (b"", 0, 0))
+        return (layout, entries, (layout.strings(tuple(v for _, v in entries)) if entries else (b"", 0, 0)),
+                _interpreter(layout))
 
-    layout, entries, (strings, start, strsz) = _parsed(path, parse)
+    layout, entries, (strings, start, strsz), interpreter = _parsed(path, parse)
     if not entries:
-        return DynamicInfo(layout.elf_class, layout.machine, (), None, (), ())
+        return DynamicInfo(layout.elf_class, layout.machine, (), None, (), (), interpreter)
 
     needed: list[str] = []
     soname = None
@@ -313,7 +333,7 @@ def read_dynamic(path: str) -> DynamicInfo:
             rpath = tuple(p for p in text.split(":") if p)
         else:
             runpath = tuple(p for p in text.split(":") if p)
-    return DynamicInfo(layout.elf_class, layout.machine, tuple(needed), soname, rpath, runpath)
+    return DynamicInfo(layout.elf_class, layout.machine, tuple(needed), soname, rpath, runpath, interpreter)
 
 
 def _symbol_count(layout: _Layout) -> int:

@@ -6,6 +6,12 @@ one. This reads glibc's "new" cache format (``glibc-ld.so.cache1.1``, elf/cache.
 sysdeps/generic/dl-cache.h), alone or behind the old ``ld.so-1.7.0`` table, and keeps only
 entries the running interpreter's loader would accept (libc6 type, this machine's arch flag).
 
+A name may have entries for copies in ``glibc-hwcaps/NAME/`` subdirectories too (glibc 2.33 and later:
+their hwcap word holds ``DL_CACHE_HWCAP_EXTENSION`` and an index into the cache's list of NAMEs, and they come
+before the plain entry). The loader takes the one whose NAME is best in its own order of the names it uses,
+and the plain entry only where there is none (elf/dl-cache.c, ``search_cache``); which names it uses is
+asked of the loader (``glibc_hwcaps``), and only where such an entry is met.
+
 The cache is in the byte order of the machine that wrote it, which is the machine that reads it: its
 words are read with one ``memoryview.cast``, not ``struct`` (on the start-up path, where ``_struct``
 may be one more shared object to map).
@@ -14,6 +20,10 @@ may be one more shared object to map).
 import sys
 
 from . import read_regular
+
+TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["CACHE_PATH", "LdCache", "load"]
 
@@ -31,6 +41,16 @@ FLAG_ELF_LIBC6 = 0x0003
 FLAG_ARCH_MASK = 0xFF00
 # e_machine -> the arch flag ldconfig writes for that machine's 64-bit (or only) ABI.
 _ARCH_FLAG = {62: 0x0300, 183: 0x0A00, 3: 0x0000, 21: 0x0500, 22: 0x0600, 243: 0x1000}
+# The hwcap word's upper half: DL_CACHE_HWCAP_EXTENSION (1 << 62) and, in its low 10 bits, the x86 ISA level
+# the copy needs (dl_cache_hwcap_extension, sysdeps/x86/dl-cache.h).
+_EXTENSION_HIGH = 1 << 30
+_ISA_LEVEL_MASK = 0x3FF
+_X86_64 = 62
+# struct cache_file_new's extension_offset (from the file's start); struct cache_extension: magic, count,
+# then count sections of tag, flags, offset, size (4-byte words); tag 1 lists the glibc-hwcaps NAMEs.
+_EXTENSION_OFFSET_AT = 32
+_EXTENSION_MAGIC = 0xEAA42174
+_TAG_GLIBC_HWCAPS = 1
 
 
 class LdCache:
@@ -40,8 +60,14 @@ class LdCache:
     three or four names out of hundreds.
     """
 
-    def __init__(self, data: bytes = b"", machine: "int | None" = None) -> None:
+    def __init__(self, data: bytes = b"", machine: "int | None" = None,
+                 hwcaps_used: "Callable[[], tuple[str, ...]]" = tuple) -> None:
+        """``hwcaps_used``: the glibc-hwcaps NAMEs the loader uses, best first (asked once, when needed)."""
         self._data = data
+        self._machine = machine
+        self._hwcaps_used = hwcaps_used
+        self._priority: "dict[str, int] | None" = None  # NAME -> its rank in the loader's order (0: best)
+        self._hwcaps_names: "list[str | None] | None" = None  # the cache's NAMEs, by index
         self._start = data.find(_MAGIC_NEW)
         self._want_arch = _ARCH_FLAG.get(machine) if machine is not None else None
         self._nlibs = 0
@@ -85,7 +111,8 @@ class LdCache:
             base = start + _HEADER_SIZE
             self._words = memoryview(data[base:base + self._nlibs * _ENTRY_SIZE]).cast("I")
         words = self._words
-        hwcaps_path = None
+        best: "tuple[int, str] | None" = None  # (rank, path) of the best glibc-hwcaps copy so far
+        legacy = None
         for i in [i for i, k in enumerate(words[1::_ENTRY_WORDS]) if k in places]:
             flags, value, hwcap_low, hwcap_high = (words[_ENTRY_WORDS * i + j] for j in (0, 2, 4, 5))
             if flags & FLAG_TYPE_MASK != FLAG_ELF_LIBC6:
@@ -93,16 +120,68 @@ class LdCache:
             if self._want_arch is not None and flags & FLAG_ARCH_MASK != self._want_arch:
                 continue
             path = self._cstr(value)
-            if path is not None and not (hwcap_low or hwcap_high):
-                return path  # first plain entry wins
-            hwcaps_path = hwcaps_path or path  # a glibc-hwcaps subdirectory entry, if nothing else
-        return hwcaps_path
+            if path is None:
+                continue
+            if hwcap_high & ~_ISA_LEVEL_MASK == _EXTENSION_HIGH:
+                rank = self._rank(hwcap_low, hwcap_high & _ISA_LEVEL_MASK)
+                if rank is not None and (best is None or rank < best[0]):
+                    best = (rank, path)
+            elif hwcap_low or hwcap_high:
+                legacy = legacy or path  # a legacy hwcaps subdirectory (tls, haswell): not modelled, a last resort
+            else:
+                return path if best is None else best[1]  # the first plain entry, unless a copy is better
+        return legacy if best is None else best[1]
+
+    def _rank(self, index: int, isa_level: int) -> "int | None":
+        """Where the glibc-hwcaps NAME at ``index`` of the cache's list stands in the loader's order (0: best),
+        or None where the loader does not use it (glibc_hwcaps_priority). On x86-64 a copy also needs an ISA
+        level the CPU runs: level N > 0 is x86-64-v(N+1)'s, which the loader then uses too."""
+        if self._priority is None:
+            self._priority = {name: rank for rank, name in enumerate(self._hwcaps_used())}
+        names = self._names()
+        name = names[index] if index < len(names) else None
+        if name is None or name not in self._priority:
+            return None
+        if isa_level and self._machine == _X86_64 and f"x86-64-v{isa_level + 1}" not in self._priority:
+            return None
+        return self._priority[name]
+
+    def _names(self) -> "list[str | None]":
+        """The cache's glibc-hwcaps NAMEs by index (cache_extension_load, sysdeps/generic/dl-cache.h): none
+        where the extension is missing or malformed, as the loader then uses no such entry."""
+        if self._hwcaps_names is not None:
+            return self._hwcaps_names
+        self._hwcaps_names = []
+        data, at = self._data, self._start + _EXTENSION_OFFSET_AT
+        offset = int.from_bytes(data[at:at + 4], sys.byteorder) if self._start >= 0 else 0
+        if not offset or offset % 4 or offset + 8 > len(data):
+            return self._hwcaps_names
+        magic, count = (int.from_bytes(data[offset + k:offset + k + 4], sys.byteorder) for k in (0, 4))
+        if magic != _EXTENSION_MAGIC or offset + 8 + 16 * count > len(data):
+            return self._hwcaps_names
+        for k in range(count):
+            tag, _, start, size = (int.from_bytes(data[offset + 8 + 16 * k + w:offset + 12 + 16 * k + w],
+                                                  sys.byteorder) for w in (0, 4, 8, 12))
+            if start + size > len(data):
+                return self._hwcaps_names  # the loader drops every extension then
+            if tag == _TAG_GLIBC_HWCAPS and size and not start % 4 and not size % 4:
+                self._hwcaps_names = [self._string(int.from_bytes(data[start + w:start + w + 4], sys.byteorder))
+                                      for w in range(0, size, 4)]
+        return self._hwcaps_names
+
+    def _string(self, offset: int) -> "str | None":
+        """The NUL-terminated string at ``offset`` from the file's start (the NAMEs' base, unlike entries')."""
+        end = self._data.find(b"\0", offset)
+        if not 0 <= offset < len(self._data) or end < 0:
+            return None
+        return self._data[offset:end].decode("utf-8", "surrogateescape")
 
 
-def load(machine: "int | None", path: str = CACHE_PATH) -> LdCache:
+def load(machine: "int | None", path: str = CACHE_PATH,
+         hwcaps_used: "Callable[[], tuple[str, ...]]" = tuple) -> LdCache:
     """Read the cache at ``path``; a missing, unreadable or non-regular cache is an empty one, as for ld.so."""
     try:
         data = read_regular(path, 64 << 20)
     except OSError:
         return LdCache()
-    return LdCache(data, machine)
+    return LdCache(data, machine, hwcaps_used)

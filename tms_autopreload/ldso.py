@@ -150,6 +150,15 @@ def _accepts(path: str, want: DynamicInfo) -> bool:
         return False
 
 
+def _hwcaps_used(interpreter: "str | None") -> "tuple[str, ...]":
+    """The glibc-hwcaps subdirectories the program's loader uses, best first: asked of it (``glibc_hwcaps``)."""
+    if interpreter is None:
+        return ()
+    from . import glibc_hwcaps  # only where the cache holds such a copy of a name looked up
+
+    return glibc_hwcaps.used(interpreter)
+
+
 class Loader:
     """One process's view of the loader: its executable, LD_LIBRARY_PATH and cache."""
 
@@ -178,7 +187,7 @@ class Loader:
         if like is not None and like.executable.info.machine == info.machine:
             cache = like.cache
         else:
-            cache = ldcache.load(info.machine)
+            cache = ldcache.load(info.machine, hwcaps_used=lambda: _hwcaps_used(info.interpreter))
         return cls(Object(real, info), ld_library_path, cache, preload)
 
     def under(self, ld_library_path: "str | None", preload: str) -> "Loader":

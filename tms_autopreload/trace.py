@@ -16,7 +16,7 @@ TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up pat
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Trace", "run_trace", "run_traces", "start_traces"]
+__all__ = ["Trace", "collect", "run_trace", "run_traces", "spawn", "start_traces"]
 
 
 # glibc elf/rtld.c, for a preload entry it cannot load: "ERROR: ld.so: object '%s' from %s cannot be
@@ -105,12 +105,13 @@ def _parse(output: str, status: int) -> Trace:
     return Trace(resolved, tuple(loaded), tuple(missing), tuple(errors), tuple(skipped), status)
 
 
-def _spawn(executable: str, env: dict[str, str]) -> "tuple[int, int]":
-    """(pid, read end of its output pipe) of ``executable`` traced under ``env``."""
+def spawn(argv: "list[str]", env: dict[str, str]) -> "tuple[int, int]":
+    """(pid, read end of its output pipe) of ``argv`` started under ``env``: stdout and stderr on one pipe,
+    stdin from /dev/null. Raises OSError when it cannot be started."""
     read_fd, write_fd = os.pipe()
     try:
         pid = os.posix_spawn(
-            executable, [executable], env,
+            argv[0], argv, env,
             file_actions=[(os.POSIX_SPAWN_DUP2, write_fd, 1), (os.POSIX_SPAWN_DUP2, write_fd, 2),
                           (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)],
         )
@@ -122,7 +123,8 @@ def _spawn(executable: str, env: dict[str, str]) -> "tuple[int, int]":
     return pid, read_fd
 
 
-def _collect(pid: int, read_fd: int) -> Trace:
+def collect(pid: int, read_fd: int) -> "tuple[str, int]":
+    """(all it wrote, its exit code) of a program :func:`spawn` started."""
     chunks: list[bytes] = []
     try:
         while data := os.read(read_fd, 65536):
@@ -130,7 +132,7 @@ def _collect(pid: int, read_fd: int) -> Trace:
     finally:
         os.close(read_fd)  # a loader still writing then stops at its next write
         _, wait_status = os.waitpid(pid, 0)  # reaped even when the read was interrupted
-    return _parse(b"".join(chunks).decode("utf-8", "replace"), os.waitstatus_to_exitcode(wait_status))
+    return b"".join(chunks).decode("utf-8", "replace"), os.waitstatus_to_exitcode(wait_status)
 
 
 def start_traces(executables: "list[str]", env: dict[str, str]) -> "Callable[[], list[Trace | OSError]]":
@@ -149,15 +151,15 @@ def start_traces(executables: "list[str]", env: dict[str, str]) -> "Callable[[],
     started: "list[tuple[int, int] | OSError]" = []
     for executable in executables:
         try:
-            started.append(_spawn(executable, env))
+            started.append(spawn([executable], env))
         except OSError as exc:
             started.append(exc)
 
-    def collect() -> "list[Trace | OSError]":
+    def answers_in_order() -> "list[Trace | OSError]":
         answers: "list[Trace | OSError]" = []
         try:
             for s in started:
-                answers.append(s if isinstance(s, OSError) else _collect(*s))
+                answers.append(s if isinstance(s, OSError) else _parse(*collect(*s)))
         finally:
             for s in started[len(answers) + 1:]:  # after an exception: reap the rest, unread
                 if not isinstance(s, OSError):
@@ -165,7 +167,7 @@ def start_traces(executables: "list[str]", env: dict[str, str]) -> "Callable[[],
                     os.waitpid(s[0], 0)
         return answers
 
-    return collect
+    return answers_in_order
 
 
 def run_traces(executables: "list[str]", env: dict[str, str]) -> "list[Trace | OSError]":

@@ -28,7 +28,7 @@ PACKAGE = "tms_autopreload"
 # that group, cheapest first (a run stops at the first failure). A module no group names is an error.
 GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("aliases", ("__main__.py", "cli.py"), ("tests/test_cli.py",)),
-    ("loader", ("elf.py", "ldcache.py", "ldso.py", "trace.py"),
+    ("loader", ("elf.py", "ldcache.py", "glibc_hwcaps.py", "ldso.py", "trace.py"),
      ("tests/test_ldso.py", "tests/test_runpath_model.py", "tests/test_symbols.py", "tests/test_fuzz.py",
       "tests/test_mutant_kinds.py", "tests/test_resolver.py")),
     ("decision", ("decision.py", "attempt.py", "runtime.py", "builds.py", "gpu_libraries.py", "releases.py",
