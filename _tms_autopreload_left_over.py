@@ -31,20 +31,11 @@ def parse_flag(name: str, value: "str | None", unknown: bool = False) -> "tuple[
         return True, None
     if word in FALSE_WORDS:
         return False, None
-    return unknown, _unrecognised(name, value, "1/true/yes/on or 0/false/no/off",
-                                  "on (the hook is off)" if unknown else "off")
+    return unknown, unrecognised(name, value, "1/true/yes/on or 0/false/no/off",
+                                 "on (the hook is off)" if unknown else "off")
 
 
-def parse_choice(name: str, value: "str | None", choices: "tuple[str, ...]") -> "tuple[str, str | None]":
-    if value is None:
-        return choices[0], None
-    word = value.strip().lower()
-    if not word or word in choices:
-        return word or choices[0], None
-    return choices[0], _unrecognised(name, value, " or ".join(choices), choices[0])
-
-
-def _unrecognised(name: str, value: str, accepted: str, used: str) -> str:
+def unrecognised(name: str, value: str, accepted: str, used: str) -> str:
     return f"{name}={value!r} is not a recognised value (use {accepted}); using {used}"
 
 
@@ -279,6 +270,15 @@ def _has_ensurepip() -> bool:
 
 
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
+
+
+def parse_choice(name: str, value: "str | None", choices: "tuple[str, ...]") -> "tuple[str, str | None]":
+    if value is None:
+        return choices[0], None
+    word = value.strip().lower()
+    if not word or word in choices:
+        return word or choices[0], None
+    return choices[0], unrecognised(name, value, " or ".join(choices), choices[0])
 
 
 def way_out() -> str:

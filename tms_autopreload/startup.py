@@ -24,7 +24,7 @@ import os
 import sys
 
 from . import (DISABLE_VAR, EXEC_VAR, FLAG_VARS, MODE_VAR, MODES, NO_HOOK, ON_ERROR_POLICIES, ON_ERROR_VAR,
-               VERBOSE_VAR, mapped_hooks, parse_choice, parse_flag, reexecuted, say, split_preload, state_build)
+               VERBOSE_VAR, mapped_hooks, parse_flag, reexecuted, say, split_preload, state_build, unrecognised)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
@@ -58,8 +58,19 @@ def _cannot_exec() -> "str | None":
     return None
 
 
+def parse_choice(name: str, value: "str | None", choices: "tuple[str, ...]") -> "tuple[str, str | None]":
+    """(the choice, a warning) for a variable that names one of ``choices`` (any case); unset or empty
+    means ``choices[0]``, the default, and so does an unknown spelling, with a warning."""
+    if value is None:
+        return choices[0], None
+    word = value.strip().lower()
+    if not word or word in choices:
+        return word or choices[0], None
+    return choices[0], unrecognised(name, value, " or ".join(choices), choices[0])
+
+
 def _choice(name: str, choices: "tuple[str, ...]") -> str:
-    """A choice variable's value, its warning said at once (see :func:`tms_autopreload.parse_choice`)."""
+    """A choice variable's value, its warning said at once (see :func:`parse_choice`)."""
     value, warning = parse_choice(name, os.environ.get(name), choices)
     if warning:
         say("warning: " + warning)
