@@ -87,6 +87,17 @@ def test_elf_reader_raises_only_elferror(data):
             _bounded(reader, str(TMP))
         except elf.ElfError:
             pass
+    try:
+        symbols = _bounded(elf.read_symbols, str(TMP))
+    except elf.ElfError:
+        symbols = None
+    names = {"cudaMalloc", "main", ""} | (set(symbols.defined) | set(symbols.undefined) if symbols else set())
+    try:
+        found = _bounded(elf.defined_among, str(TMP), names)
+    except elf.ElfError:
+        assert symbols is None  # it reads less than read_symbols: no error where that has none
+    else:
+        assert symbols is None or found == symbols.defined & names
 
 
 @FUZZ
@@ -465,3 +476,16 @@ def test_offset_past_off_t_found_by_fuzzing(tmp_path):
         assert "truncated file" in str(exc)
     else:
         raise AssertionError("expected ElfError")
+
+
+@FUZZ
+@given(st.binary(max_size=480).map(lambda b: b[:len(b) // 24 * 24]), st.sampled_from([2, 4]), st.integers(0, 22))
+def test_a_symbol_tables_column_reads_the_same_in_either_byte_order(data, width, start):
+    """A column of a table of 24-byte entries (elf._column) in the other byte order, each word's bytes
+    reversed, holds the same integers as read in this machine's (the strided view's)."""
+    start = start // width * width
+    native = elf._column(data, width, sys.byteorder, start, 24)
+    swapped = b"".join(data[at:at + width][::-1] for at in range(0, len(data), width))
+    other = "big" if sys.byteorder == "little" else "little"
+    assert elf._column(swapped, width, other, start, 24) == native
+    assert len(native) == len(data) // 24

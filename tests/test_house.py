@@ -97,7 +97,7 @@ def _imports(path: Path, modules: set[str], package: str | None, root: Path | No
             for alias in node.names:
                 if package is None:
                     out.add(alias.name.split(".")[0])
-                elif alias.name.startswith(package + "."):  # import tms_autopreload.results
+                elif alias.name.startswith(package + "."):  # import tms_autopreload.attempt
                     out.add(alias.name.removeprefix(package + "."))
         elif isinstance(node, ast.ImportFrom):
             if package is None:

@@ -74,14 +74,17 @@ def nm(path: Path) -> tuple[set[str], set[str]]:
 
 
 def agrees_with_nm(paths) -> int:
-    """How many of ``paths`` are ELF objects; :func:`elf.read_symbols` reads each as nm does."""
+    """How many of ``paths`` are ELF objects; :func:`elf.read_symbols` reads each as nm does, and
+    :func:`elf.defined_among`, asked for every name nm lists and one it does not, answers nm's defined ones."""
     checked = 0
     for path in paths:
         try:
             got = elf.read_symbols(str(path))
         except elf.ElfError:
             continue  # linker scripts and other non-objects
-        assert (set(got.defined), set(got.undefined)) == nm(path), path
+        defined, undefined = nm(path)
+        assert (set(got.defined), set(got.undefined)) == (defined, undefined), path
+        assert elf.defined_among(str(path), defined | undefined | {"tms_no_such_symbol"}) == defined, path
         checked += 1
     return checked
 

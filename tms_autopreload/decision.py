@@ -14,7 +14,7 @@ hook and every CLI command ask it. Steps:
    cleanly in all of them with the runtime bound where we meant (:func:`_choose`; steps 4 and 5 are what
    happens to one build, :func:`tms_autopreload.attempt.attempt`).
 
-Each step says what became of a candidate with a :class:`~tms_autopreload.results.Verdict`; a survey that
+Each step says what became of a candidate with a :class:`~tms_autopreload.attempt.Verdict`; a survey that
 finds no plan holds the :class:`~tms_autopreload.errors.ResolveError` that :func:`resolve` raises.
 """
 
@@ -22,7 +22,8 @@ import os
 import sys
 
 from . import CUDA_MAJOR_VAR, PATH_VAR, TMS_WORDS, is_tms_entry, same_file, sitepath, split_preload
-from .attempt import MAX_ARG_STRLEN, attempt, child_programs, env_string_size, readable, trace_the_rest
+from .attempt import (CHOSEN, MAX_ARG_STRLEN, REJECTED, UNTRIED, Plan, Verdict, attempt, child_programs,
+                      env_string_size, readable, trace_the_rest)
 from .builds import PRELOAD_PREFIXES, Build, find_builds, interposed, is_preload_name, named_major, read_build
 from .elf import ElfError
 from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DOES_NOT_FIT, CAUSE_INTERPRETER_FAILS,
@@ -31,7 +32,6 @@ from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DO
                      CAUSE_UNREADABLE_INTERPRETER, CAUSE_UNTRUSTED_BUILDS, CAUSE_UNUSABLE, CAUSE_WRONG_RUNTIME,
                      PATH_SHOWN, ResolveError, shown)
 from .ldso import Loader, Object
-from .results import CHOSEN, REJECTED, UNTRIED, Plan, Report, Verdict
 from .runtime import Runtime, detect, install_hint, split_from_torch
 from .gpu_libraries import CUDA, DRIVER_ONLY, DRIVER_SONAME, HIP
 from .trust import TRUST_CAUSES
@@ -43,7 +43,37 @@ if TYPE_CHECKING:
 
     from .elf import DynamicInfo
 
-__all__ = ["survey", "resolve", "split_overrides", "split_fix", "split_warning"]
+__all__ = ["Report", "survey", "resolve", "split_overrides", "split_fix", "split_warning"]
+
+
+class Report:
+    """Everything the survey saw; ``plan`` is None exactly when ``failure`` is set (``doctor --json`` is
+    :func:`tms_autopreload.commands.report.document`)."""
+
+    __slots__ = ("executable", "package_dir", "runtime", "verdicts", "plan", "failure", "warnings", "loader")
+
+    def __init__(self, executable: str, package_dir: str | None, runtime: Runtime | None,
+                 verdicts: tuple[Verdict, ...], plan: Plan | None, failure: ResolveError | None,
+                 warnings: tuple[str, ...] = (), loader: "Loader | None" = None) -> None:
+        self.executable = executable
+        # The survey's loader model of this process (None: its interpreter could not be read), for whoever
+        # reads the report after the decision (doctor's driver facts and search rule): one per survey.
+        self.loader = loader
+        self.package_dir = package_dir
+        self.runtime = runtime
+        self.verdicts = verdicts
+        self.plan = plan
+        self.failure = failure  # why there is no plan: what resolve() raises, with this report
+        self.warnings = warnings
+
+    @property
+    def error(self) -> str | None:
+        """Why there is no plan, as a person reads it (the message and its fix), or None."""
+        return None if self.failure is None else str(self.failure)
+
+    def __repr__(self) -> str:
+        told = f"plan={self.plan!r}" if self.failure is None else f"cause={self.failure.cause!r}"
+        return f"Report({told}, verdicts={list(self.verdicts)!r})"
 
 
 _E2BIG = 7

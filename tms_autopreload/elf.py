@@ -7,10 +7,11 @@ Why our own reader: the resolver runs inside interpreter start-up with a 10 ms b
 pyelftools costs about 35 ms to import. This reader reads just the headers and the part of the string
 table it needs (never the whole file), and bounds every count and size it takes from the file, so a
 hostile or truncated file costs at most a few reads and raises :class:`ElfError`, never anything else.
-The dynamic section is decoded with ``int.from_bytes`` and ``memoryview.cast``, not ``struct``: where
-``_struct`` is an extension module (pyenv, conda), importing it maps one more shared object, about a
-quarter of the instructions the flagged start-up's imports take (callgrind). Only the symbol table,
-read for ``doctor --deep`` and dlopen mode, uses ``struct``.
+Every table is decoded with ``int.from_bytes`` and ``memoryview.cast``, not ``struct``: where ``_struct`` is
+an extension module (pyenv, conda), importing it maps one more shared object, about a quarter of the
+instructions the flagged start-up's imports take (callgrind). A symbol table's columns are cut out whole
+(every entry's name offset in one slice), not entry by entry: libcudart's has 600 entries, and dlopen
+mode reads it at every start.
 
 Layout follows the System V gABI (``elf(5)``): ELF header -> program headers -> PT_DYNAMIC ->
 dynamic entries; DT_STRTAB and DT_SYMTAB are virtual addresses mapped back to file offsets through
@@ -26,13 +27,14 @@ from . import open_regular
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from typing import Literal, TypeVar
 
     ByteOrder = Literal["little", "big"]
     T = TypeVar("T")
 
-__all__ = ["ElfError", "UnreadableFile", "DynamicInfo", "Symbols", "read_dynamic", "read_symbols", "read_kind",
+__all__ = ["ElfError", "UnreadableFile", "DynamicInfo", "Symbols", "read_dynamic", "read_symbols", "defined_among",
+           "read_kind",
            "MACHINE_NAMES"]
 
 PT_LOAD = 1
@@ -162,13 +164,14 @@ def read_kind(path: str) -> "tuple[int, int]":
 class _Layout:
     """An open object's header facts and dynamic entries: what both readers start from."""
 
-    __slots__ = ("fd", "size", "end", "is64", "machine", "loads", "tags", "interp")
+    __slots__ = ("fd", "size", "order", "is64", "machine", "loads", "tags", "interp")
 
-    def __init__(self, fd: int, size: int, end: str, is64: bool, machine: int, loads: "list[tuple[int, int, int]]",
-                 tags: "list[tuple[int, int]]", interp: "tuple[int, int] | None" = None) -> None:
+    def __init__(self, fd: int, size: int, order: "ByteOrder", is64: bool, machine: int,
+                 loads: "list[tuple[int, int, int]]", tags: "list[tuple[int, int]]",
+                 interp: "tuple[int, int] | None" = None) -> None:
         self.fd = fd
         self.size = size  # the file's length: no read goes past it
-        self.end = end  # byte order, as struct spells it ("<" or ">")
+        self.order = order  # the file's byte order
         self.is64 = is64
         self.machine = machine
         self.loads = loads  # (vaddr, offset, filesz) of each PT_LOAD
@@ -217,12 +220,24 @@ def _field(data: bytes, offset: int, width: int, order: "ByteOrder") -> int:
     return int.from_bytes(data[offset:offset + width], order)
 
 
+_CAST: "dict[int, Literal['H', 'I', 'Q']]" = {2: "H", 4: "I", 8: "Q"}
+
+
 def _words(data: bytes, width: int, order: "ByteOrder") -> "list[int]":
     """``data`` (a multiple of ``width`` bytes long) as unsigned integers of ``width`` bytes: one cast
     where the file's byte order is this machine's, which is how every object a process loads is."""
     if order == sys.byteorder:
-        return memoryview(data).cast("Q" if width == 8 else "I").tolist()
+        return memoryview(data).cast(_CAST[width]).tolist()
     return [int.from_bytes(data[i:i + width], order) for i in range(0, len(data), width)]
+
+
+def _column(data: bytes, width: int, order: "ByteOrder", start: int, step: int) -> "list[int]":
+    """The unsigned integers of ``width`` bytes at ``start``, ``start + step``, ... of ``data`` (a table of
+    ``step``-byte entries): one strided view where the byte order is this machine's (only the column's
+    integers are made, not every word of the table)."""
+    if order == sys.byteorder:
+        return memoryview(data).cast(_CAST[width])[start // width::step // width].tolist()
+    return [int.from_bytes(data[at:at + width], order) for at in range(start, len(data) - width + 1, step)]
 
 
 # Where the ELF header fields this reader needs lie (elf(5)), by class: (header size, e_machine, e_phoff,
@@ -281,13 +296,12 @@ def _layout(fd: int) -> _Layout:
 
     count = min(dynamic[1] // (2 * word), _MAX_DYN_ENTRIES)
     words = _words(_read_at(fd, size, dynamic[0], count * 2 * word, "dynamic section"), word, order)
-    tags: list[tuple[int, int]] = []
-    # d_tag is signed, read unsigned here: no tag this reader knows is negative.
-    for tag, val in zip(words[0::2], words[1::2], strict=True):
-        if tag == DT_NULL:
-            break
-        tags.append((tag, val))
-    return _Layout(fd, size, "<" if ei_data == 1 else ">", is64, machine, loads, tags, interp)
+    # d_tag is signed, read unsigned here: no tag this reader knows is negative. Up to DT_NULL, found with
+    # list.index rather than a Python loop over each entry (a resolve reads a dozen objects of 30 to 60).
+    tag_words = words[0::2]
+    end = tag_words.index(DT_NULL) if DT_NULL in tag_words else len(tag_words)
+    tags = list(zip(tag_words[:end], words[1:2 * end:2], strict=True))
+    return _Layout(fd, size, order, is64, machine, loads, tags, interp)
 
 
 def _interpreter(layout: _Layout) -> "str | None":
@@ -338,24 +352,19 @@ def read_dynamic(path: str) -> DynamicInfo:
 
 def _symbol_count(layout: _Layout) -> int:
     """How many entries DT_SYMTAB has: DT_HASH's nchain, else the end of DT_GNU_HASH's last chain."""
-    import struct
-
-    end = layout.end
+    order = layout.order
     hash_addr = layout.value(DT_HASH)
     if hash_addr is not None:
-        nchain: int  # struct.unpack's values are Any to mypy; "I" reads ints
-        _nbucket, nchain = struct.unpack(end + "II", layout.read(layout.offset(hash_addr, "DT_HASH"), 8, "DT_HASH"))
-        return nchain
+        return _field(layout.read(layout.offset(hash_addr, "DT_HASH"), 8, "DT_HASH"), 4, 4, order)  # nchain
     gnu = layout.value(DT_GNU_HASH)
     if gnu is None:
         raise ElfError("no DT_HASH or DT_GNU_HASH: the symbol table's length is unknown")
     base = layout.offset(gnu, "DT_GNU_HASH")
-    symoffset: int
-    nbuckets, symoffset, bloom_size, _shift = struct.unpack(end + "IIII", layout.read(base, 16, "DT_GNU_HASH"))
+    nbuckets, symoffset, bloom_size, _shift = _words(layout.read(base, 16, "DT_GNU_HASH"), 4, order)
     if nbuckets > _MAX_SYMBOLS or bloom_size > _MAX_SYMBOLS:
         raise ElfError(f"implausible DT_GNU_HASH (nbuckets={nbuckets}, bloom_size={bloom_size})")
     buckets_at = base + 16 + bloom_size * (8 if layout.is64 else 4)
-    buckets = struct.unpack(f"{end}{nbuckets}I", layout.read(buckets_at, 4 * nbuckets, "DT_GNU_HASH buckets"))
+    buckets = _words(layout.read(buckets_at, 4 * nbuckets, "DT_GNU_HASH buckets"), 4, order)
     last = max(buckets, default=0)
     if last < symoffset:
         return symoffset  # no hashed symbol: only the unhashed ones below symoffset
@@ -364,10 +373,54 @@ def _symbol_count(layout: _Layout) -> int:
     while True:  # follow the last chain to the entry whose low bit ends it
         if index - symoffset >= _MAX_SYMBOLS:
             raise ElfError("DT_GNU_HASH chain does not end")
-        chunk = layout.read(chains_at + 4 * (index - symoffset), 4, "DT_GNU_HASH chain")
-        if struct.unpack(end + "I", chunk)[0] & 1:
+        if _field(layout.read(chains_at + 4 * (index - symoffset), 4, "DT_GNU_HASH chain"), 0, 4, order) & 1:
             return index + 1
         index += 1
+
+
+_BINDINGS = (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE)
+
+
+class _SymbolTable:
+    """An object's dynamic symbol table as columns, entry 0 (the reserved null symbol) left out: each
+    entry's name offset, st_info, st_other and st_shndx, and the string table the names are in."""
+
+    __slots__ = ("names", "infos", "others", "sections", "strings")
+
+    def __init__(self, table: bytes, strings: bytes, is64: bool, order: "ByteOrder") -> None:
+        # Elf64_Sym: st_name (4 bytes), st_info, st_other (1 each), st_shndx (2), st_value, st_size (8 each);
+        # Elf32_Sym: st_name, st_value, st_size (4 each), st_info, st_other (1 each), st_shndx (2).
+        size, info_at = (24, 4) if is64 else (16, 3 * 4)
+        self.names = _column(table, 4, order, size, size)
+        self.infos = table[size + info_at::size]
+        self.others = table[size + info_at + 1::size]
+        self.sections = _column(table, 2, order, size + info_at + 2, size)
+        self.strings = strings
+
+    def exported(self, i: int) -> bool:
+        """Entry ``i`` is a definition other objects bind to: global, weak or unique binding, defined here,
+        and not hidden."""
+        return (self.infos[i] >> 4 in _BINDINGS and self.sections[i] != SHN_UNDEF
+                and self.others[i] & 3 not in (STV_HIDDEN, STV_INTERNAL))
+
+
+def _symbol_table(path: str) -> "_SymbolTable | None":
+    """``path``'s dynamic symbol table, None where it has none; raises ElfError (:func:`read_symbols`)."""
+    def parse(fd: int) -> "_SymbolTable | None":
+        layout = _layout(fd)
+        symtab = layout.value(DT_SYMTAB)
+        if symtab is None:
+            return None
+        entsize = 24 if layout.is64 else 16
+        if layout.value(DT_SYMENT) not in (None, entsize):
+            raise ElfError(f"unexpected DT_SYMENT {layout.value(DT_SYMENT)} (want {entsize})")
+        count = _symbol_count(layout)
+        if count > _MAX_SYMBOLS:
+            raise ElfError(f"implausible symbol count {count}")
+        table = layout.read(layout.offset(symtab, "DT_SYMTAB"), count * entsize, "dynamic symbol table")
+        return _SymbolTable(table, layout.strings()[0], layout.is64, layout.order)
+
+    return _parsed(path, parse)
 
 
 def read_symbols(path: str) -> Symbols:
@@ -375,41 +428,47 @@ def read_symbols(path: str) -> Symbols:
 
     Raises :class:`ElfError` for a malformed object, :class:`UnreadableFile` (an ElfError) when it cannot be read.
     """
-    import struct
-
-    def parse(fd: int) -> "tuple[_Layout, bytes, bytes] | None":
-        layout = _layout(fd)
-        symtab = layout.value(DT_SYMTAB)
-        if symtab is None:
-            return None
-        if layout.value(DT_SYMENT) not in (None, entsize(layout)):
-            raise ElfError(f"unexpected DT_SYMENT {layout.value(DT_SYMENT)} (want {entsize(layout)})")
-        count = _symbol_count(layout)
-        if count > _MAX_SYMBOLS:
-            raise ElfError(f"implausible symbol count {count}")
-        table = layout.read(layout.offset(symtab, "DT_SYMTAB"), count * entsize(layout), "dynamic symbol table")
-        return layout, table, layout.strings()[0]
-
-    def entsize(layout: _Layout) -> int:
-        return 24 if layout.is64 else 16
-
-    parsed = _parsed(path, parse)
-    if parsed is None:
+    table = _symbol_table(path)
+    if table is None:
         return Symbols(frozenset(), frozenset())
-    layout, table, strings = parsed
-    fmt = struct.Struct(layout.end + ("IBBHQQ" if layout.is64 else "IIIBBH"))
     defined: set[str] = set()
     undefined: set[str] = set()
-    bindings = (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE)
-    for fields in fmt.iter_unpack(table[entsize(layout):]):  # entry 0 is the reserved null symbol
-        if layout.is64:
-            name, info, other, shndx = fields[0], fields[1], fields[2], fields[3]
-        else:
-            name, info, other, shndx = fields[0], fields[3], fields[4], fields[5]
-        if not name or info >> 4 not in bindings:
+    strings, infos, sections = table.strings, table.infos, table.sections
+    for i, name in enumerate(table.names):
+        if not name or infos[i] >> 4 not in _BINDINGS:
             continue
-        if shndx == SHN_UNDEF:
+        if sections[i] == SHN_UNDEF:
             undefined.add(_cstr(strings, name))
-        elif other & 3 not in (STV_HIDDEN, STV_INTERNAL):
+        elif table.exported(i):
             defined.add(_cstr(strings, name))
     return Symbols(frozenset(defined), frozenset(undefined))
+
+
+def defined_among(path: str, wanted: "Iterable[str]") -> "frozenset[str]":
+    """Those of ``wanted`` that ``path`` defines for other objects: ``read_symbols(path).defined & wanted``,
+    without decoding every name of the table. Each wanted name is found in the string table (also as
+    the tail of a longer string: linkers share tails), and only the entries naming it there are read.
+
+    Raises :class:`ElfError` as :func:`read_symbols` does (but for a malformed entry that names none of
+    ``wanted``, which is not read)."""
+    table = _symbol_table(path)
+    if table is None:
+        return frozenset()
+    strings, names = table.strings, table.names
+    found: set[str] = set()
+    for name in wanted:
+        key = name.encode("utf-8", "surrogateescape") + b"\0"
+        at = strings.find(key, 1)  # offset 0 names no symbol
+        while at > 0 and name not in found:
+            i = 0
+            while True:
+                try:
+                    i = names.index(at, i)
+                except ValueError:
+                    break
+                if table.exported(i):
+                    found.add(name)
+                    break
+                i += 1
+            at = strings.find(key, at + 1)
+    return frozenset(found)

@@ -132,7 +132,7 @@ class Error(Exception):
 class ResolveError(Error, RuntimeError):
     """No preload plan exists for this process (a RuntimeError too, as it was before the base).
 
-    ``report`` holds the full survey (a :class:`tms_autopreload.results.Report`: the runtime, every candidate
+    ``report`` holds the full survey (a :class:`tms_autopreload.decision.Report`: the runtime, every candidate
     with its verdict) when one was made, so that a caller of :func:`tms_autopreload.resolve` can show it.
     Typed ``object`` here: the error model sits below the decision, which imports it.
     """

@@ -32,7 +32,7 @@ import _ctypes
 
 from . import is_tms_entry, mapped_hooks, mapped_objects, read_maps
 from .builds import interposed
-from .elf import ElfError, read_symbols
+from .elf import ElfError, defined_among
 from .errors import (CAUSE_DLOPEN_FAILED, CAUSE_HOOK_LOADED, CAUSE_IN_PROCESS, CAUSE_NOT_MAPPED, CAUSE_NO_PROC_MAPS,
                      CAUSE_NO_RUNTIME_FILE, CAUSE_PRELOAD_DEFINES, CAUSE_RUNTIME_LOADED, CAUSE_SYMBOL_DEFINED,
                      CAUSE_TORCH_IMPORTED, CAUSE_TORCH_LOADED, CAUSE_UNREADABLE_SYMBOLS, Error, ResolveError)
@@ -42,7 +42,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
-    from .results import Plan
+    from .attempt import Plan
 
 __all__ = ["load", "activate", "InProcessError", "TORCH_LIBRARY_PREFIXES"]
 
@@ -125,7 +125,7 @@ def _preloaded_definition(symbol: str) -> "tuple[str, str] | None":
         return None
     for entry, path in loader.preloaded:
         try:
-            if symbol in read_symbols(path).defined:
+            if defined_among(path, (symbol,)):
                 return entry, path
         except ElfError:
             continue

@@ -77,6 +77,7 @@ class LdCache:
             room = (len(data) - self._start - _HEADER_SIZE) // _ENTRY_SIZE
             self._nlibs = max(0, min(nlibs, room))
         self._words: "memoryview | None" = None  # the entries, as 4-byte words, once a name is asked
+        self._keys: "list[int]" = []  # each entry's key (its name's offset), once a name is asked
         self._memo: "dict[str, str | None]" = {}
 
     def _cstr(self, offset: int) -> "str | None":
@@ -110,10 +111,21 @@ class LdCache:
         if self._words is None:
             base = start + _HEADER_SIZE
             self._words = memoryview(data[base:base + self._nlibs * _ENTRY_SIZE]).cast("I")
-        words = self._words
+            self._keys = self._words[1::_ENTRY_WORDS].tolist()
+        words, keys = self._words, self._keys
+        hits: "list[int]" = []
+        for place in places:  # list.index, not a Python loop over every entry: a cache has hundreds
+            at = 0
+            while True:
+                try:
+                    at = keys.index(place, at)
+                except ValueError:
+                    break
+                hits.append(at)
+                at += 1
         best: "tuple[int, str] | None" = None  # (rank, path) of the best glibc-hwcaps copy so far
         legacy = None
-        for i in [i for i, k in enumerate(words[1::_ENTRY_WORDS]) if k in places]:
+        for i in sorted(hits):
             flags, value, hwcap_low, hwcap_high = (words[_ENTRY_WORDS * i + j] for j in (0, 2, 4, 5))
             if flags & FLAG_TYPE_MASK != FLAG_ELF_LIBC6:
                 continue

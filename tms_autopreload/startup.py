@@ -28,7 +28,7 @@ from . import (DISABLE_VAR, EXEC_VAR, FLAG_VARS, MODE_VAR, MODES, NO_HOOK, ON_ER
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
-    from .results import Plan
+    from .attempt import Plan
 
 __all__ = ["run", "way_out", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
 

@@ -1,8 +1,8 @@
 """Which installed distribution brings a file, and which installed distributions require it.
 
 Read from their metadata (``RECORD``, ``Requires-Dist``), never by importing them. For ``doctor``'s advice
-about a second runtime torch maps (:mod:`tms_autopreload.torchinit`): a fix that uninstalls a wheel is given
-only where nothing installed requires that wheel and this environment's pip removes it
+about a second runtime torch maps (:func:`tms_autopreload.runtime.runtime_by_path`): a fix that uninstalls a
+wheel is given only where nothing installed requires that wheel and this environment's pip removes it
 (:func:`tms_autopreload.installer.pip_refusal`).
 """
 

@@ -32,7 +32,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
      ("tests/test_ldso.py", "tests/test_runpath_model.py", "tests/test_symbols.py", "tests/test_fuzz.py",
       "tests/test_mutant_kinds.py", "tests/test_resolver.py")),
     ("decision", ("decision.py", "attempt.py", "runtime.py", "builds.py", "gpu_libraries.py", "releases.py",
-                  "results.py", "torchinit.py", "wheels.py", "install_source.py", "errors.py", "installer.py"),
+                  "wheels.py", "install_source.py", "errors.py", "installer.py"),
      ("tests/test_plan_steps.py", "tests/test_install_commands.py", "tests/test_mutant_kinds.py",
       "tests/test_conda.py", "tests/test_forced_path.py", "tests/test_second_runtime.py", "tests/test_misuse.py",
       "tests/test_inputs.py", "tests/test_cli.py", "tests/test_resolver.py")),

@@ -35,7 +35,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from ..results import Plan
+    from ..attempt import Plan
 
 __all__ = ["Binding", "Library", "Evidence", "parse_binding", "check", "under_test", "DEEP_VARS", "ALLOCATOR"]
 

@@ -7,7 +7,7 @@ binding "as found", and a plan that prints only what it changes prints less than
 needs (the hook without its ``libcudart`` directory: exit 127 on a pip-only node). So every command
 surveys :func:`before_plan` of its environment. What a plan added is not guessed from the values (a
 caller may have put the runtime's directory on ``LD_LIBRARY_PATH`` themselves): every process that
-applies a plan records it in ``TMS_AUTOPRELOAD_ADDED`` (:meth:`tms_autopreload.results.Plan.environment`).
+applies a plan records it in ``TMS_AUTOPRELOAD_ADDED`` (:meth:`tms_autopreload.attempt.Plan.environment`).
 
 :func:`own_plan` is the plan of the same environment with no ``LD_PRELOAD`` and no ``LD_LIBRARY_PATH``
 of its own, whose every entry is therefore the plan's: the plan of a process started from a clean
@@ -23,7 +23,7 @@ from .. import ADDED_VAR, EXEC_VAR, STATE_VAR, is_tms_entry, split_preload, stat
 from ..builds import is_preload_name
 from ..ldso import read_added, split_search_path
 from ..decision import survey
-from ..results import Report
+from ..decision import Report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from . import command
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..results import Report
+    from ..decision import Report
 
 __all__ = ["configure_parser", "execute", "check"]
 

@@ -11,7 +11,7 @@ import shlex
 import sys
 
 from ..decision import survey
-from ..results import Report
+from ..decision import Report
 from .caller_env import before_plan, own_plan
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, plan_or_fail
 from . import command
@@ -31,7 +31,7 @@ def configure_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
 def execute(args: argparse.Namespace) -> int:
     """The plan's variables, each with the whole value the plan gives it (evaluating them twice changes
     nothing). ``export`` lines are for this shell, so they keep its other entries, and set what a process
-    applying the plan sets (:meth:`.results.Plan.environment`: its record too); ``--json`` is for a Ray
+    applying the plan sets (:meth:`..attempt.Plan.environment`: its record too); ``--json`` is for a Ray
     ``runtime_env``, whose workers start from their raylet's environment, not this shell's: the plan of an
     environment without this shell's ``LD_PRELOAD`` and ``LD_LIBRARY_PATH`` (:func:`..caller_env.own_plan`),
     with no ``${VAR}`` (Ray turns an unset one into an empty entry, which the loader reads as the

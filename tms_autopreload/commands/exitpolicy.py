@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
     from _typeshed import ReadableBuffer
 
-    from ..results import Plan, Report
+    from ..attempt import Plan
+    from ..decision import Report
 
 __all__ = ["WriteError", "guarded_stdout", "Interrupted", "INTERRUPTS", "unwinding_signals", "signal_of",
            "plan_or_fail", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_USAGE", "EXIT_CODES"]

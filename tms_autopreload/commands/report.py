@@ -13,7 +13,8 @@ import sys
 from ..errors import Error
 from ..gpu_libraries import CUDA
 from .nvidia_driver import FAILING
-from ..results import CHOSEN, Report
+from ..attempt import CHOSEN
+from ..decision import Report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
