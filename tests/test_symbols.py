@@ -150,7 +150,7 @@ def test_symbol_table_without_a_hash_section_is_a_clear_error(tmp_path):
         tags = elf._layout(fd).tags
     finally:
         os.close(fd)
-    for i, (tag, _) in enumerate(tags):
+    for i, tag in enumerate(tags):
         if tag in (elf.DT_HASH, elf.DT_GNU_HASH):
             struct.pack_into("<q", data, dynamic + 16 * i, 21)  # DT_DEBUG
     target = tmp_path / "nohash.so"

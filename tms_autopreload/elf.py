@@ -34,8 +34,7 @@ if TYPE_CHECKING:
     T = TypeVar("T")
 
 __all__ = ["ElfError", "UnreadableFile", "DynamicInfo", "Symbols", "read_dynamic", "read_symbols", "defined_among",
-           "read_kind",
-           "MACHINE_NAMES"]
+           "read_kind", "positions", "MACHINE_NAMES"]
 
 PT_LOAD = 1
 PT_DYNAMIC = 2
@@ -164,10 +163,10 @@ def read_kind(path: str) -> "tuple[int, int]":
 class _Layout:
     """An open object's header facts and dynamic entries: what both readers start from."""
 
-    __slots__ = ("fd", "size", "order", "is64", "machine", "loads", "tags", "interp")
+    __slots__ = ("fd", "size", "order", "is64", "machine", "loads", "tags", "values", "interp")
 
     def __init__(self, fd: int, size: int, order: "ByteOrder", is64: bool, machine: int,
-                 loads: "list[tuple[int, int, int]]", tags: "list[tuple[int, int]]",
+                 loads: "list[tuple[int, int, int]]", tags: "list[int]", values: "list[int]",
                  interp: "tuple[int, int] | None" = None) -> None:
         self.fd = fd
         self.size = size  # the file's length: no read goes past it
@@ -175,7 +174,8 @@ class _Layout:
         self.is64 = is64
         self.machine = machine
         self.loads = loads  # (vaddr, offset, filesz) of each PT_LOAD
-        self.tags = tags  # dynamic entries up to DT_NULL
+        self.tags = tags  # the dynamic entries' tags up to DT_NULL, and their values
+        self.values = values
         self.interp = interp  # (offset, filesz) of PT_INTERP, a program's loader path
 
     @property
@@ -183,7 +183,8 @@ class _Layout:
         return 64 if self.is64 else 32
 
     def value(self, tag: int) -> "int | None":
-        return next((v for t, v in self.tags if t == tag), None)
+        """The value of the first dynamic entry with ``tag``, or None."""
+        return self.values[self.tags.index(tag)] if tag in self.tags else None
 
     def offset(self, vaddr: int, what: str) -> int:
         """The file offset of a virtual address, through the PT_LOAD segment that maps it."""
@@ -221,6 +222,17 @@ def _field(data: bytes, offset: int, width: int, order: "ByteOrder") -> int:
 
 
 _CAST: "dict[int, Literal['H', 'I', 'Q']]" = {2: "H", 4: "I", 8: "Q"}
+
+
+def positions(values: "list[int]", value: int) -> "list[int]":
+    """Where ``value`` occurs in ``values``, in order: each found by ``list.index``, in C, not by a Python
+    loop over every item (a dynamic section has dozens, a loader cache hundreds, a symbol table more)."""
+    found: "list[int]" = []
+    at = -1
+    for _ in range(values.count(value)):
+        at = values.index(value, at + 1)
+        found.append(at)
+    return found
 
 
 def _words(data: bytes, width: int, order: "ByteOrder") -> "list[int]":
@@ -279,29 +291,26 @@ def _layout(fd: int) -> _Layout:
                                                                                  "program header table")
     headers = _words(table, word, order)
 
-    loads: list[tuple[int, int, int]] = []
-    dynamic: tuple[int, int] | None = None
-    interp: tuple[int, int] | None = None
-    for at in range(0, len(headers), phsize // word):
-        first = headers[at]
-        p_type = (first & 0xFFFFFFFF if order == "little" else first >> 32) if is64 else first
-        if p_type == PT_LOAD:
-            loads.append((headers[at + _P_VADDR], headers[at + _P_OFFSET], headers[at + _P_FILESZ]))
-        elif p_type == PT_DYNAMIC and dynamic is None:
-            dynamic = (headers[at + _P_OFFSET], headers[at + _P_FILESZ])
-        elif p_type == PT_INTERP and interp is None:
-            interp = (headers[at + _P_OFFSET], min(headers[at + _P_FILESZ], _MAX_INTERP))
-    if dynamic is None:
+    types = _column(table, 4, order, 0, phsize)  # p_type: the first 4 bytes of a program header in both classes
+    per = phsize // word
+    loads = [(headers[at + _P_VADDR], headers[at + _P_OFFSET], headers[at + _P_FILESZ])
+             for at in (i * per for i in positions(types, PT_LOAD))]
+    if PT_DYNAMIC not in types:
         raise ElfError("no PT_DYNAMIC segment (statically linked or not a shared object)")
+    at = types.index(PT_DYNAMIC) * per
+    dynamic = (headers[at + _P_OFFSET], headers[at + _P_FILESZ])
+    interp = None
+    if PT_INTERP in types:
+        at = types.index(PT_INTERP) * per
+        interp = (headers[at + _P_OFFSET], min(headers[at + _P_FILESZ], _MAX_INTERP))
 
     count = min(dynamic[1] // (2 * word), _MAX_DYN_ENTRIES)
     words = _words(_read_at(fd, size, dynamic[0], count * 2 * word, "dynamic section"), word, order)
     # d_tag is signed, read unsigned here: no tag this reader knows is negative. Up to DT_NULL, found with
     # list.index rather than a Python loop over each entry (a resolve reads a dozen objects of 30 to 60).
-    tag_words = words[0::2]
-    end = tag_words.index(DT_NULL) if DT_NULL in tag_words else len(tag_words)
-    tags = list(zip(tag_words[:end], words[1:2 * end:2], strict=True))
-    return _Layout(fd, size, order, is64, machine, loads, tags, interp)
+    tags = words[0::2]
+    end = tags.index(DT_NULL) if DT_NULL in tags else len(tags)
+    return _Layout(fd, size, order, is64, machine, loads, tags[:end], words[1:2 * end:2], interp)
 
 
 def _interpreter(layout: _Layout) -> "str | None":
@@ -325,7 +334,9 @@ def read_dynamic(path: str) -> DynamicInfo:
     """
     def parse(fd: int) -> "tuple[_Layout, list[tuple[int, int]], tuple[bytes, int, int], str | None]":
         layout = _layout(fd)
-        entries = [(t, v) for t, v in layout.tags if t in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)]
+        tags, values = layout.tags, layout.values
+        entries = [(tags[i], values[i]) for i in sorted(i for tag in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)
+                                                        for i in positions(tags, tag))]
         return (layout, entries, (layout.strings(tuple(v for _, v in entries)) if entries else (b"", 0, 0)),
                 _interpreter(layout))
 
@@ -460,15 +471,7 @@ def defined_among(path: str, wanted: "Iterable[str]") -> "frozenset[str]":
         key = name.encode("utf-8", "surrogateescape") + b"\0"
         at = strings.find(key, 1)  # offset 0 names no symbol
         while at > 0 and name not in found:
-            i = 0
-            while True:
-                try:
-                    i = names.index(at, i)
-                except ValueError:
-                    break
-                if table.exported(i):
-                    found.add(name)
-                    break
-                i += 1
+            if any(table.exported(i) for i in positions(names, at)):
+                found.add(name)
             at = strings.find(key, at + 1)
     return frozenset(found)

@@ -20,6 +20,7 @@ may be one more shared object to map).
 import sys
 
 from . import read_regular
+from .elf import positions
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
@@ -113,16 +114,7 @@ class LdCache:
             self._words = memoryview(data[base:base + self._nlibs * _ENTRY_SIZE]).cast("I")
             self._keys = self._words[1::_ENTRY_WORDS].tolist()
         words, keys = self._words, self._keys
-        hits: "list[int]" = []
-        for place in places:  # list.index, not a Python loop over every entry: a cache has hundreds
-            at = 0
-            while True:
-                try:
-                    at = keys.index(place, at)
-                except ValueError:
-                    break
-                hits.append(at)
-                at += 1
+        hits = [i for place in places for i in positions(keys, place)]
         best: "tuple[int, str] | None" = None  # (rank, path) of the best glibc-hwcaps copy so far
         legacy = None
         for i in sorted(hits):
