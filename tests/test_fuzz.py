@@ -489,3 +489,21 @@ def test_a_symbol_tables_column_reads_the_same_in_either_byte_order(data, width,
     other = "big" if sys.byteorder == "little" else "little"
     assert elf._column(swapped, width, other, start, 24) == native
     assert len(native) == len(data) // 24
+
+
+def test_a_planned_file_is_known_in_maps_by_its_resolved_path_where_the_device_differs(tmp_path):
+    """/proc/self/maps may give another device than ``stat`` for the same file (overlayfs): the planned file
+    is then found by its resolved path, whether the planned name is that path, a symbolic link to it under
+    another name, or a link to its directory; a maps line of another file is none of them."""
+    build = tmp_path / "real" / "hook_torch_memory_saver.so"
+    build.parent.mkdir()
+    build.write_bytes(b"x")
+    (tmp_path / "named_otherwise.so").symlink_to(build)
+    (tmp_path / "dir").symlink_to(build.parent)
+    line = b"7f00-7f10 r-xp 00000000 ff:0f 999999999   " + str(build).encode()
+    for data in (line, line + b"\n", b"7f00-7f01 r--p 00000000 00:00 0 \n" + line + b"\n"):
+        for planned in (build, tmp_path / "named_otherwise.so", tmp_path / "dir" / build.name):
+            assert tms_autopreload._mapped_as(data, str(planned)) == str(build), (data, planned)
+    other = b"7f00-7f10 r-xp 00000000 ff:0f 999999999   " + str(tmp_path / "real" / "other.so").encode() + b"\n"
+    for planned in (build, tmp_path / "named_otherwise.so", tmp_path / "dir" / build.name):
+        assert tms_autopreload._mapped_as(other, str(planned)) is None

@@ -214,7 +214,8 @@ def _mapped_as(data: bytes, planned: str) -> "str | None":
     Known by what it is, as the loader knows an object it has loaded: the device and inode each maps line
     gives (``major:minor inode``, in hex and decimal), so that a symbolic link, a second hard link or a
     non-normalised spelling is the same file. Its resolved path too, where a file system shows another
-    device in maps than ``stat`` gives (overlayfs).
+    device in maps than ``stat`` gives (overlayfs): resolved (a ``lstat`` per component) only where maps
+    names a file of that name, which it does not in a first start, or where the name is a symbolic link.
     """
     try:
         st = os.stat(planned)
@@ -222,7 +223,7 @@ def _mapped_as(data: bytes, planned: str) -> "str | None":
         return None
     needle = f" {os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x} {st.st_ino} ".encode()
     at = data.find(needle)
-    if at < 0:
+    if at < 0 and (os.path.basename(planned).encode("utf-8", "surrogateescape") in data or os.path.islink(planned)):
         real = os.path.realpath(planned).encode("utf-8", "surrogateescape")
         at = data.find(b" " + real + b"\n")
         if at < 0 and data.endswith(b" " + real):
