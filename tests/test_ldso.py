@@ -283,3 +283,35 @@ def test_the_loader_says_which_glibc_hwcaps_subdirectories_it_uses():
     assert glibc_hwcaps.parse("No subdirectories of glibc-hwcaps directories are searched.\n") == ()
     assert glibc_hwcaps.used("/nonexistent/ld.so") == ()
     assert glibc_hwcaps.used("/bin/false") == ()
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the x86-64-vN subdirectories are x86-64's")
+@pytest.mark.parametrize("tunables", HWCAPS_TUNABLES, ids=["all-levels", "up-to-v2", "baseline"])
+def test_a_glibc_hwcaps_copy_marked_for_an_isa_level_is_judged_by_the_cpu_as_the_real_loader_judges_it(
+        tmp_path, tunables):
+    """A copy in ``glibc-hwcaps/x86-64-v2/`` whose GNU property note asks for x86-64-v3 (``-z x86-64-v3``;
+    ldconfig writes the level into the cache): ld.so takes it where it uses the subdirectory and the CPU runs
+    that level, which GLIBC_TUNABLES does not change (it changes only the subdirectories used). The model
+    answers the file the real loader maps, from a cache built by the real ldconfig."""
+    from support import Host
+    from tms_autopreload import glibc_hwcaps, ldcache
+
+    libdir = tmp_path / "lib"
+    (libdir / "glibc-hwcaps" / "x86-64-v2").mkdir(parents=True)
+    need(cc, libdir / NAME, "int found(void) { return 1; }\n", f"-Wl,-soname,{NAME}")
+    need(cc, libdir / "glibc-hwcaps" / "x86-64-v2" / NAME, "int found(void) { return 2; }\n", f"-Wl,-soname,{NAME}",
+         "-Wl,-z,x86-64-v3")
+    host = need(Host, tmp_path / "host", [libdir])
+    program = build(tmp_path / "needer", "-Wl,--no-as-needed", f"-L{libdir}", "-l:" + NAME)
+    loader = read_dynamic(os.path.realpath(sys.executable)).interpreter
+    env = {"LD_TRACE_LOADED_OBJECTS": "1", **({"GLIBC_TUNABLES": tunables} if tunables else {})}
+    traced = host.run([loader, program.path], env)
+    assert traced.returncode == 0, traced
+    mapped = next(line.split(" => ")[1].split(" (")[0] for line in traced.stdout.splitlines() if NAME in line)
+
+    cache = ldcache.LdCache(host.cache.read_bytes(), program.info.machine,
+                            lambda: glibc_hwcaps.used(loader, {"GLIBC_TUNABLES": tunables}),
+                            lambda: glibc_hwcaps.used(loader, {}))
+    assert cache.lookup(NAME) == mapped
+    if tunables == HWCAPS_TUNABLES[1] and "x86-64-v3" in glibc_hwcaps.used(loader, {}):
+        assert "/glibc-hwcaps/x86-64-v2/" in mapped  # v3 taken from the subdirectories, not from the CPU

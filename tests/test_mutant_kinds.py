@@ -219,6 +219,40 @@ def test_a_name_the_cache_holds_only_in_a_glibc_hwcaps_subdirectory_is_found_the
     assert ldcache.LdCache(data, 62, lambda: ("x86-64-v2",)).lookup("libtms_test_other.so.1") is None
 
 
+def test_a_glibc_hwcaps_copy_needs_the_isa_level_its_mark_names_from_the_cpu():
+    """A glibc-hwcaps entry's hwcap word also holds the x86 ISA level the copy needs (bits 32-41: level N asks
+    for x86-64-v(N+1)); the loader takes the copy only where the CPU runs that level, judged apart from the
+    subdirectories GLIBC_TUNABLES leaves it (a level past x86-64-v4 never)."""
+    name = "libtms_test_isa.so.1"
+    plain, copy = f"/usr/lib/x86_64-linux-gnu/{name}", f"/usr/lib/x86_64-linux-gnu/glibc-hwcaps/x86-64-v2/{name}"
+    for level, cpu, used, want in ((2, ("x86-64-v3", "x86-64-v2"), ("x86-64-v2",), copy),
+                                   (2, ("x86-64-v2",), ("x86-64-v2",), plain),
+                                   (0, (), ("x86-64-v2",), copy),
+                                   (4, ("x86-64-v4", "x86-64-v3", "x86-64-v2"), ("x86-64-v2",), plain)):
+        data = cache_bytes([(X86_64, name, copy), (X86_64, name, plain)], hwcaps=((1 << 62) | (level << 32), 0),
+                           subdirs=("x86-64-v2",))
+        assert ldcache.LdCache(data, 62, lambda used=used: used, lambda cpu=cpu: cpu).lookup(name) == want, level
+
+
+def test_a_cache_whose_extensions_run_past_its_end_has_no_glibc_hwcaps_list(tmp_path):
+    """Where any section of the cache's extension directory runs past the file's end the loader drops every
+    extension, the glibc-hwcaps list too, whichever section comes first (cache_extension_load)."""
+    name = "libtms_test_ext.so.1"
+    plain, copy = f"/usr/lib/{name}", f"/usr/lib/glibc-hwcaps/x86-64-v2/{name}"
+    data = bytearray(cache_bytes([(X86_64, name, copy), (X86_64, name, plain)], hwcaps=(1 << 62, 0),
+                                 subdirs=("x86-64-v2",)))
+    assert ldcache.LdCache(bytes(data), 62, lambda: ("x86-64-v2",)).lookup(name) == copy
+    names_at = int.from_bytes(data[32:36], "little") + 24  # the list: after the directory's magic, count, section
+    directory = len(data)  # a second directory, its glibc-hwcaps section first, then one past the end
+    words = (0xEAA42174, 2, 1, 0, names_at, 4, 0, 0, directory + 40, 4)
+    data += b"".join(w.to_bytes(4, "little") for w in words)
+    data[32:36] = directory.to_bytes(4, "little")
+    assert ldcache.LdCache(bytes(data), 62, lambda: ("x86-64-v2",)).lookup(name) == plain
+    (tmp_path / "ld.so.cache").write_bytes(bytes(data))
+    listed = subprocess.run(["ldconfig", "-p", "-C", str(tmp_path / "ld.so.cache")], capture_output=True, text=True)
+    assert "Malformed extension data" in listed.stderr, listed  # glibc's own reader refuses its extensions too
+
+
 def test_one_build_under_two_names_is_one_candidate(tmp_path):
     """A build hard-linked under a second name (one file, two directory entries) is listed once: tried twice it
     would be judged, and reported, twice."""

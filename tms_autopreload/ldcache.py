@@ -62,11 +62,15 @@ class LdCache:
     """
 
     def __init__(self, data: bytes = b"", machine: "int | None" = None,
-                 hwcaps_used: "Callable[[], tuple[str, ...]]" = tuple) -> None:
-        """``hwcaps_used``: the glibc-hwcaps NAMEs the loader uses, best first (asked once, when needed)."""
+                 hwcaps_used: "Callable[[], tuple[str, ...]]" = tuple,
+                 cpu_hwcaps: "Callable[[], tuple[str, ...]]" = tuple) -> None:
+        """``hwcaps_used``: the glibc-hwcaps NAMEs the loader uses, best first; ``cpu_hwcaps``: those this CPU
+        runs, ``GLIBC_TUNABLES`` aside (each asked once, when needed)."""
         self._data = data
         self._machine = machine
         self._hwcaps_used = hwcaps_used
+        self._cpu_hwcaps = cpu_hwcaps
+        self._cpu: "tuple[str, ...] | None" = None
         self._priority: "dict[str, int] | None" = None  # NAME -> its rank in the loader's order (0: best)
         self._hwcaps_names: "list[str | None] | None" = None  # the cache's NAMEs, by index
         self._start = data.find(_MAGIC_NEW)
@@ -130,24 +134,31 @@ class LdCache:
                 rank = self._rank(hwcap_low, hwcap_high & _ISA_LEVEL_MASK)
                 if rank is not None and (best is None or rank < best[0]):
                     best = (rank, path)
+            elif best is not None:
+                return best[1]  # the glibc-hwcaps entries come first; the first other one ends the search
             elif hwcap_low or hwcap_high:
                 legacy = legacy or path  # a legacy hwcaps subdirectory (tls, haswell): not modelled, a last resort
             else:
-                return path if best is None else best[1]  # the first plain entry, unless a copy is better
+                return path  # the first plain entry
         return legacy if best is None else best[1]
 
     def _rank(self, index: int, isa_level: int) -> "int | None":
         """Where the glibc-hwcaps NAME at ``index`` of the cache's list stands in the loader's order (0: best),
-        or None where the loader does not use it (glibc_hwcaps_priority). On x86-64 a copy also needs an ISA
-        level the CPU runs: level N > 0 is x86-64-v(N+1)'s, which the loader then uses too."""
+        or None where the loader does not use it (glibc_hwcaps_priority). On x86-64 a copy also needs the ISA
+        level its mark names (ldconfig reads it from the library's GNU property note): level N > 0 is
+        x86-64-v(N+1)'s, and the loader checks it against what the CPU runs, whatever ``GLIBC_TUNABLES``
+        takes away from the subdirectories it uses (``cpu_features->isa_1``, sysdeps/x86/dl-cache.h)."""
         if self._priority is None:
             self._priority = {name: rank for rank, name in enumerate(self._hwcaps_used())}
         names = self._names()
         name = names[index] if index < len(names) else None
         if name is None or name not in self._priority:
             return None
-        if isa_level and self._machine == _X86_64 and f"x86-64-v{isa_level + 1}" not in self._priority:
-            return None
+        if isa_level and self._machine == _X86_64:
+            if self._cpu is None:
+                self._cpu = self._cpu_hwcaps()
+            if f"x86-64-v{isa_level + 1}" not in self._cpu:
+                return None
         return self._priority[name]
 
     def _names(self) -> "list[str | None]":
@@ -163,15 +174,17 @@ class LdCache:
         magic, count = (int.from_bytes(data[offset + k:offset + k + 4], sys.byteorder) for k in (0, 4))
         if magic != _EXTENSION_MAGIC or offset + 8 + 16 * count > len(data):
             return self._hwcaps_names
+        names: "list[str | None]" = []
         for k in range(count):
             tag, _, start, size = (int.from_bytes(data[offset + 8 + 16 * k + w:offset + 12 + 16 * k + w],
                                                   sys.byteorder) for w in (0, 4, 8, 12))
             if start + size > len(data):
-                return self._hwcaps_names  # the loader drops every extension then
+                return self._hwcaps_names  # the loader drops every extension then, whichever came first
             if tag == _TAG_GLIBC_HWCAPS and size and not start % 4 and not size % 4:
-                self._hwcaps_names = [self._string(int.from_bytes(data[start + w:start + w + 4], sys.byteorder))
-                                      for w in range(0, size, 4)]
-        return self._hwcaps_names
+                names = [self._string(int.from_bytes(data[start + w:start + w + 4], sys.byteorder))
+                         for w in range(0, size, 4)]
+        self._hwcaps_names = names
+        return names
 
     def _string(self, offset: int) -> "str | None":
         """The NUL-terminated string at ``offset`` from the file's start (the NAMEs' base, unlike entries')."""
@@ -181,11 +194,11 @@ class LdCache:
         return self._data[offset:end].decode("utf-8", "surrogateescape")
 
 
-def load(machine: "int | None", path: str = CACHE_PATH,
-         hwcaps_used: "Callable[[], tuple[str, ...]]" = tuple) -> LdCache:
+def load(machine: "int | None", path: str = CACHE_PATH, hwcaps_used: "Callable[[], tuple[str, ...]]" = tuple,
+         cpu_hwcaps: "Callable[[], tuple[str, ...]]" = tuple) -> LdCache:
     """Read the cache at ``path``; a missing, unreadable or non-regular cache is an empty one, as for ld.so."""
     try:
         data = read_regular(path, 64 << 20)
     except OSError:
         return LdCache()
-    return LdCache(data, machine, hwcaps_used)
+    return LdCache(data, machine, hwcaps_used, cpu_hwcaps)

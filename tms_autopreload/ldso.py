@@ -150,13 +150,17 @@ def _accepts(path: str, want: DynamicInfo) -> bool:
         return False
 
 
-def _hwcaps_used(interpreter: "str | None") -> "tuple[str, ...]":
-    """The glibc-hwcaps subdirectories the program's loader uses, best first: asked of it (``glibc_hwcaps``)."""
+def _hwcaps_used(interpreter: "str | None", tunables: bool = True) -> "tuple[str, ...]":
+    """The glibc-hwcaps subdirectories the program's loader uses, best first: asked of it (``glibc_hwcaps``);
+    without ``tunables``, those the CPU runs, whatever ``GLIBC_TUNABLES`` takes away."""
     if interpreter is None:
         return ()
     from . import glibc_hwcaps  # only where the cache holds such a copy of a name looked up
 
-    return glibc_hwcaps.used(interpreter)
+    env = dict(os.environ)
+    if not tunables:
+        env.pop("GLIBC_TUNABLES", None)
+    return glibc_hwcaps.used(interpreter, env)
 
 
 class Loader:
@@ -187,7 +191,8 @@ class Loader:
         if like is not None and like.executable.info.machine == info.machine:
             cache = like.cache
         else:
-            cache = ldcache.load(info.machine, hwcaps_used=lambda: _hwcaps_used(info.interpreter))
+            cache = ldcache.load(info.machine, hwcaps_used=lambda: _hwcaps_used(info.interpreter),
+                                 cpu_hwcaps=lambda: _hwcaps_used(info.interpreter, tunables=False))
         return cls(Object(real, info), ld_library_path, cache, preload)
 
     def under(self, ld_library_path: "str | None", preload: str) -> "Loader":
