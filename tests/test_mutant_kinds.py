@@ -253,6 +253,52 @@ def test_a_cache_whose_extensions_run_past_its_end_has_no_glibc_hwcaps_list(tmp_
     assert "Malformed extension data" in listed.stderr, listed  # glibc's own reader refuses its extensions too
 
 
+def _second_directory(data: bytearray, sections: "list[tuple[int, int, int]]") -> bytes:
+    """``data`` with its extension directory replaced by one at the file's end listing ``sections`` ((tag,
+    offset, size) each), which ends the file."""
+    directory = len(data)
+    data += b"".join(w.to_bytes(4, "little") for w in (0xEAA42174, len(sections)))
+    data += b"".join(w.to_bytes(4, "little") for tag, at, size in sections for w in (tag, 0, at, size))
+    data[32:36] = directory.to_bytes(4, "little")
+    return bytes(data)
+
+
+def test_a_glibc_hwcaps_list_is_read_only_where_glibc_reads_it(tmp_path):
+    """glibc takes the cache's list of glibc-hwcaps names only from a section aligned to 4 bytes whose size is
+    a multiple of 4 (cache_extension_verify), and from a directory that fits the file, to its last byte; the
+    reader does the same, and glibc's own reader (``ldconfig -p``) names the subdirectory exactly where it does."""
+    name = "libtms_test_align.so.1"
+    plain, copy = f"/usr/lib/{name}", f"/usr/lib/glibc-hwcaps/x86-64-v2/{name}"
+    base = bytearray(cache_bytes([(X86_64, name, copy), (X86_64, name, plain)], hwcaps=(1 << 62, 0),
+                                 subdirs=("x86-64-v2",)))
+    names_at = int.from_bytes(base[32:36], "little") + 24
+    string = base[names_at:names_at + 4]  # the name's offset: the list's one word
+
+    def tail(extra: bytes) -> "tuple[bytearray, int]":
+        grown = bytearray(base) + extra
+        return grown, len(base)
+
+    fits, _ = tail(b"")
+    odd, odd_at = tail(b"\0" + string + b"\0\0\0")  # the same word at an odd offset
+    padded, padded_at = tail(string + b"\0\0")  # the word and two bytes more
+    cases = {"ends-the-file": (_second_directory(fits, [(1, names_at, 4)]), copy),
+             "misaligned": (_second_directory(odd, [(1, odd_at + 1, 4)]), plain),
+             "size-not-words": (_second_directory(padded, [(1, padded_at, 6)]), plain)}
+    for case, (data, want) in cases.items():
+        assert ldcache.LdCache(data, 62, lambda: ("x86-64-v2",)).lookup(name) == want, case
+        (tmp_path / "ld.so.cache").write_bytes(data)
+        listed = subprocess.run(["ldconfig", "-p", "-C", str(tmp_path / "ld.so.cache")], capture_output=True, text=True)
+        assert ('hwcap: "x86-64-v2"' in listed.stdout) == (want == copy), (case, listed)
+
+
+def test_an_entry_whose_path_lies_outside_the_cache_is_passed_over():
+    """An entry of the name whose path offset lies past the strings is skipped, and the next one answers."""
+    name = "libtms_test_gone.so.1"
+    data = bytearray(cache_bytes([(X86_64, name, "/usr/lib/bad/" + name), (X86_64, name, "/usr/lib/" + name)]))
+    data[48 + 8:48 + 12] = (len(data) + 100).to_bytes(4, "little")  # the first entry's value
+    assert ldcache.LdCache(bytes(data), 62).lookup(name) == "/usr/lib/" + name
+
+
 def test_one_build_under_two_names_is_one_candidate(tmp_path):
     """A build hard-linked under a second name (one file, two directory entries) is listed once: tried twice it
     would be judged, and reported, twice."""
