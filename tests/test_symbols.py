@@ -186,3 +186,19 @@ def test_read_dynamic_agrees_with_readelf_where_the_strings_lie_far_apart(tmp_pa
         for tag, got in (("RPATH", info.rpath), ("RUNPATH", info.runpath)):
             assert ":".join(got) == ":".join(want.get(tag, [])), (path, tag)
     assert elf.read_dynamic(str(lib)).runpath == (long_dir, "$ORIGIN")
+
+
+def test_a_programs_loader_is_read_and_a_bad_one_refuses_nothing(tmp_path):
+    """PT_INTERP names the loader a program starts with (what the glibc-hwcaps rule asks); one that points
+    past the file's end gives no loader, and the object is read all the same, as the loader reads a library."""
+    good = elf.read_dynamic("/bin/true")
+    assert good.interpreter and os.path.exists(good.interpreter), good.interpreter
+    data = bytearray(Path("/bin/true").read_bytes())
+    phoff, phnum = struct.unpack_from("<Q", data, 32)[0], struct.unpack_from("<H", data, 56)[0]
+    at = next(phoff + 56 * i for i in range(phnum) if struct.unpack_from("<I", data, phoff + 56 * i)[0] == 3)
+    struct.pack_into("<Q", data, at + 8, len(data) + 4096)  # p_offset past the end
+    bad = tmp_path / "bad-interp"
+    bad.write_bytes(bytes(data))
+    broken = elf.read_dynamic(str(bad))
+    assert broken.interpreter is None
+    assert (broken.needed, broken.soname, broken.machine) == (good.needed, good.soname, good.machine)

@@ -163,11 +163,11 @@ def read_kind(path: str) -> "tuple[int, int]":
 class _Layout:
     """An open object's header facts and dynamic entries: what both readers start from."""
 
-    __slots__ = ("fd", "size", "order", "is64", "machine", "loads", "tags", "values", "interp")
+    __slots__ = ("fd", "size", "order", "is64", "machine", "loads", "tags", "values", "interpreter")
 
     def __init__(self, fd: int, size: int, order: "ByteOrder", is64: bool, machine: int,
                  loads: "list[tuple[int, int, int]]", tags: "list[int]", values: "list[int]",
-                 interp: "tuple[int, int] | None" = None) -> None:
+                 interpreter: "str | None" = None) -> None:
         self.fd = fd
         self.size = size  # the file's length: no read goes past it
         self.order = order  # the file's byte order
@@ -176,7 +176,7 @@ class _Layout:
         self.loads = loads  # (vaddr, offset, filesz) of each PT_LOAD
         self.tags = tags  # the dynamic entries' tags up to DT_NULL, and their values
         self.values = values
-        self.interp = interp  # (offset, filesz) of PT_INTERP, a program's loader path
+        self.interpreter = interpreter  # PT_INTERP's path: a program's loader
 
     @property
     def elf_class(self) -> int:
@@ -299,10 +299,16 @@ def _layout(fd: int) -> _Layout:
         raise ElfError("no PT_DYNAMIC segment (statically linked or not a shared object)")
     at = types.index(PT_DYNAMIC) * per
     dynamic = (headers[at + _P_OFFSET], headers[at + _P_FILESZ])
-    interp = None
-    if PT_INTERP in types:
+    interpreter = None
+    if PT_INTERP in types:  # a bad one is no reason to refuse the object: only the kernel reads it, of a program
         at = types.index(PT_INTERP) * per
-        interp = (headers[at + _P_OFFSET], min(headers[at + _P_FILESZ], _MAX_INTERP))
+        offset, length = headers[at + _P_OFFSET], min(headers[at + _P_FILESZ], _MAX_INTERP)
+        try:  # in the first read already, in every program seen: no read more
+            path = head[offset:offset + length] if offset + length <= len(head) else _read_at(
+                fd, size, offset, length, "PT_INTERP")
+        except ElfError:
+            path = b""
+        interpreter = path.partition(b"\0")[0].decode("utf-8", "surrogateescape") or None
 
     count = min(dynamic[1] // (2 * word), _MAX_DYN_ENTRIES)
     words = _words(_read_at(fd, size, dynamic[0], count * 2 * word, "dynamic section"), word, order)
@@ -310,19 +316,7 @@ def _layout(fd: int) -> _Layout:
     # list.index rather than a Python loop over each entry (a resolve reads a dozen objects of 30 to 60).
     tags = words[0::2]
     end = tags.index(DT_NULL) if DT_NULL in tags else len(tags)
-    return _Layout(fd, size, order, is64, machine, loads, tags[:end], words[1:2 * end:2], interp)
-
-
-def _interpreter(layout: _Layout) -> "str | None":
-    """PT_INTERP's path, or None: a library has none, and the loader reads it of no object it maps (only the
-    kernel does, of a program), so a bad one is no reason to refuse the object."""
-    if layout.interp is None:
-        return None
-    try:
-        data = layout.read(*layout.interp, "PT_INTERP")
-    except ElfError:
-        return None
-    return data.partition(b"\0")[0].decode("utf-8", "surrogateescape") or None
+    return _Layout(fd, size, order, is64, machine, loads, tags[:end], words[1:2 * end:2], interpreter)
 
 
 def read_dynamic(path: str) -> DynamicInfo:
@@ -338,7 +332,7 @@ def read_dynamic(path: str) -> DynamicInfo:
         entries = [(tags[i], values[i]) for i in sorted(i for tag in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)
                                                         for i in positions(tags, tag))]
         return (layout, entries, (layout.strings(tuple(v for _, v in entries)) if entries else (b"", 0, 0)),
-                _interpreter(layout))
+                layout.interpreter)
 
     layout, entries, (strings, start, strsz), interpreter = _parsed(path, parse)
     if not entries:

@@ -85,10 +85,13 @@ class LdCache:
         self._keys: "list[int]" = []  # each entry's key (its name's offset), once a name is asked
         self._memo: "dict[str, str | None]" = {}
 
-    def _cstr(self, offset: int) -> "str | None":
-        pos = self._start + offset
+    def _cstr(self, offset: int, base: "int | None" = None) -> "str | None":
+        """The NUL-terminated string at ``offset`` from ``base``: the new header's start (an entry's strings)
+        by default, the file's start for the glibc-hwcaps NAMEs; None where it lies outside the file."""
+        base = self._start if base is None else base
+        pos = base + offset
         end = self._data.find(b"\0", pos)
-        if not self._start <= pos < len(self._data) or end < 0:
+        if not base <= pos < len(self._data) or end < 0:
             return None
         return self._data[pos:end].decode("utf-8", "surrogateescape")
 
@@ -181,17 +184,11 @@ class LdCache:
             if start + size > len(data):
                 return self._hwcaps_names  # the loader drops every extension then, whichever came first
             if tag == _TAG_GLIBC_HWCAPS and size and not start % 4 and not size % 4:
-                names = [self._string(int.from_bytes(data[start + w:start + w + 4], sys.byteorder))
+                names = [self._cstr(int.from_bytes(data[start + w:start + w + 4], sys.byteorder), 0)
                          for w in range(0, size, 4)]
         self._hwcaps_names = names
         return names
 
-    def _string(self, offset: int) -> "str | None":
-        """The NUL-terminated string at ``offset`` from the file's start (the NAMEs' base, unlike entries')."""
-        end = self._data.find(b"\0", offset)
-        if not 0 <= offset < len(self._data) or end < 0:
-            return None
-        return self._data[offset:end].decode("utf-8", "surrogateescape")
 
 
 def load(machine: "int | None", path: str = CACHE_PATH, hwcaps_used: "Callable[[], tuple[str, ...]]" = tuple,

@@ -249,12 +249,8 @@ def inherited(venv: Venv, base: dict[str, str], mode: str = "exec") -> dict[str,
     return environ
 
 
-def against(rev: str, work: Path, python: str, s: dict, n: int) -> tuple[str, list[tuple[str, float, float]]]:
-    """P1, P2, P2' and P3 of this checkout and of the package at git revision ``rev``, each against its
-    baseline, all three starts of a row interleaved run by run: (rev's short id, [(row, ours, rev's)]).
-
-    Both venvs hold the same torch_memory_saver, runtime and stand-in, so the rows differ only in the
-    package's code: the figure for a change's cost, on whatever machine runs it."""
+def revision_venv(rev: str, work: Path, python: str) -> tuple[str, Venv]:
+    """(rev's short id, a venv like setup()'s "with" one holding the package as git revision ``rev`` has it)."""
     sha = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short=10", rev], capture_output=True,
                          text=True, check=True).stdout.strip()
     src = work / f"src-{sha}"
@@ -262,8 +258,17 @@ def against(rev: str, work: Path, python: str, s: dict, n: int) -> tuple[str, li
         src.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", sha], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
-    theirs = standin_venv(work / f"venv-{sha}", python, [build_own_wheel(work / f"dist-{sha}", src), *common_wheels()],
-                          work)
+    wheels = [build_own_wheel(work / f"dist-{sha}", src), *common_wheels()]
+    return sha, standin_venv(work / f"venv-{sha}", python, wheels, work)
+
+
+def against(rev: str, work: Path, python: str, s: dict, n: int) -> tuple[str, list[tuple[str, float, float]]]:
+    """P1, P2, P2' and P3 of this checkout and of the package at git revision ``rev``, each against its
+    baseline, all three starts of a row interleaved run by run: (rev's short id, [(row, ours, rev's)]).
+
+    Both venvs hold the same torch_memory_saver, runtime and stand-in, so the rows differ only in the
+    package's code: the figure for a change's cost, on whatever machine runs it."""
+    sha, theirs = revision_venv(rev, work, python)
     ours_py, theirs_py = str(s["venvs"]["with"].python), str(theirs.python)
     without_py = str(s["venvs"]["without"].python)
     flagged = {**s["base"], "SLIME_OFFLOAD_TRAIN": "1"}
