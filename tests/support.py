@@ -247,7 +247,7 @@ def pip_fix(python, verb: str, *args: str, options: tuple[str, ...] = ()) -> str
     return pip_form(str(python), verb, list(options), list(args), False, False, True)
 
 
-# The line that ends every stop (tms_autopreload.startup.way_out), and what it says to run.
+# The line that ends every stop (tms_autopreload.stopped.way_out), and what it says to run.
 WAY_OUT = "\nTo run a command here without the hook: `env TMS_AUTOPRELOAD_DISABLE=1 COMMAND`"
 
 

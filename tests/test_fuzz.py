@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload
-from tms_autopreload import elf, glibc_hwcaps, ldcache, ldso, runtime, sitepath, trace
+from tms_autopreload import elf, glibc_hwcaps, ldcache, ldso, runtime, sitepath, symbols, trace
 from tms_autopreload.commands import binding_log as bindings
 from tms_autopreload.commands import main as cli
 from tms_autopreload.commands import node_documents as nodes
@@ -82,22 +82,22 @@ elf_like = st.one_of(mutated_elf, st.binary(max_size=4096).map(lambda b: b"\x7fE
 @given(elf_like)
 def test_elf_reader_raises_only_elferror(data):
     TMP.write_bytes(data)
-    for reader in (elf.read_dynamic, elf.read_kind, elf.read_symbols):
+    for reader in (elf.read_dynamic, elf.read_kind, symbols.read_symbols):
         try:
             _bounded(reader, str(TMP))
         except elf.ElfError:
             pass
     try:
-        symbols = _bounded(elf.read_symbols, str(TMP))
+        table = _bounded(symbols.read_symbols, str(TMP))
     except elf.ElfError:
-        symbols = None
-    names = {"cudaMalloc", "main", ""} | (set(symbols.defined) | set(symbols.undefined) if symbols else set())
+        table = None
+    names = {"cudaMalloc", "main", ""} | (set(table.defined) | set(table.undefined) if table else set())
     try:
-        found = _bounded(elf.defined_among, str(TMP), names)
+        found = _bounded(symbols.defined_among, str(TMP), names)
     except elf.ElfError:
-        assert symbols is None  # it reads less than read_symbols: no error where that has none
+        assert table is None  # it reads less than read_symbols: no error where that has none
     else:
-        assert symbols is None or found == symbols.defined & names
+        assert table is None or found == table.defined & names
 
 
 @FUZZ
@@ -481,13 +481,13 @@ def test_offset_past_off_t_found_by_fuzzing(tmp_path):
 @FUZZ
 @given(st.binary(max_size=480).map(lambda b: b[:len(b) // 24 * 24]), st.sampled_from([2, 4]), st.integers(0, 22))
 def test_a_symbol_tables_column_reads_the_same_in_either_byte_order(data, width, start):
-    """A column of a table of 24-byte entries (elf._column) in the other byte order, each word's bytes
+    """A column of a table of 24-byte entries (elf.column) in the other byte order, each word's bytes
     reversed, holds the same integers as read in this machine's (the strided view's)."""
     start = start // width * width
-    native = elf._column(data, width, sys.byteorder, start, 24)
+    native = elf.column(data, width, sys.byteorder, start, 24)
     swapped = b"".join(data[at:at + width][::-1] for at in range(0, len(data), width))
     other = "big" if sys.byteorder == "little" else "little"
-    assert elf._column(swapped, width, other, start, 24) == native
+    assert elf.column(swapped, width, other, start, 24) == native
     assert len(native) == len(data) // 24
 
 

@@ -1,6 +1,6 @@
 """The hook's interface, read from its dynamic symbol table, not assumed.
 
-``elf.read_symbols`` must agree with binutils' ``nm -D`` on real files (every released preload build,
+``symbols.read_symbols`` must agree with binutils' ``nm -D`` on real files (every released preload build,
 NVIDIA's runtime libraries, this machine's system libraries), and a build's interposed set is what it
 defines that the process's runtime library also defines.
 """
@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from support import runtime_wheel, tms_wheel
-from tms_autopreload import elf
+from tms_autopreload import elf, symbols
 from tms_autopreload.builds import interposed
 
 VERSIONS = ["0.0.8", "0.0.9", "0.0.9.post1", "0.0.10"]
@@ -74,17 +74,17 @@ def nm(path: Path) -> tuple[set[str], set[str]]:
 
 
 def agrees_with_nm(paths) -> int:
-    """How many of ``paths`` are ELF objects; :func:`elf.read_symbols` reads each as nm does, and
-    :func:`elf.defined_among`, asked for every name nm lists and one it does not, answers nm's defined ones."""
+    """How many of ``paths`` are ELF objects; :func:`symbols.read_symbols` reads each as nm does, and
+    :func:`symbols.defined_among`, asked for every name nm lists and one it does not, answers nm's defined ones."""
     checked = 0
     for path in paths:
         try:
-            got = elf.read_symbols(str(path))
+            got = symbols.read_symbols(str(path))
         except elf.ElfError:
             continue  # linker scripts and other non-objects
         defined, undefined = nm(path)
         assert (set(got.defined), set(got.undefined)) == (defined, undefined), path
-        assert elf.defined_among(str(path), defined | undefined | {"tms_no_such_symbol"}) == defined, path
+        assert symbols.defined_among(str(path), defined | undefined | {"tms_no_such_symbol"}) == defined, path
         checked += 1
     return checked
 
@@ -147,16 +147,16 @@ def test_symbol_table_without_a_hash_section_is_a_clear_error(tmp_path):
                    if p_type == elf.PT_DYNAMIC)
     fd = os.open("/bin/true", os.O_RDONLY)
     try:
-        tags = elf._layout(fd).tags
+        tags = elf.read_layout(fd).tags
     finally:
         os.close(fd)
     for i, tag in enumerate(tags):
-        if tag in (elf.DT_HASH, elf.DT_GNU_HASH):
+        if tag in (symbols.DT_HASH, symbols.DT_GNU_HASH):
             struct.pack_into("<q", data, dynamic + 16 * i, 21)  # DT_DEBUG
     target = tmp_path / "nohash.so"
     target.write_bytes(bytes(data))
     with pytest.raises(elf.ElfError, match="no DT_HASH or DT_GNU_HASH"):
-        elf.read_symbols(str(target))
+        symbols.read_symbols(str(target))
 
 
 def _readelf_dynamic(path: str) -> dict[str, list[str]]:

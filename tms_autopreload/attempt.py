@@ -570,15 +570,19 @@ def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Lo
         return Verdict(build, LOADS, "chosen without a loader trace: to be loaded in-process", plan=planned)
     planned_env = {**env, **planned.changes()}
     added = _added_dirs(env, planned.ld_library_path or "")
-    # The children whose own problem is plain before the interpreter's trace (a conda interpreter's: its
-    # DT_RPATH) are traced beside it; those only the closure can decide, after it.
-    decided = {kid[0]: _own_problem(loader, kid, added, None) for kid in kids}
-    beside = [path for path, own in decided.items() if own]
-    collect = start_traces([executable, *beside], planned_env)
+    # The interpreter's trace starts first: the start waits for its answer, so whatever does not change what
+    # it traces is done while it runs. The children whose own problem is plain before that answer (a conda
+    # interpreter's: its DT_RPATH) are traced beside it; those only the closure can decide, after it.
+    collect = start_traces([executable], planned_env)
+    collect_beside = None
     try:
+        decided = {kid[0]: _own_problem(loader, kid, added, None) for kid in kids}
+        beside = [path for path, own in decided.items() if own]
+        collect_beside = start_traces(beside, planned_env)
         ahead = _read_ahead(build, loader, planned) if None in decided.values() else {}
     finally:
-        trace, *beside_traces = collect()  # in order: the interpreter, then each of ``beside``
+        trace, = collect()
+        beside_traces = collect_beside() if collect_beside is not None else []  # in the order of ``beside``
     if isinstance(trace, OSError):
         raise trace  # the interpreter itself cannot be started: survey's error, not this build's
     judged = judge(build, planned, trace)

@@ -7,7 +7,7 @@ entries say what it will load, so only those decide.
 
 import os
 
-from .elf import MACHINE_NAMES, DynamicInfo, ElfError, UnreadableFile, defined_among, read_dynamic, read_symbols
+from .elf import MACHINE_NAMES, DynamicInfo, ElfError, UnreadableFile, read_dynamic
 from .gpu_libraries import CUDA, DRIVER_ONLY, DRIVER_SONAME, HIP, UNUSABLE, runtime_name, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
@@ -142,4 +142,6 @@ def interposed(build: str, runtime_library: str) -> "tuple[str, ...]":
     ``cudaMalloc`` and ``cudaFree``, and so does 0.0.8's driver-only build, which links no runtime.
     Raises ElfError when either file cannot be read.
     """
+    from .symbols import defined_among, read_symbols  # dlopen mode's and a forced build's: no exec-mode start's
+
     return tuple(sorted(defined_among(runtime_library, read_symbols(build).defined)))

@@ -22,19 +22,16 @@ import os
 import sys
 
 from . import CUDA_MAJOR_VAR, PATH_VAR, TMS_WORDS, is_tms_entry, same_file, sitepath, split_preload
-from .attempt import (CHOSEN, MAX_ARG_STRLEN, REJECTED, UNTRIED, Plan, Verdict, attempt, child_programs,
-                      env_string_size, readable, trace_the_rest)
+from .attempt import CHOSEN, REJECTED, UNTRIED, Plan, Verdict, attempt, child_programs, readable, trace_the_rest
 from .builds import PRELOAD_PREFIXES, Build, find_builds, interposed, is_preload_name, named_major, read_build
 from .elf import ElfError
-from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DOES_NOT_FIT, CAUSE_INTERPRETER_FAILS,
-                     CAUSE_LESS_PREFERRED, CAUSE_NO_BINDING, CAUSE_NO_BUILD_FITS, CAUSE_NO_BUILDS, CAUSE_NO_DRIVER,
+from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_INTERPRETER_FAILS, CAUSE_LESS_PREFERRED, CAUSE_NO_BUILDS,
                      CAUSE_NO_EXECUTABLE, CAUSE_NO_PACKAGE, CAUSE_NO_RUNTIME, CAUSE_PREFERRED_CHOSEN,
-                     CAUSE_UNREADABLE_INTERPRETER, CAUSE_UNTRUSTED_BUILDS, CAUSE_UNUSABLE, CAUSE_WRONG_RUNTIME,
-                     PATH_SHOWN, ResolveError, shown)
+                     CAUSE_UNREADABLE_INTERPRETER, CAUSE_UNUSABLE, CAUSE_WRONG_RUNTIME, PATH_SHOWN, ResolveError,
+                     shown)
 from .ldso import Loader, Object
-from .runtime import Runtime, detect, install_hint, split_from_torch
-from .gpu_libraries import CUDA, DRIVER_ONLY, DRIVER_SONAME, HIP
-from .trust import TRUST_CAUSES
+from .runtime import Runtime, detect, split_from_torch
+from .gpu_libraries import CUDA, DRIVER_ONLY, HIP
 from .trust import Trusted, refusal
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
@@ -77,15 +74,6 @@ class Report:
 
 
 _E2BIG = 7
-
-
-def _too_big(env: "Mapping[str, str]") -> ResolveError:
-    """The error when the kernel refuses to exec the planned environment (E2BIG), naming its largest variables."""
-    largest = sorted(env, key=lambda name: -env_string_size(name, env[name]))[:3]
-    sizes = ", ".join(f"{name} ({env_string_size(name, env[name])} bytes)" for name in largest)
-    return ResolveError(f"{sizes}: the environment is too large for the kernel to start any program with it (E2BIG: "
-                        f"one variable over {MAX_ARG_STRLEN} bytes, or all together over the exec limit)",
-                        fix="shorten or unset those variables", cause=CAUSE_ENV_TOO_LARGE)
 
 
 def _fits(build: Build, runtime: Runtime) -> bool:
@@ -256,58 +244,6 @@ def _with_check_warning(plan: Plan, package_dir: str | None, forced: str | None,
                 added=plan.added, warnings=tuple(warnings))
 
 
-def _no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int], forced: str | None,
-            ld_library_path: str, package_dir: str | None = None) -> ResolveError:
-    """The error when no build fits: the cause first (what the user set, who else can write every build
-    that fits, or the driver every build that fits the runtime misses), then every candidate with its
-    reason; the fix from what the candidates' verdicts suggest."""
-    refused = [v for v in ordered if v.cause in TRUST_CAUSES]  # they fit; others can write them
-    fixes = [f for i in eligible if (f := ordered[i].fix)] + list(dict.fromkeys(v.fix for v in refused if v.fix))
-    listing = [f"  - {v.build.name}: {v.reason}" for v in ordered]
-    split, torch = split_from_torch(runtime), runtime.torch
-    built = None
-    if split is not None and torch is not None:
-        # The override names another runtime than torch links: that, not a missing build or runtime, is the
-        # cause; installing the runtime it names, or a build for it, would only split the hook from torch
-        # (split_warning).
-        built = f"torch at {torch.dir} " + (f"is built for CUDA {torch.cuda}" if torch.cuda else f"links {split}")
-        fixes = [f"`unset {CUDA_MAJOR_VAR}` ({built})",
-                 *(f for f in fixes if f != install_hint(runtime.kind, runtime.major))]
-    from .releases import build_install_hint
-
-    reasons_above = f"see the reasons above, or set {PATH_VAR} to a build that loads"
-    if refused and not eligible:
-        only = refused[0].build.refusal if len(refused) == 1 else None
-        head = (f"{refused[0].build.name}, the torch_memory_saver preload build for {runtime.name}, is not preloaded: "
-                f"{only.message}" if only else
-                f"every torch_memory_saver preload build for {runtime.name} can be changed by someone who "
-                f"cannot change this environment's code, so none is preloaded")
-        return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_UNTRUSTED_BUILDS,
-                            fix="; or ".join(fixes) + f"; or name the build in {PATH_VAR} to preload it anyway")
-    if eligible and all(ordered[i].cause == CAUSE_NO_DRIVER for i in eligible):
-        where = (f"LD_LIBRARY_PATH={shown(ld_library_path, PATH_SHOWN)}, /etc/ld.so.cache and the default directories"
-                 if ld_library_path else "/etc/ld.so.cache and the default directories")
-        head = (f"the NVIDIA driver library {DRIVER_SONAME} is not found by the loader (it searched {where}), "
-                f"so no torch_memory_saver preload build can load for {runtime.describe()}")
-        return ResolveError("\n".join([head + ":", *listing]), fix="; or ".join(dict.fromkeys(fixes)),
-                            cause=CAUSE_NO_DRIVER)
-    if eligible and all(ordered[i].cause == CAUSE_NO_BINDING for i in eligible):
-        head = (f"no plan maps exactly one {runtime.soname} (the copy torch uses) in this interpreter and lets a "
-                f"non-Python child start, for {runtime.describe()}")
-        return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_NO_BINDING,
-                            fix="; or ".join(dict.fromkeys(fixes)) if fixes else reasons_above)
-    if forced:
-        head = f"{PATH_VAR}={shown(forced, PATH_SHOWN)} names a build that does not fit {runtime.describe()}"
-        return ResolveError("\n".join([head + ":", *listing]), cause=CAUSE_FORCED_DOES_NOT_FIT,
-                            fix=f"`unset {CUDA_MAJOR_VAR} {PATH_VAR}` to use torch's runtime ({built})" if built
-                            else f"`unset {PATH_VAR}` to choose among the installed builds (or point it at a build "
-                                 f"for {runtime.name})")
-    if not eligible and not built:
-        fixes.append(build_install_hint(runtime.kind, runtime.major, package_dir))
-    return ResolveError("\n".join([f"no torch_memory_saver preload build fits {runtime.describe()}:", *listing]),
-                        fix="; or ".join(dict.fromkeys(fixes)) if fixes else reasons_above, cause=CAUSE_NO_BUILD_FITS)
-
-
 def split_overrides(env: "Mapping[str, str]") -> "list[str]":
     """The override variables set in ``env`` (``NAME=value``), which can make the hook use another runtime
     than torch (:func:`tms_autopreload.runtime.split_from_torch`)."""
@@ -386,7 +322,9 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
             return fail(exc, runtime)
         except OSError as exc:
             if exc.errno == _E2BIG:
-                return fail(_too_big(env), runtime)
+                from .no_plan import too_big
+
+                return fail(too_big(env), runtime)
             return fail(ResolveError(f"cannot run the interpreter {exe} to verify the plan with the loader "
                                      f"({exc.strerror or exc})", cause=CAUSE_INTERPRETER_FAILS,
                                      fix="set LD_PRELOAD by hand with `tms-autopreload env` from a working Python"),
@@ -402,7 +340,9 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
                       None, tuple(warnings) + ((said,) if said else ()), loader)
     if runtime is None:
         return fail(runtime_error, None, ordered)  # type: ignore[arg-type]  # set exactly when detect raised
-    return fail(_no_fit(runtime, ordered, eligible, forced, env.get("LD_LIBRARY_PATH", ""), package_dir), runtime,
+    from .no_plan import no_fit  # only a start that finds no plan reads its words
+
+    return fail(no_fit(runtime, ordered, eligible, forced, env.get("LD_LIBRARY_PATH", ""), package_dir), runtime,
                 ordered)
 
 

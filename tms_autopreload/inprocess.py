@@ -32,11 +32,12 @@ import _ctypes
 
 from . import is_tms_entry, mapped_hooks, mapped_objects, read_maps
 from .builds import interposed
-from .elf import ElfError, defined_among
+from .elf import ElfError
 from .errors import (CAUSE_DLOPEN_FAILED, CAUSE_HOOK_LOADED, CAUSE_IN_PROCESS, CAUSE_NOT_MAPPED, CAUSE_NO_PROC_MAPS,
                      CAUSE_NO_RUNTIME_FILE, CAUSE_PRELOAD_DEFINES, CAUSE_RUNTIME_LOADED, CAUSE_SYMBOL_DEFINED,
                      CAUSE_TORCH_IMPORTED, CAUSE_TORCH_LOADED, CAUSE_UNREADABLE_SYMBOLS, Error, ResolveError)
 from .gpu_libraries import runtime_of
+from .symbols import defined_among
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

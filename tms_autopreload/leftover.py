@@ -19,7 +19,8 @@ import sys
 from . import COMMAND, DISABLE_VAR, NO_HOOK, ON_ERROR_VAR, flags, unhooked_program
 from .installer import _has_ensurepip, _uv_on_path, pip_form, where
 from .install_source import WHEEL_TEMPLATE, local_path, source_args, source_gone
-from .startup import EXIT_CONFIG, parse_choice, way_out
+from .startup import EXIT_CONFIG, parse_choice
+from .stopped import way_out
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -65,7 +65,9 @@ def _search_path() -> "list[str]":
     # gh-113659 (3.13, and its backports to 3.8-3.12 of early 2024) skips .pth files named with a leading
     # dot; its hidden-file check is why such a site.py imports ``stat``.
     skip_dotted = hasattr(site, "stat")
-    for sitedir in _site_dirs(site):
+    # A directory site.py processes again (a venv's site-packages, as the venv's and as its prefix's) adds
+    # nothing the first time did not: every entry it could add is known by then, so it is read once.
+    for sitedir in dict.fromkeys(_site_dirs(site)):
         if os.path.isdir(sitedir):
             add_site_dir(sitedir, path, known, skip_dotted)
     return path

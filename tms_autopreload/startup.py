@@ -23,14 +23,14 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from . import (DISABLE_VAR, EXEC_VAR, FLAG_VARS, MODE_VAR, MODES, NO_HOOK, ON_ERROR_POLICIES, ON_ERROR_VAR,
-               VERBOSE_VAR, mapped_hooks, parse_flag, reexecuted, say, split_preload, state_build, unrecognised)
+from . import (EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, mapped_hooks, parse_flag,
+               reexecuted, say, unrecognised)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
     from .attempt import Plan
 
-__all__ = ["run", "way_out", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
+__all__ = ["run", "parse_choice", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
 
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
 EXIT_INTERRUPTED = 130
@@ -86,11 +86,13 @@ def _flush() -> None:
             pass
 
 
-def _apply(mapped: "list[str]") -> None:
+def _apply(mapped: "list[str]", maps: "bytes | None") -> None:
     env = os.environ
     verbose = parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]
     if reexecuted(env):
-        raise _Stop(_not_taken(mapped))
+        from .stopped import not_taken
+
+        raise _Stop(not_taken(mapped))
 
     from .decision import survey
 
@@ -107,7 +109,8 @@ def _apply(mapped: "list[str]") -> None:
     plan = report.plan
     for warning in (*report.warnings, *plan.warnings):
         say("warning: " + warning)
-    mapped = mapped_hooks(plan.build)
+    # /proc/self/maps as read at entry, unless loading in-process may have mapped more since
+    mapped = mapped_hooks(plan.build, None if in_process else maps)
     if mapped == [plan.build]:  # a second torch_memory_saver build mapped too would compete: exec
         env.update(plan.environment())
         env.pop(EXEC_VAR, None)
@@ -131,48 +134,6 @@ def _apply(mapped: "list[str]") -> None:
     except OSError as exc:
         raise _Stop(f"cannot re-execute {sys.executable} ({exc.strerror or exc}); set the environment "
                     f"before start instead: eval \"$(tms-autopreload env)\"") from None
-
-
-def _not_taken(mapped: "list[str]") -> str:
-    """Why this re-executed process still lacks the hook it was re-executed for, as far as it can tell: the
-    planned build mapped beside others, LD_PRELOAD kept its entry and the loader did not map it, or
-    LD_PRELOAD lost it between the exec and this interpreter."""
-    env = os.environ
-    planned = state_build()
-    preload = env.get("LD_PRELOAD", "")
-    done = f"{EXEC_VAR}={env.get(EXEC_VAR)} says this process re-executed once to preload {planned or 'the hook'}"
-    seen = f"torch_memory_saver builds mapped: {', '.join(mapped) or 'none'}"
-    if planned and planned in mapped:
-        why = (f"it is mapped, but not alone ({seen}): LD_PRELOAD={preload!r} names other builds too, which compete "
-               f"for the same symbols")
-    elif planned and planned in split_preload(preload):
-        why = (f"it is not mapped ({seen}) although LD_PRELOAD still names it, so the loader did not preload it: "
-               f"a program in secure-execution mode (setuid, or with capabilities) preloads only from the system's "
-               f"library directories")
-    else:
-        why = (f"it is not mapped ({seen}) and LD_PRELOAD={preload!r} no longer names it: something between the "
-               f"exec and this interpreter drops or rewrites LD_PRELOAD (a setuid wrapper, or a launcher that "
-               f"cleans the environment)")
-    return f"{done}, but {why}; not trying again. Run `tms-autopreload doctor`."
-
-
-def way_out() -> str:
-    """What a stopped process's message ends with: how to run any command from this shell without the hook,
-    and, where the message is read off the node (a Ray worker's or a Slurm step's log), where to run it."""
-    flags = " ".join(name for name in FLAG_VARS if name in os.environ)
-    lines = [f"To run a command here without the hook: `{NO_HOOK} COMMAND` (every printed fix starts so), or "
-             f"`unset {flags}` (or export {DISABLE_VAR}=1) for the rest of this shell."]
-    node = os.uname().nodename
-    if os.path.basename(sys.argv[0] if sys.argv else "") == "default_worker.py":
-        lines.append(f"This process is a Ray worker on node {node}: run the fix there, for {sys.executable} (the "
-                     f"environment Ray starts that node's workers from); `tms-autopreload doctor --ray` checks every "
-                     f"node.")
-    elif os.environ.get("SLURM_JOB_ID"):
-        node = os.environ.get("SLURMD_NODENAME") or node
-        lines.append(f"This process is a step of Slurm job {os.environ['SLURM_JOB_ID']} on node {node}: run the fix "
-                     f"there, for {sys.executable} (for example `srun --jobid {os.environ['SLURM_JOB_ID']} -w {node} "
-                     f"--overlap COMMAND`).")
-    return "\n".join(lines)
 
 
 def _load_in_process(env: "os._Environ[str]", verbose: bool) -> "str | None":
@@ -208,8 +169,9 @@ def _say_plan(plan: "Plan", done: str, how: str, then: str) -> None:
     say(f"{done} {plan.build}{how} for {plan.runtime.describe()}{then} {variables}")
 
 
-def run(mapped: "list[str]") -> None:
-    """Entry from :func:`tms_autopreload.process_startup`; never raises."""
+def run(mapped: "list[str]", maps: "bytes | None" = None) -> None:
+    """Entry from :func:`tms_autopreload.process_startup`; never raises. ``mapped``: the torch_memory_saver
+    objects mapped at entry, read from ``maps`` (/proc/self/maps then; None where it was not read)."""
     on_error = _choice(ON_ERROR_VAR, ON_ERROR_POLICIES)
     import gc  # built in: nothing to find on disk
 
@@ -218,7 +180,7 @@ def run(mapped: "list[str]") -> None:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _apply(mapped)
+        _apply(mapped, maps)
     except BaseException as exc:  # noqa: BLE001 - nothing may escape into site.py
         if isinstance(exc, _Stop):
             message, code = str(exc), exc.code
@@ -230,7 +192,14 @@ def run(mapped: "list[str]") -> None:
         if on_error == "warn" and code != EXIT_INTERRUPTED:
             say(message + f"\ncontinuing without the hook ({ON_ERROR_VAR}=warn)")
             return
-        say(message + ("\n" + way_out() if code == EXIT_CONFIG else ""))
+        if code == EXIT_CONFIG:
+            try:
+                from .stopped import way_out  # only a stopped start says it
+            except ImportError:  # a package broken under a running start: its reason alone, still no traceback
+                pass
+            else:
+                message += "\n" + way_out()
+        say(message)
         _flush()
         os._exit(code)
     finally:

@@ -25,8 +25,9 @@ import tempfile
 import time
 
 from ..builds import interposed
-from ..elf import ElfError, read_dynamic, read_symbols
+from ..elf import ElfError, read_dynamic
 from ..errors import CAUSE_IDLE_RUNTIME, CAUSE_SECOND_RUNTIME_BOUND
+from ..symbols import read_symbols
 from .. import EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, is_tms_entry, parse_flag, \
     same_file, split_preload
 from ..gpu_libraries import CUDA, HIP, runtime_of, soname_prefix
