@@ -18,7 +18,8 @@ order:
    :class:`Option` (the environment, or why it cannot be written and what would let it be), which
    :func:`_binding_words` says in words; an option predicts with the loader model whether it maps exactly
    torch's runtime for the hook in this interpreter and in every child;
-4. :func:`attempt`: plan, trace, judge.
+4. :func:`attempt`: plan for the interpreter (:func:`_bind`), trace it and read the children while it runs
+   (planned again where a child's search differs), judge.
 
 Longer than the package's other modules because it is one module on purpose, with the types it answers: the
 flagged start imports it, and each module costs that start a file lookup, a read and an unmarshal (about 0.4
@@ -45,7 +46,8 @@ if TYPE_CHECKING:
     from .elf import DynamicInfo
 
 __all__ = ["Verdict", "Plan", "CHOSEN", "LOADS", "REJECTED", "UNTRIED", "STATUSES", "attempt", "child_programs",
-           "readable", "trace_the_rest", "judge", "refused", "STEPS", "Option", "MAX_ARG_STRLEN", "env_string_size"]
+           "children_of", "readable", "trace_the_rest", "judge", "refused", "STEPS", "Option", "MAX_ARG_STRLEN",
+           "env_string_size"]
 
 # Verdict.status values (``doctor --json`` ``candidates[].status``).
 CHOSEN = "chosen"  # the plan's build
@@ -153,6 +155,19 @@ def readable(paths: "list[str]") -> "list[tuple[str, DynamicInfo]]":
         except ElfError:
             continue
     return out
+
+
+def children_of(env: "Mapping[str, str]", exe: str) -> "Callable[[], list[tuple[str, DynamicInfo]]]":
+    """The children of :func:`child_programs` as :func:`readable` reads them, found once, when first asked
+    (:func:`attempt` asks while the interpreter's trace runs), then the same to every build's attempt."""
+    memo: "list[list[tuple[str, DynamicInfo]]]" = []
+
+    def children() -> "list[tuple[str, DynamicInfo]]":
+        if not memo:
+            memo.append(readable(child_programs(env, exe)))
+        return memo[0]
+
+    return children
 
 
 def _effective_rpath(info: "DynamicInfo") -> "tuple[str, ...]":
@@ -536,11 +551,30 @@ def _added(env: "Mapping[str, str]", option: Option) -> "tuple[tuple[str, ...], 
     return preload, path
 
 
+def _bind(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, package_dir: str | None,
+          kids: "list[tuple[str, DynamicInfo]]") -> "tuple[list[Option], list[str], Option | None, Plan]":
+    """Step 4 for one build: (the bindings written, up to the chosen one, else all; why each before it would
+    not hold; the first the loader model predicts holds for the interpreter and each of ``kids``, or None;
+    the plan of that one, else of the first)."""
+    entry, entry_dir = _preload_entry(build.path)
+    written: list[Option] = []
+    why_not: list[str] = []
+    chosen = None
+    for option in _options(build, runtime, env, loader, package_dir, entry, entry_dir):
+        written.append(option)
+        why = option.refused or option.predict(build, runtime, loader, kids)
+        if why is None:
+            chosen = option
+            break
+        why_not.append(f"{option.binding}: {why}")
+    return written, why_not, chosen, _plan_of(build, runtime, env, chosen or written[0], why_not if chosen else [])
+
+
 def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, executable: str,
-             trace_it: bool = True, package_dir: str | None = None,
-             children: "list[tuple[str, DynamicInfo]] | None" = None) -> Verdict:
+            trace_it: bool = True, package_dir: str | None = None,
+            children: "Callable[[], list[tuple[str, DynamicInfo]]]" = list) -> Verdict:
     """Plan one build with the first binding the loader model predicts holds, then trace the planned
-    start with the real loader (the interpreter and the non-Python ``children`` at once) and judge.
+    start with the real loader (the interpreter and the non-Python ``children()`` at once) and judge.
 
     With no binding predicted to hold, the first is traced anyway, so the loader's own words say why,
     followed by each other binding's reason. ``trace_it=False`` plans without the trace, for a caller
@@ -551,37 +585,39 @@ def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Lo
     if cannot is not None:
         return Verdict(build, REJECTED, cannot, CAUSE_UNSAFE_PATH,
                        fix="install torch_memory_saver under a path without spaces or colons")
-    entry, entry_dir = _preload_entry(build.path)
-    kids = children or []
-    written: list[Option] = []  # the bindings written so far: up to the chosen one, else all
-    why_not: list[str] = []
-    chosen = None
-    for option in _options(build, runtime, env, loader, package_dir, entry, entry_dir):
-        written.append(option)
-        why = option.refused or option.predict(build, runtime, loader, kids)
-        if why is None:
-            chosen = option
-            break
-        why_not.append(f"{option.binding}: {why}")
-    planned = _plan_of(build, runtime, env, chosen or written[0], why_not if chosen else [])
     if not trace_it:
+        written, why_not, chosen, planned = _bind(build, runtime, env, loader, package_dir, children())
         if chosen is None:
             return Verdict(build, REJECTED, "; ".join(why_not), CAUSE_NO_BINDING, fix=_no_binding_fix(written))
         return Verdict(build, LOADS, "chosen without a loader trace: to be loaded in-process", plan=planned)
+    # The start waits for the interpreter's trace, so it starts first and whatever cannot change what it traces
+    # is done while it runs. The children change a prediction only where the loader searches for the hook's
+    # needs in them otherwise than in the interpreter (``_search_differs``): the plan is made for the
+    # interpreter alone, the children are read while it is traced, and where one's search differs the plan
+    # is made again (and traced again, if that changed it). The children whose own problem is plain before the
+    # trace's answer (a conda interpreter's: its DT_RPATH) are traced beside it; those only the closure can
+    # decide, after it.
+    written, why_not, chosen, planned = _bind(build, runtime, env, loader, package_dir, [])
     planned_env = {**env, **planned.changes()}
-    added = _added_dirs(env, planned.ld_library_path or "")
-    # The interpreter's trace starts first: the start waits for its answer, so whatever does not change what
-    # it traces is done while it runs. The children whose own problem is plain before that answer (a conda
-    # interpreter's: its DT_RPATH) are traced beside it; those only the closure can decide, after it.
-    collect = start_traces([executable], planned_env)
+    pending = [start_traces([executable], planned_env)]
     collect_beside = None
     try:
+        kids = children()
+        if any(_search_differs(loader.executable.info, info) for _, info in kids):
+            written, why_not, chosen, again = _bind(build, runtime, env, loader, package_dir, kids)
+            if again.changes() != planned.changes():
+                pending.pop()()  # the interpreter alone was planned otherwise: that answer is not this plan's
+                planned_env = {**env, **again.changes()}
+                pending.append(start_traces([executable], planned_env))
+            planned = again
+        added = _added_dirs(env, planned.ld_library_path or "")
         decided = {kid[0]: _own_problem(loader, kid, added, None) for kid in kids}
         beside = [path for path, own in decided.items() if own]
         collect_beside = start_traces(beside, planned_env)
         ahead = _read_ahead(build, loader, planned) if None in decided.values() else {}
     finally:
-        trace, = collect()
+        if pending:
+            trace, = pending.pop()()
         beside_traces = collect_beside() if collect_beside is not None else []  # in the order of ``beside``
     if isinstance(trace, OSError):
         raise trace  # the interpreter itself cannot be started: survey's error, not this build's

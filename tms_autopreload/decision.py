@@ -22,7 +22,7 @@ import os
 import sys
 
 from . import CUDA_MAJOR_VAR, PATH_VAR, TMS_WORDS, is_tms_entry, same_file, sitepath, split_preload
-from .attempt import CHOSEN, REJECTED, UNTRIED, Plan, Verdict, attempt, child_programs, readable, trace_the_rest
+from .attempt import CHOSEN, REJECTED, UNTRIED, Plan, Verdict, attempt, children_of, trace_the_rest
 from .builds import PRELOAD_PREFIXES, Build, find_builds, interposed, is_preload_name, named_major, read_build
 from .elf import ElfError
 from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_INTERPRETER_FAILS, CAUSE_LESS_PREFERRED, CAUSE_NO_BUILDS,
@@ -36,7 +36,7 @@ from .trust import Trusted, refusal
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from .elf import DynamicInfo
 
@@ -194,7 +194,7 @@ def _screen(builds: list[Build], runtime: Runtime | None) -> "tuple[dict[int, Ve
 
 def _choose(builds: list[Build], eligible: list[int], runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
             exe: str, check_all: bool, trace: bool, package_dir: str | None,
-            children: "list[tuple[str, DynamicInfo]]") -> "tuple[Plan | None, dict[int, Verdict]]":
+            children: "Callable[[], list[tuple[str, DynamicInfo]]]") -> "tuple[Plan | None, dict[int, Verdict]]":
     """Steps 4-5: plan and trace the eligible builds in order; (the plan of the first that loads cleanly,
     their verdicts).
 
@@ -317,7 +317,7 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     if runtime is not None:
         try:
             plan, chosen = _choose(builds, eligible, runtime, env, loader, exe, check_all, trace, package_dir,
-                                   readable(child_programs(env, loader.executable.path)))
+                                   children_of(env, loader.executable.path))
         except ResolveError as exc:  # a planned value no exec could carry
             return fail(exc, runtime)
         except OSError as exc:
