@@ -117,9 +117,13 @@ class Trusted:
 
 
 def _stat(path: str, follow: bool, cache: "dict[tuple[bool, str], os.stat_result]") -> os.stat_result:
+    """``path``'s stat (``follow``) or lstat, from ``cache`` where it holds it: a path's lstat is its stat
+    too where it names no symbolic link (each directory on the way to a file is asked both ways)."""
     key = (follow, path)
     if key not in cache:
-        cache[key] = os.stat(path) if follow else os.lstat(path)
+        seen = cache.get((False, path)) if follow else None
+        cache[key] = seen if seen is not None and not stat.S_ISLNK(seen.st_mode) else (
+            os.stat(path) if follow else os.lstat(path))
     return cache[key]
 
 
