@@ -34,6 +34,7 @@ from conftest import report_host
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from support import ROOT, Venv, clean_env, find_python, run
+from sandbox import clean_copy
 
 # A printed command: a backticked span that runs pip, or uv's pip.
 FIX = re.compile(r"`([^`]*\bpip (?:install|uninstall)\b[^`]*)`")
@@ -373,10 +374,7 @@ def test_without_a_record_the_advice_names_no_package_index_command(parts, tmp_p
 
 def _source(tmp: Path) -> Path:
     """A copy of this checkout (what a user clones), without build outputs."""
-    src = tmp / "checkout"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", ".demo", "build", "dist", "*.egg-info",
-                                                             "__pycache__", ".mypy_cache", ".ruff_cache"))
-    return src
+    return clean_copy(ROOT, tmp / "checkout")
 
 
 @pytest.mark.slow  # builds the package from source, with setuptools from the package index

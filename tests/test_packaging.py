@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -137,9 +136,7 @@ def test_uv_install_hooks(scenario, tmp_path):
 @pytest.mark.slow  # CPython 3.12 and an editable install
 def test_editable_install_hooks(scenario, tmp_path):
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python="3.12")
-    src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info",
-                                                             "__pycache__"))
+    src = clean_copy(ROOT, tmp_path / "src")
     run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "uninstall", "-y", "-q", "tms-autopreload"])
     try:
         run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "install", "-q", "-e", str(src)])
@@ -159,9 +156,7 @@ def test_editable_install_whose_checkout_moved(scenario, tmp_path):
     site-packages is left over. A flagged start says so in one line naming it (no traceback) and stops
     (exit 78); an unflagged one runs, and says nothing."""
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), tag="editable-moved")
-    src = tmp_path / "checkout"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info",
-                                                             "__pycache__"))
+    src = clean_copy(ROOT, tmp_path / "checkout")
     run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "uninstall", "-y", "-q", "tms-autopreload"])
     run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "install", "-q", "-e", str(src)])
     assert_hooked(scn, scn.flagged(PROBE))
@@ -212,8 +207,7 @@ def _metadata(text: str) -> Metadata:
 def test_sdist_and_wheel_hold_the_package_its_license_and_nothing_else(tmp_path):
     """Built as a packager builds (``python -m build``: the sdist, then the wheel from the sdist) from a
     checkout that has been used: bytecode and test caches lie around in it."""
-    src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info"))
+    src = clean_copy(ROOT, tmp_path / "src")
     for litter in ("tms_autopreload/__pycache__/plan.cpython-311.pyc", ".pytest_cache/v/cache/lastfailed",
                    "tests/__pycache__/conftest.cpython-311.pyc", ".hypothesis/examples/x"):
         (src / litter).parent.mkdir(parents=True, exist_ok=True)
@@ -245,9 +239,7 @@ def test_install_without_build_isolation_on_the_declared_setuptools_floor(tmp_pa
     """``pip install --no-build-isolation .`` with exactly the oldest setuptools pyproject.toml allows."""
     (floor,) = re.findall(r'^requires = \["setuptools>=([\d.]+)"\]$', (ROOT / "pyproject.toml").read_text(), re.M)
     venv = Venv(tmp_path / "v", sys.executable, [wheel(f"setuptools=={floor}")])
-    src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info",
-                                                             "__pycache__"))
+    src = clean_copy(ROOT, tmp_path / "src")
     run([sys.executable, "-m", "pip", "--python", str(venv.python), "install", "-q", "--no-build-isolation",
          "--no-deps", "--no-index", str(src)])
     assert STARTUP <= {p.name for p in venv.site.iterdir()}

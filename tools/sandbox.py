@@ -177,11 +177,12 @@ def build_own_wheel(dest: Path, source: Path = ROOT, isolated: bool = True) -> P
 
 def clean_copy(source: Path, dest: Path) -> Path:
     """``source`` copied to ``dest`` (replaced) without what a build must not see: git's data, venvs, the
-    demo's sandbox, earlier builds and caches."""
+    demo's sandbox, earlier builds and caches (the test runs' too, which other tests write while one copies:
+    a file gone midway would fail the copy)."""
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns(".git", ".venv*", ".demo", "build", "dist",
                                                               "*.egg-info", "__pycache__", ".mypy_cache",
-                                                              ".ruff_cache"))
+                                                              ".ruff_cache", ".hypothesis", ".pytest_cache"))
     return dest
 
 
