@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -207,7 +208,11 @@ def _metadata(text: str) -> Metadata:
 def test_sdist_and_wheel_hold_the_package_its_license_and_nothing_else(tmp_path):
     """Built as a packager builds (``python -m build``: the sdist, then the wheel from the sdist) from a
     checkout that has been used: bytecode and test caches lie around in it."""
-    src = clean_copy(ROOT, tmp_path / "src")
+    src = tmp_path / "src"
+    # A used checkout as it is, but for the caches tests beside this one write while it copies (a file replaced
+    # midway fails the copy): those are planted below.
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info",
+                                                             "__pycache__", ".hypothesis", ".pytest_cache"))
     for litter in ("tms_autopreload/__pycache__/plan.cpython-311.pyc", ".pytest_cache/v/cache/lastfailed",
                    "tests/__pycache__/conftest.cpython-311.pyc", ".hypothesis/examples/x"):
         (src / litter).parent.mkdir(parents=True, exist_ok=True)

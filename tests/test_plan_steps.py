@@ -320,6 +320,101 @@ def test_a_child_that_finds_a_library_of_the_hooks_closure_by_its_own_runpath_po
     assert judging._own_problem(loader, child, [], None) is None
 
 
+# ---------------------------------------------------------------- the children read while the interpreter is traced
+
+def _one_build_attempt(monkeypatch, exe_info, options, predict, collect, kid_info=None):
+    """attempt() for one build, its bindings ``options`` (``predict``: why one would not hold, given the
+    children), each trace answered by ``collect(executables)``, the children /bin/dash and /bin/bash
+    (``kid_info``: their dynamic section); returns (the verdict or the exception, the groups of executables
+    whose traces were started, those reaped)."""
+    started, reaped = [], []
+
+    def start_traces(executables, env):
+        started.append(list(executables))
+
+        def answers():
+            reaped.extend(executables)
+            return collect(executables)
+        return answers
+
+    monkeypatch.setattr(judging, "_options", options)
+    monkeypatch.setattr(judging.Option, "predict", predict)
+    monkeypatch.setattr(judging, "start_traces", start_traces)
+    monkeypatch.setattr(judging, "judge", lambda b, plan, trace: judging.Verdict(b, judging.LOADS, "loads",
+                                                                                 loader_ok=True, plan=plan))
+    loader = SimpleNamespace(executable=Object("/env/bin/python", exe_info))
+    kid_info = kid_info or DynamicInfo(64, 62, ("libc.so.6",), None, (), ())
+    kids = [("/bin/dash", kid_info), ("/bin/bash", kid_info)]
+    try:
+        got = judging.attempt(build(f"/s/{CU13}"), cuda(13, "/s/nvidia/cu13/lib/libcudart.so.13"), {"PATH": "/usr/bin"},
+                              loader, "/env/bin/python", children=lambda: kids)
+    except BaseException as exc:  # noqa: BLE001 - what the caller would see
+        got = exc
+    return got, started, reaped
+
+
+def test_an_interrupted_wait_for_the_interpreters_trace_still_reaps_the_childrens_traces(monkeypatch):
+    """A conda interpreter (DT_RPATH): its children are traced beside it. Interrupted while the interpreter's
+    answer is awaited, every trace started is still reaped (start_traces: call each collector once)."""
+    conda = DynamicInfo(64, 62, ("libc.so.6",), None, ("/env/lib",), ())
+
+    def collect(executables):
+        if executables == ["/env/bin/python"]:
+            raise KeyboardInterrupt
+        return [Trace({}, (), (), (), (), 0) for _ in executables]
+
+    got, started, reaped = _one_build_attempt(
+        monkeypatch, conda, lambda *a: iter([judging.Option(judging.AS_FOUND, f"/s/{CU13}", "")]),
+        lambda self, *a: None, collect)
+    assert isinstance(got, KeyboardInterrupt)
+    assert started == [["/env/bin/python"], ["/bin/dash", "/bin/bash"]]  # the interpreter's first, alone
+    assert sorted(reaped) == ["/bin/bash", "/bin/dash", "/env/bin/python"]
+
+
+def test_a_plan_too_large_for_the_interpreter_alone_is_made_with_the_children_at_once(monkeypatch):
+    """The plan made for the interpreter alone (its children read while it is traced) would be too large for
+    any exec where the children would have ruled that binding out: the plan is then made with them first,
+    as if they had been read before, and only that plan is traced."""
+    big = "/d" * 65520  # LD_LIBRARY_PATH near MAX_ARG_STRLEN
+
+    def options(b, runtime, env, loader, package_dir, entry, entry_dir):
+        yield judging.Option(judging.SEARCH_PATH, entry, "/s/nvidia/cu13/lib:" + big)  # over the limit
+        yield judging.Option(judging.RUNTIME_PRELOADED, f"/s/nvidia/cu13/lib/libcudart.so.13:{entry}", big)
+
+    def predict(self, b, runtime, loader, children):
+        return "a child would not find it" if self.binding == judging.SEARCH_PATH and children else None
+
+    got, started, _ = _one_build_attempt(monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), ()),
+                                         options, predict,
+                                         lambda executables: [Trace({}, (), (), (), (), 0) for _ in executables])
+    assert got.status == judging.LOADS and got.plan.ld_preload.startswith("/s/nvidia/cu13/lib/libcudart.so.13:")
+    assert started == [["/env/bin/python"], []]  # one trace of the interpreter, none beside it
+
+
+@pytest.mark.parametrize("child_rejects, traced", [
+    (True, [["/env/bin/python"], ["/env/bin/python"], ["/bin/dash", "/bin/bash"]]),  # planned again, traced again
+    (False, [["/env/bin/python"], ["/bin/dash", "/bin/bash"]]),  # planned again, the same: the first trace stands
+])
+def test_a_child_whose_search_differs_makes_the_plan_again_while_the_interpreter_is_traced(monkeypatch,
+                                                                                            child_rejects, traced):
+    """A child with its own DT_RPATH (the interpreter has none) is read while the plan for the interpreter
+    alone is traced; the plan is made again with it, and traced again only where that changed the plan."""
+    def options(b, runtime, env, loader, package_dir, entry, entry_dir):
+        yield judging.Option(judging.AS_FOUND, entry, "")
+        yield judging.Option(judging.SEARCH_PATH, entry, "/s/nvidia/cu13/lib")
+
+    def predict(self, b, runtime, loader, children):
+        return "a child would not find it" if self.binding == judging.AS_FOUND and children and child_rejects else None
+
+    got, started, reaped = _one_build_attempt(
+        monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), ()), options, predict,
+        lambda executables: [Trace({}, (), (), (), (), 0) for _ in executables],
+        kid_info=DynamicInfo(64, 62, ("libc.so.6",), None, ("/opt/tool/lib",), ()))
+    assert got.status == judging.LOADS
+    assert got.plan.ld_library_path == ("/s/nvidia/cu13/lib" if child_rejects else None)
+    assert started == traced and sorted(reaped) == sorted(e for group in traced for e in group)
+
+
 # ---------------------------------------------------------------- what a plan drops of the process's LD_PRELOAD
 
 def test_a_plan_warns_of_a_dropped_entry_that_is_no_build_but_not_of_a_replaced_build(tmp_path):

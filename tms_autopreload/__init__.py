@@ -465,7 +465,7 @@ def process_startup() -> None:
         maps, mapped = None, []
     from .startup import run
 
-    run(mapped, maps)
+    run(mapped, maps or None)  # an empty read (no /proc) is tried again there
 
 
 __version__ = "0.1.0"

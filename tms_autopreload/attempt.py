@@ -18,8 +18,9 @@ order:
    :class:`Option` (the environment, or why it cannot be written and what would let it be), which
    :func:`_binding_words` says in words; an option predicts with the loader model whether it maps exactly
    torch's runtime for the hook in this interpreter and in every child;
-4. :func:`attempt`: plan for the interpreter (:func:`_bind`), trace it and read the children while it runs
-   (planned again where a child's search differs), judge.
+4. :func:`attempt`: plan (:func:`_bind`: for the interpreter alone where its own DT_RPATH does not make every
+   child's search differ), trace it and read the children while it runs (planned again where a child's search
+   differs), judge.
 
 Longer than the package's other modules because it is one module on purpose, with the types it answers: the
 flagged start imports it, and each module costs that start a file lookup, a read and an unmarshal (about 0.4
@@ -585,25 +586,34 @@ def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Lo
     if cannot is not None:
         return Verdict(build, REJECTED, cannot, CAUSE_UNSAFE_PATH,
                        fix="install torch_memory_saver under a path without spaces or colons")
-    if not trace_it:
+    # The start waits for the interpreter's trace, so it starts first and whatever cannot change what it traces
+    # is done while it runs. The children change a prediction only where the loader searches for the hook's
+    # needs in them otherwise than in the interpreter (``_search_differs``). Where the interpreter's own
+    # DT_RPATH makes that so for every child (a conda interpreter), where nothing is traced, and where the plan
+    # for the interpreter alone would be too large for any exec, they are read first and the plan made with
+    # them. Else the plan is made for the interpreter alone, the children are read while it is traced, and
+    # where one's search differs the plan is made again (and traced again, if that changed it). The children
+    # whose own problem is plain before the trace's answer (a conda interpreter's: its DT_RPATH) are traced
+    # beside it; those only the closure can decide, after it.
+    with_children = not trace_it or bool(_effective_rpath(loader.executable.info))
+    try:
+        written, why_not, chosen, planned = _bind(build, runtime, env, loader, package_dir,
+                                                  children() if with_children else [])
+    except ResolveError:
+        if with_children:
+            raise
+        with_children = True
         written, why_not, chosen, planned = _bind(build, runtime, env, loader, package_dir, children())
+    if not trace_it:
         if chosen is None:
             return Verdict(build, REJECTED, "; ".join(why_not), CAUSE_NO_BINDING, fix=_no_binding_fix(written))
         return Verdict(build, LOADS, "chosen without a loader trace: to be loaded in-process", plan=planned)
-    # The start waits for the interpreter's trace, so it starts first and whatever cannot change what it traces
-    # is done while it runs. The children change a prediction only where the loader searches for the hook's
-    # needs in them otherwise than in the interpreter (``_search_differs``): the plan is made for the
-    # interpreter alone, the children are read while it is traced, and where one's search differs the plan
-    # is made again (and traced again, if that changed it). The children whose own problem is plain before the
-    # trace's answer (a conda interpreter's: its DT_RPATH) are traced beside it; those only the closure can
-    # decide, after it.
-    written, why_not, chosen, planned = _bind(build, runtime, env, loader, package_dir, [])
     planned_env = {**env, **planned.changes()}
     pending = [start_traces([executable], planned_env)]
     collect_beside = None
     try:
         kids = children()
-        if any(_search_differs(loader.executable.info, info) for _, info in kids):
+        if not with_children and any(_search_differs(loader.executable.info, info) for _, info in kids):
             written, why_not, chosen, again = _bind(build, runtime, env, loader, package_dir, kids)
             if again.changes() != planned.changes():
                 pending.pop()()  # the interpreter alone was planned otherwise: that answer is not this plan's
@@ -616,9 +626,11 @@ def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Lo
         collect_beside = start_traces(beside, planned_env)
         ahead = _read_ahead(build, loader, planned) if None in decided.values() else {}
     finally:
-        if pending:
-            trace, = pending.pop()()
-        beside_traces = collect_beside() if collect_beside is not None else []  # in the order of ``beside``
+        try:
+            if pending:
+                trace, = pending.pop()()
+        finally:  # reaped also when the wait for the interpreter's answer is interrupted
+            beside_traces = collect_beside() if collect_beside is not None else []  # in the order of ``beside``
     if isinstance(trace, OSError):
         raise trace  # the interpreter itself cannot be started: survey's error, not this build's
     judged = judge(build, planned, trace)

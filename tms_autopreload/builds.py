@@ -142,6 +142,6 @@ def interposed(build: str, runtime_library: str) -> "tuple[str, ...]":
     ``cudaMalloc`` and ``cudaFree``, and so does 0.0.8's driver-only build, which links no runtime.
     Raises ElfError when either file cannot be read.
     """
-    from .symbols import defined_among, read_symbols  # dlopen mode's and a forced build's: no exec-mode start's
+    from .symbols import defined_among, read_symbols  # dlopen mode's, a forced build's and doctor's question
 
     return tuple(sorted(defined_among(runtime_library, read_symbols(build).defined)))

@@ -66,7 +66,8 @@ def _search_path() -> "list[str]":
     # dot; its hidden-file check is why such a site.py imports ``stat``.
     skip_dotted = hasattr(site, "stat")
     # A directory site.py processes again (a venv's site-packages, as the venv's and as its prefix's) adds
-    # nothing the first time did not: every entry it could add is known by then, so it is read once.
+    # nothing to this model the first time did not (it runs no import line, and every path line it could add is
+    # known by then), so it is read once.
     for sitedir in dict.fromkeys(_site_dirs(site)):
         if os.path.isdir(sitedir):
             add_site_dir(sitedir, path, known, skip_dotted)

@@ -171,7 +171,8 @@ def _say_plan(plan: "Plan", done: str, how: str, then: str) -> None:
 
 def run(mapped: "list[str]", maps: "bytes | None" = None) -> None:
     """Entry from :func:`tms_autopreload.process_startup`; never raises. ``mapped``: the torch_memory_saver
-    objects mapped at entry, read from ``maps`` (/proc/self/maps then; None where it was not read)."""
+    objects mapped at entry, read from ``maps`` (/proc/self/maps then; None where it was not read, or read
+    nothing)."""
     on_error = _choice(ON_ERROR_VAR, ON_ERROR_POLICIES)
     import gc  # built in: nothing to find on disk
 
@@ -195,7 +196,7 @@ def run(mapped: "list[str]", maps: "bytes | None" = None) -> None:
         if code == EXIT_CONFIG:
             try:
                 from .stopped import way_out  # only a stopped start says it
-            except ImportError:  # a package broken under a running start: its reason alone, still no traceback
+            except Exception:  # noqa: BLE001 - a package broken under a running start: its reason alone, no traceback
                 pass
             else:
                 message += "\n" + way_out()

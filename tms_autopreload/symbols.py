@@ -1,8 +1,8 @@
 """An ELF object's dynamic symbol table, read without loading it: what it defines, what it needs.
 
 Only dlopen mode (:func:`tms_autopreload.builds.interposed`, :mod:`tms_autopreload.inprocess`), a build that
-``TMS_AUTOPRELOAD_PATH`` forces and ``doctor --deep`` read symbol tables: an exec-mode start never does, so it
-never loads this module (docs/performance.md).
+``TMS_AUTOPRELOAD_PATH`` forces, ``doctor`` and ``doctor --deep`` read symbol tables: an exec-mode start that
+chooses among the installed builds never does, so it never loads this module (docs/performance.md).
 
 The table is read as the loader reads it, from the dynamic section (section headers may be stripped), with
 the readers of :mod:`tms_autopreload.elf`: DT_SYMTAB is a virtual address mapped back to a file offset
