@@ -184,11 +184,13 @@ def _search_differs(exe: "DynamicInfo", child: "DynamicInfo") -> bool:
 
 
 def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[str]",
-                 closure: "Callable[[], set[str]] | None") -> "bool | None":
+                 closure: "Callable[[], set[str]] | None",
+                 exists: "Callable[[str], bool]" = os.path.exists) -> "bool | None":
     """True when a child poses the loader another problem than the interpreter did in its trace, so that
     trace is not the child's answer. ``added``: directories the plan puts on LD_LIBRARY_PATH; ``closure``:
     the names the hook and the objects it brought in need, as the interpreter's trace resolved them, or
-    None before that trace has answered: then None where only the closure can tell.
+    None before that trace has answered: then None where only the closure can tell. ``exists``: whether a
+    file is there (:func:`attempt` asks each path once, before the trace's answer and after it).
 
     For a preloaded object's needs the loader's search depends on the program only through the
     program's DT_RPATH (ld.so(8), step 1: not used where the program has DT_RUNPATH), its ELF class and
@@ -201,10 +203,10 @@ def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[
     exe, (_, info) = loader.executable, child
     if _search_differs(exe.info, info):
         return True
-    if any(os.path.exists(os.path.join(d, name)) for d in added for name in info.needed):
+    if any(exists(os.path.join(d, name)) for d in added for name in info.needed):
         return True
     for prog in (exe, Object(*child)):
-        own = {name for d in prog.runpath_dirs() for name in prog.info.needed if os.path.exists(os.path.join(d, name))}
+        own = {name for d in prog.runpath_dirs() for name in prog.info.needed if exists(os.path.join(d, name))}
         if own:
             if closure is None:
                 return None
@@ -621,7 +623,14 @@ def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Lo
                 pending.append(start_traces([executable], planned_env))
             planned = again
         added = _added_dirs(env, planned.ld_library_path or "")
-        decided = {kid[0]: _own_problem(loader, kid, added, None) for kid in kids}
+        seen: "dict[str, bool]" = {}
+
+        def exists(path: str) -> bool:
+            if path not in seen:
+                seen[path] = os.path.exists(path)
+            return seen[path]
+
+        decided = {kid[0]: _own_problem(loader, kid, added, None, exists) for kid in kids}
         beside = [path for path, own in decided.items() if own]
         collect_beside = start_traces(beside, planned_env)
         ahead = _read_ahead(build, loader, planned) if None in decided.values() else {}
@@ -642,7 +651,8 @@ def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Lo
                 memo.append(_closure(build, trace, ahead))
             return memo[0]
 
-        after = [kid[0] for kid in kids if decided[kid[0]] is None and _own_problem(loader, kid, added, closure)]
+        after = [kid[0] for kid in kids
+                 if decided[kid[0]] is None and _own_problem(loader, kid, added, closure, exists)]
         answers = dict(zip(beside, beside_traces, strict=True))
         answers.update(zip(after, run_traces(after, planned_env) if after else [], strict=True))
         traced = [(kid[0], answers[kid[0]]) for kid in kids if kid[0] in answers]  # in the children's order
