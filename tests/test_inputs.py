@@ -180,7 +180,7 @@ def test_start_up_decision_answers_every_environment(world):
             tms_autopreload._inherited([], tms_autopreload.state_build())
             tms_autopreload._inherited([str(world["scn"].site / CU13)], tms_autopreload.state_build())
             try:
-                startup._apply([], None)
+                startup._apply(None)
             except Executed:
                 pass
             except startup._Stop as stop:

@@ -160,6 +160,30 @@ def test_the_torchrun_line_hooks_the_agent_and_every_rank(real_torch, tmp_path, 
 
 
 @pytest.mark.slow
+def test_the_instruction_counts_run_as_performance_md_shows(tmp_path):
+    """performance.md's callgrind commands: ``tools/start_cost.py --against REV`` counts a flagged first start
+    in exec and dlopen mode beside REV's (here this very commit, so each pair is within a hair of equal), and
+    ``tools/pth_cost.py`` the start with no flag against the floor of an ``import os`` line; both only print."""
+    import subprocess
+    import sys
+
+    text = (ROOT / "docs" / "performance.md").read_text()
+    assert "`python3 tools/start_cost.py --against b9a7594`" in text and "`python3 tools/pth_cost.py`" in text
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "start_cost.py"), "--dir", str(tmp_path), "--against",
+                        "HEAD"], capture_output=True, text=True, timeout=900, env=clean_env(), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = re.findall(r"^(exec|dlopen) +([\d,]+)  (.+)$", r.stdout, flags=re.M)
+    assert [(mode, label.split(" ")[0]) for mode, _, label in rows] == [
+        ("exec", "this"), ("exec", "HEAD"), ("dlopen", "this"), ("dlopen", "HEAD")], r.stdout
+    counts = [int(n.replace(",", "")) for _, n, _ in rows]
+    assert all(c > 10_000_000 for c in counts) and abs(counts[0] - counts[1]) < counts[0] // 50, r.stdout
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "pth_cost.py")], capture_output=True, text=True,
+                       timeout=600, env=clean_env(), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"tms_autopreload\.pth  \+\d\.\d{3} M over the floor$", r.stdout, flags=re.M), r.stdout
+
+
+@pytest.mark.slow
 def test_the_bench_against_a_revision_runs_as_performance_md_shows(tmp_path):
     """performance.md's side-by-side command: ``tools/bench.py --against REV`` exports REV with git, builds
     its wheel and venv beside this checkout's, and prints the four rows (here REV is this very commit, at a

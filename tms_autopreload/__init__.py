@@ -462,10 +462,10 @@ def process_startup() -> None:
                     + (f"LD_PRELOAD rewritten as {preload}" if rewritten else "nothing to do"))
             return
     except Exception:  # noqa: BLE001 - the full path below reports anything, without a traceback
-        maps, mapped = None, []
+        maps = None
     from .startup import run
 
-    run(mapped, maps or None)  # an empty read (no /proc) is tried again there
+    run(maps or None)  # an empty read (no /proc) is tried again there
 
 
 __version__ = "0.1.0"

@@ -24,7 +24,7 @@ import os
 import sys
 
 from . import (EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, mapped_hooks, parse_flag,
-               reexecuted, say, unrecognised)
+               reexecuted, say, state_build, unrecognised)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
@@ -86,13 +86,13 @@ def _flush() -> None:
             pass
 
 
-def _apply(mapped: "list[str]", maps: "bytes | None") -> None:
+def _apply(maps: "bytes | None") -> None:
     env = os.environ
     verbose = parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]
     if reexecuted(env):
         from .stopped import not_taken
 
-        raise _Stop(not_taken(mapped))
+        raise _Stop(not_taken(mapped_hooks(state_build(), maps)))
 
     from .decision import survey
 
@@ -169,10 +169,9 @@ def _say_plan(plan: "Plan", done: str, how: str, then: str) -> None:
     say(f"{done} {plan.build}{how} for {plan.runtime.describe()}{then} {variables}")
 
 
-def run(mapped: "list[str]", maps: "bytes | None" = None) -> None:
-    """Entry from :func:`tms_autopreload.process_startup`; never raises. ``mapped``: the torch_memory_saver
-    objects mapped at entry, read from ``maps`` (/proc/self/maps then; None where it was not read, or read
-    nothing)."""
+def run(maps: "bytes | None" = None) -> None:
+    """Entry from :func:`tms_autopreload.process_startup`; never raises. ``maps``: /proc/self/maps as the entry
+    read it (None where it was not read, or read nothing: it is read again where asked)."""
     on_error = _choice(ON_ERROR_VAR, ON_ERROR_POLICIES)
     import gc  # built in: nothing to find on disk
 
@@ -181,7 +180,7 @@ def run(mapped: "list[str]", maps: "bytes | None" = None) -> None:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _apply(mapped, maps)
+        _apply(maps)
     except BaseException as exc:  # noqa: BLE001 - nothing may escape into site.py
         if isinstance(exc, _Stop):
             message, code = str(exc), exc.code

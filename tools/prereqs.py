@@ -173,6 +173,7 @@ PROGRAMS = {
     "bash": ("bash", ALL),
     "patchelf": ("patchelf", ("check", "test")),  # conda's interpreters: DT_RPATH set by --force-rpath (test_conda.py)
     "script": ("bsdutils", ("test",)),
+    "valgrind": ("valgrind", ("test",)),  # tools/start_cost.py, tools/pth_cost.py: callgrind (test_snippets.py)
     "useradd": ("passwd", ("check", "test")),  # tests/test_shared_env.py: accounts of its own
     "userdel": ("passwd", ("check", "test")),
     "groupadd": ("passwd", ("check", "test")),

@@ -45,13 +45,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", metavar="REV", required=True, help="the git revision to count beside this one")
     parser.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}")
+    parser.add_argument("--dir", type=Path, default=CACHE / "bench", help="the bench's venvs (tools/bench.py --dir)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     python = find_python(args.python)
     if python is None:
         raise SystemExit(f"start_cost: python{args.python} not found")
-    work = CACHE / "bench"
+    work = args.dir
     s = setup(work, python)
     sha, theirs = revision_venv(args.against, work, python)
     venvs = {"this checkout": str(s["venvs"]["with"].python), args.against + f" ({sha})": str(theirs.python)}
