@@ -364,6 +364,10 @@ def _inherited(mapped: "list[str]", planned: "str | None") -> "tuple[str, str] |
 
 
 COMMAND = "tms-autopreload"  # the console script (pyproject.toml); also ``python -m tms_autopreload``
+# How a shell takes the plan's variables, as every message prints it: ``env`` prints nothing and fails where it
+# finds no plan (or where the loader kills it: a bad LD_PRELOAD exported), and a bare ``eval "$(...)"`` would hide
+# that and return 0; so the status is checked before anything is evaluated.
+APPLY_ENV = f'v="$({COMMAND} env)" && eval "$v"'
 # The programs a flagged start never hooks, by what site.py leaves in sys.argv while the .pth line runs.
 # This package's own command: it answers for its caller's environment, which the hook would change before
 # its code runs, or stop (exit 78) on the very node ``doctor`` is for. The tools a user repairs an

@@ -23,8 +23,8 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from . import (EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, mapped_hooks, parse_flag,
-               reexecuted, say, state_build, unrecognised)
+from . import (APPLY_ENV, EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, mapped_hooks,
+               parse_flag, reexecuted, say, state_build, unrecognised)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def _apply(maps: "bytes | None") -> None:
     if embedded:
         raise _Stop(f"{embedded}, so it cannot be restarted with the hook, and loading the hook in-process "
                     f"would not bind as LD_PRELOAD does: {why_not}. Set it before the program starts: "
-                    f"eval \"$(tms-autopreload env)\" (would set LD_PRELOAD={plan.ld_preload}).")
+                    f"`{APPLY_ENV}` (would set LD_PRELOAD={plan.ld_preload}).")
     if in_process and verbose:
         say(f"dlopen mode: {why_not}; falling back to exec")
     new_env = dict(env)
@@ -133,7 +133,7 @@ def _apply(maps: "bytes | None") -> None:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], new_env)
     except OSError as exc:
         raise _Stop(f"cannot re-execute {sys.executable} ({exc.strerror or exc}); set the environment "
-                    f"before start instead: eval \"$(tms-autopreload env)\"") from None
+                    f"before start instead: `{APPLY_ENV}`") from None
 
 
 def _load_in_process(env: "os._Environ[str]", verbose: bool) -> "str | None":
