@@ -384,20 +384,30 @@ report = {'rank': rank, 'attempt': attempt, 'pid': os.getpid(), 'agent': os.getp
           'hooks': mapped('torch_memory_saver'), 'reexecd': reexecd(), 'agent_reexecd': reexecd(os.getppid()),
           'agent_hooks': mapped('torch_memory_saver', os.getppid()), 'sum': None,
           'tms_accepts': HookUtilModePreload().get_path_binary(), 'cudart': cudart}
+def write(name):
+    path = os.path.join(os.environ['RANK_REPORTS'], name)
+    with open(path + '.part', 'w') as f:
+        json.dump(report, f)
+    os.replace(path + '.part', path)  # whole or absent: the other rank polls for it
+
 if attempt == 0:
     # The first attempt fails before any rendezvous of its own (rank 1 exits; the agent stops rank 0),
-    # so the restart is the only process group: no stale gloo addresses from a dead attempt.
-    with open(os.path.join(os.environ['RANK_REPORTS'], f'0-{rank}.json'), 'w') as f:
-        json.dump(report, f)
+    # so the restart is the only process group: no stale gloo addresses from a dead attempt. The agent
+    # stops rank 0 as soon as rank 1 exits, so rank 1 waits for rank 0's report first (a file, polled:
+    # rank 0 may be much slower to import torch on a loaded machine).
+    write(f'0-{rank}.json')
     if rank == 1:
+        first = os.path.join(os.environ['RANK_REPORTS'], '0-0.json')
+        deadline = time.monotonic() + 300
+        while not os.path.exists(first) and time.monotonic() < deadline:
+            time.sleep(0.05)
         sys.exit(3)
     time.sleep(300)
 dist.init_process_group('gloo')
 total = torch.tensor([rank + 1.0])
 dist.all_reduce(total)
 report['sum'] = total.item()
-with open(os.path.join(os.environ['RANK_REPORTS'], f'{attempt}-{rank}.json'), 'w') as f:
-    json.dump(report, f)
+write(f'{attempt}-{rank}.json')
 dist.destroy_process_group()
 '''
 
