@@ -13,13 +13,16 @@ import argparse
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import TypeVar
+
+    Parser = TypeVar("Parser", bound=argparse.ArgumentParser)  # a subcommand's parser is of its parent's class
 
 __all__ = ["command"]
 
 
-def command(parent: "argparse._SubParsersAction[argparse.ArgumentParser]", name: str,
+def command(parent: "argparse._SubParsersAction[Parser]", name: str,
             func: "Callable[[argparse.Namespace], int] | None", help: str,
-            check: "Callable[[argparse.Namespace], None] | None" = None) -> argparse.ArgumentParser:
+            check: "Callable[[argparse.Namespace], None] | None" = None) -> "Parser":
     """A command's subparser (or a subcommand's), with what runs it (``func``) and what refuses option
     combinations after parsing (``check``, a usage error) as its defaults: what each command module's
     ``configure_parser`` makes its parser with."""
