@@ -11,7 +11,7 @@ and ``survey``: its ``doctor --json`` document, :mod:`tms_autopreload.commands.r
 from .report import VERSIONED, is_ok, table
 from ..errors import Error
 from ..gpu_libraries import runtime_name
-from .nvidia_driver import FAILING
+from .nvidia_driver import FAILING, NOT_FOUND
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -133,6 +133,8 @@ def _driver(answer: "dict[str, Any]") -> str:
     version = _str(driver.get("library_version")) or _str(driver.get("module_version"))
     if driver.get("verdict") == FAILING:
         return f"{version or '?'} FAILING"
+    if driver.get("verdict") == NOT_FOUND:
+        return "NOT FOUND"
     return version or "unknown"
 
 

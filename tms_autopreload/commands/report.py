@@ -114,13 +114,14 @@ def _interposes(report: Report) -> "dict[str, list[str] | None]":
 
 def driver_facts(report: Report) -> "dict[str, Any] | None":
     """The driver facts of the surveyed process, from the survey's own loader model (None when its
-    interpreter could not be read)."""
-    from .nvidia_driver import examine
+    interpreter could not be read), judged with why it has no plan (a missing driver library may be why)."""
+    from .nvidia_driver import MODULE_VERSION_FILE, examine
 
     rt = report.runtime
     if report.loader is None:
         return None
-    return examine(report.loader, rt.major if rt is not None and rt.kind == CUDA else None).to_dict()
+    return examine(report.loader, rt.major if rt is not None and rt.kind == CUDA else None, MODULE_VERSION_FILE,
+                   report.failure).to_dict()
 
 
 def runtime_rule(report: Report) -> "str | None":
@@ -226,7 +227,7 @@ def driver_lines(driver: "dict[str, Any] | None") -> "list[str]":
         library = f"{driver['library']} ({version}, via {driver['library_rule']}{runs})"
     else:
         library = "not found"
-    verdict = driver["verdict"].upper()
+    verdict = driver["verdict"].upper().replace("-", " ")
     line = f"driver:   {verdict}: {Error(driver['message'], fix=driver['fix'] or None)}"
     return [f"module:   {module}", f"libcuda:  {library}", line]
 
