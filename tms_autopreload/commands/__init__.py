@@ -13,11 +13,13 @@ import argparse
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from ..decision import Report
     from typing import TypeVar
 
     Parser = TypeVar("Parser", bound=argparse.ArgumentParser)  # a subcommand's parser is of its parent's class
 
-__all__ = ["command"]
+__all__ = ["command", "note_link"]
 
 
 def command(parent: "argparse._SubParsersAction[Parser]", name: str,
@@ -29,3 +31,17 @@ def command(parent: "argparse._SubParsersAction[Parser]", name: str,
     p = parent.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".")
     p.set_defaults(func=func, parser=p, check=check)
     return p
+
+
+def note_link(report: "Report", name: str) -> None:
+    """Command ``name``'s note on stderr where the chosen build's path is a symbolic link to a file of another
+    name: its stdout stays what scripts read (the link's path, the variables naming it), and the note shows the
+    reader the link, the file it names and what that file needs (:meth:`tms_autopreload.builds.Build.shown`),
+    where the link's name alone would say another CUDA major."""
+    import sys
+
+    from ..builds import is_renamed
+
+    build = report.chosen
+    if build is not None and is_renamed(build.path, build.file):
+        print(f"tms-autopreload {name}: {build.shown()}", file=sys.stderr)
