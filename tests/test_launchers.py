@@ -509,7 +509,8 @@ def test_jupyter_kernel_starts_hooked_survives_interrupt_and_restart(real_torch,
 
 
 def test_kernel_install_user_as_the_docs_show(real_torch, tmp_path):
-    """`tms-autopreload kernel install --user` (the command in the README): the user's Jupyter data dir."""
+    """`tms-autopreload kernel install --user` (the command in the README): the user's Jupyter data dir, which
+    uninstall removes again where install made it (never ~/.local/share, which install made too)."""
     scn = real_torch(("driver",))
     env = {"HOME": str(tmp_path)}
     r = scn.run(["-m", "tms_autopreload", "kernel", "install", "--user"], env)
@@ -518,6 +519,7 @@ def test_kernel_install_user_as_the_docs_show(real_torch, tmp_path):
     assert json.loads(spec.read_text())["env"] == {"TMS_AUTOPRELOAD": "1"}
     r = scn.run(["-m", "tms_autopreload", "kernel", "uninstall", "--user"], env)
     assert r.returncode == 0 and not spec.exists(), r.stderr
+    assert (tmp_path / ".local" / "share").is_dir() and not (tmp_path / ".local" / "share" / "jupyter").exists()
 
 
 def test_kernel_uninstall_refuses_a_kernel_it_did_not_write(real_torch, tmp_path):

@@ -462,7 +462,9 @@ def process_startup() -> None:
                 env["LD_PRELOAD"] = preload
             env.pop(EXEC_VAR, None)
             if parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]:
-                say(f"{path} is mapped (resolved for this interpreter); "
+                from .builds import shown_path  # said of a link to a file of another name as the start said it
+
+                say(f"{shown_path(path)} is mapped (resolved for this interpreter); "
                     + (f"LD_PRELOAD rewritten as {preload}" if rewritten else "nothing to do"))
             return
     except Exception:  # noqa: BLE001 - the full path below reports anything, without a traceback

@@ -68,6 +68,11 @@ class Report:
         """Why there is no plan, as a person reads it (the message and its fix), or None."""
         return None if self.failure is None else str(self.failure)
 
+    @property
+    def chosen(self) -> Build | None:
+        """The build the plan preloads (None: no plan)."""
+        return next((v.build for v in self.verdicts if v.status == CHOSEN), None)
+
     def __repr__(self) -> str:
         told = f"plan={self.plan!r}" if self.failure is None else f"cause={self.failure.cause!r}"
         return f"Report({told}, verdicts={list(self.verdicts)!r})"
