@@ -82,11 +82,13 @@ def _first_for(major: int) -> Release:
     return next(r for r in RELEASES if major in r.majors)
 
 
-def install_fix() -> str:
-    """The command that installs torch_memory_saver into this environment."""
+def install_fix(torch_dir: "str | None") -> str:
+    """The command that installs torch_memory_saver into this environment, beside torch where the survey
+    found it (``torch_dir``; None: no torch): the installer decides what that asks of pip (the user site)."""
     from .installer import pip_command
 
-    return pip_command("install", TMS_DISTRIBUTION)
+    return pip_command("install", TMS_DISTRIBUTION,
+                       beside=os.path.dirname(os.path.abspath(torch_dir)) if torch_dir else None)
 
 
 def splitting_install(package_dir: "str | None") -> str:
