@@ -217,7 +217,8 @@ def _not_writable(site: str) -> "str | None":
     return f"{site} is not writable by this account (it belongs to {owner}): run it as {owner}"
 
 
-def where(verb: str, site: "str | None", reinstall: bool) -> "tuple[list[str], list[str]]":
+def where(verb: str, site: "str | None", reinstall: bool,
+          beside: "str | None" = None) -> "tuple[list[str], list[str]]":
     words: "list[str]" = []
     options: "list[str]" = ["--force-reinstall"] if reinstall and verb == "install" else []
     if verb == "install" and site is not None:
@@ -228,6 +229,8 @@ def where(verb: str, site: "str | None", reinstall: bool) -> "tuple[list[str], l
         blocked = None if "--target" in options else _not_writable(site)
         if blocked:
             words.append(blocked)
+    elif verb == "install" and beside is not None and _user_site(beside):
+        options.append("--user")
     marker = _externally_managed() if verb == "install" and "--target" not in options else None
     if marker is not None:
         options.append("--break-system-packages")
@@ -247,16 +250,19 @@ def pip_form(exe: str, verb: str, options: "list[str]", args: "list[str]", has_p
         return " ".join([NO_HOOK, *(unmanaged if words[0] != "uv" else []), *map(shlex.quote, words)])
 
     own = (["-y"] if verb == "uninstall" else []) + [o for o in options if o != "--break-system-packages"]
+    pip = line(exe, '-m', 'pip', verb, *own, *args)
     if has_pip:
-        return f"`{line(exe, '-m', 'pip', verb, *own, *args)}`"
+        return f"`{pip}`"
+    user = "--user" in options  # uv has no user site ("pip's `--user` is unsupported"): pip's command only
     uv_options = ["--reinstall" if o == "--force-reinstall" else o for o in options]
-    if uv:
+    if uv and not user:
         return f"`{line('uv', 'pip', verb, '--python', exe, *uv_options, *args)}`"
     if has_ensurepip and not unmanaged:  # ensurepip drops every PIP_ variable, so it obeys PEP 668's marker
-        return f"`{line(exe, '-m', 'ensurepip')} && {line(exe, '-m', 'pip', verb, *own, *args)}`"
+        # pip itself goes where the install goes: the user site is this account's, the prefix may not be.
+        return f"`{line(exe, '-m', 'ensurepip', *(['--user'] if user else []))} && {pip}`"
+    then = pip if user else line('uv', 'pip', verb, '--python', exe, *uv_options, *args)
     return (f"{exe} has neither pip nor ensurepip (a distribution's interpreter without its pip package): install "
-            f"your distribution's pip for it (Debian: python3-pip) or uv, then "
-            f"`{line('uv', 'pip', verb, '--python', exe, *uv_options, *args)}`")
+            f"your distribution's pip for it (Debian: python3-pip){'' if user else ' or uv'}, then `{then}`")
 
 
 def _uv_on_path() -> bool:
