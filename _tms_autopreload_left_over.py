@@ -18,6 +18,7 @@ GENERIC_FLAG = "TMS_AUTOPRELOAD"  # the hook only
 FLAG_VARS = (SLIME_FLAG, GENERIC_FLAG)
 DISABLE_VAR = "TMS_AUTOPRELOAD_DISABLE"
 NO_HOOK = f"env {DISABLE_VAR}=1"
+VERBOSE_VAR = "TMS_AUTOPRELOAD_VERBOSE"
 ON_ERROR_VAR = "TMS_AUTOPRELOAD_ON_ERROR"
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
@@ -86,7 +87,8 @@ def kill_switch(env: "Mapping[str, str] | None" = None) -> "tuple[bool, str | No
 
 def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
     env = os.environ if env is None else env
-    values = {DISABLE_VAR: kill_switch(env), **{name: parse_flag(name, env.get(name)) for name in FLAG_VARS}}
+    values = {DISABLE_VAR: kill_switch(env),
+              **{name: parse_flag(name, env.get(name)) for name in (*FLAG_VARS, VERBOSE_VAR)}}
     for _, warning in values.values():
         if warning and warn:
             say("warning: " + warning)
