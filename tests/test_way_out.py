@@ -30,8 +30,10 @@ Worlds (where torch, torch_memory_saver and this package live):
   folder on ``PYTHONPATH`` (site.py never reads a ``.pth`` file from there).
 
 Failures: no torch_memory_saver; 0.0.10 with its cu13 build deleted; 0.0.9 (a CUDA 12 build only) under a
-CUDA 13 torch; this package's directory removed (its ``.pth`` left over); ``TMS_AUTOPRELOAD_PATH`` naming
-no file; ``TMS_AUTOPRELOAD_CUDA_MAJOR=12`` under a CUDA 13 torch. Shells: ``TMS_AUTOPRELOAD=1``,
+CUDA 13 torch; this package's directory removed (its ``.pth`` left over), with the record of where pip
+installed it from or without it (as from an index: no command can name the source then, and the fix
+removes the start-up files); the start module the ``.pth`` line imports removed; ``TMS_AUTOPRELOAD_PATH``
+naming no file; ``TMS_AUTOPRELOAD_CUDA_MAJOR=12`` under a CUDA 13 torch. Shells: ``TMS_AUTOPRELOAD=1``,
 ``SLIME_OFFLOAD_TRAIN=1``, dlopen mode, and no flag (``doctor`` provokes the message; not for a left-over
 ``.pth``, where no command of the package can run and nothing is said without a flag).
 
@@ -58,7 +60,10 @@ from support import (MAPPED, Host, Venv, assert_stopped, base_python, clean_env,
 
 WORLDS = ["pip-venv-activated", "pip-venv-by-path", "without-pip", "uv-venv", "uv-venv-without-uv", "user-site",
           "debian-user-site", "target"]
-FAILURES = ["no-tms", "deleted-build", "cu12-only-release", "package-removed", "bad-path", "cuda12-override"]
+FAILURES = ["no-tms", "deleted-build", "cu12-only-release", "package-removed", "package-removed-unrecorded",
+            "start-removed", "bad-path", "cuda12-override"]
+# Where no command of the package can run, and nothing is said without a flag.
+LEFT_OVER = ("package-removed", "package-removed-unrecorded", "start-removed")
 SHELLS = {"TMS_AUTOPRELOAD": {"TMS_AUTOPRELOAD": "1"}, "SLIME_OFFLOAD_TRAIN": {"SLIME_OFFLOAD_TRAIN": "1"},
           "dlopen": {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_MODE": "dlopen"}, "no-flag": {}}
 # Six cells in the fast lane: five of the cheapest (a uv venv is made and filled in a second), for five failures
@@ -75,7 +80,7 @@ SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 def _cells(fast: bool, world: str | None = None):
     """The cells of the fast lane (``fast``), or the others of ``world``."""
     for w, failure, shell in itertools.product(WORLDS, FAILURES, SHELLS):
-        if shell == "no-flag" and failure == "package-removed":
+        if shell == "no-flag" and failure in LEFT_OVER:
             continue  # no command of the package can run, and without a flag nothing is said
         if ((w, failure, shell) in FAST) is fast and (fast or w == world):
             yield pytest.param(w, failure, shell, id=f"{w}-{failure}-{shell}")
@@ -208,8 +213,13 @@ def _broken(kit, cell: Path, world: str, failure: str) -> tuple[World, dict[str,
     added: dict[str, str] = {}
     if failure == "deleted-build":
         (w.tms_site / CU13).unlink()
-    elif failure == "package-removed":
+    elif failure in ("package-removed", "package-removed-unrecorded"):
         shutil.rmtree(w.site / "tms_autopreload")
+        if failure == "package-removed-unrecorded":  # as from an index: pip records only a direct install
+            for record in w.site.glob("tms_autopreload-*.dist-info/direct_url.json"):
+                record.unlink()
+    elif failure == "start-removed":
+        (w.site / "_tms_autopreload_start.py").unlink()
     elif failure == "bad-path":
         added["TMS_AUTOPRELOAD_PATH"] = str(cell / "gone" / "torch_memory_saver_hook_mode_preload_cu13.abi3.so")
     elif failure == "cuda12-override":
@@ -255,9 +265,13 @@ WHERE = ("import importlib.util, json; specs = {n: importlib.util.find_spec(n) f
 
 def _placed(w: World, failure: str) -> dict[str, Path]:
     """The site directory each package must be found in after the fix: where the world put it; torch_memory_saver,
-    which no-tms leaves out, beside torch (in the user site where torch lies there)."""
-    return {"torch": w.torch_site, "torch_memory_saver": w.torch_site if failure == "no-tms" else w.tms_site,
-            "tms_autopreload": w.site}
+    which no-tms leaves out, beside torch (in the user site where torch lies there); this package nowhere where it
+    is gone and no record names its source (the fix removes its start-up files and says how to install it)."""
+    placed = {"torch": w.torch_site, "torch_memory_saver": w.torch_site if failure == "no-tms" else w.tms_site,
+              "tms_autopreload": w.site}
+    if failure == "package-removed-unrecorded":
+        del placed["tms_autopreload"]
+    return placed
 
 
 def _world_class(world: str) -> type:
