@@ -27,7 +27,7 @@ PACKAGE = "tms_autopreload"
 # Each module of the package, by the first group whose patterns match it, and the test files that cover
 # that group, cheapest first (a run stops at the first failure). A module no group names is an error.
 GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("aliases", ("__main__.py", "cli.py"), ("tests/test_cli.py",)),
+    ("aliases", ("__main__.py", "cli.py"), ("tests/test_cli.py", "tests/test_calls.py")),
     ("loader", ("elf.py", "symbols.py", "ldcache.py", "glibc_hwcaps.py", "ldso.py", "trace.py"),
      ("tests/test_ldso.py", "tests/test_runpath_model.py", "tests/test_symbols.py", "tests/test_fuzz.py",
       "tests/test_mutant_kinds.py", "tests/test_resolver.py", "tests/test_edges.py")),
@@ -44,7 +44,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("commands", ("commands/*.py",),
      ("tests/test_cli.py", "tests/test_caller.py", "tests/test_forced_path.py", "tests/test_misuse.py",
       "tests/test_way_out.py", "tests/test_troubleshooting.py", "tests/test_driver.py", "tests/test_edges.py",
-      "tests/test_docs.py", "tests/test_preflight.py")),
+      "tests/test_calls.py", "tests/test_docs.py", "tests/test_preflight.py")),
 )
 
 # The operators kept, by cosmic-ray's names. Left out, as the upstream guide suggests for a first scope:
