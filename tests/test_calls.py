@@ -450,8 +450,8 @@ def _doctor_calls(world):
 
 def test_doctor_says_the_survey_in_every_mode_it_is_called(worlds):
     """Plain: the same document as the world's ``doctor --json``, its warnings and its plan or error in the
-    text, exit 0 exactly where it is ok. ``--deep``: the module asked, the plan's hook, exit 0 exactly where
-    the proof holds; without a plan, the same error. ``--ray``: Ray is not installed here (exit 2, said in
+    text, exit 0 exactly where it is ok. ``--deep``: the module asked, the plan's hook, the survey's warnings
+    on stderr, exit 0 exactly where the proof holds; without a plan, the same error. ``--ray``: Ray is not installed here (exit 2, said in
     one line). ``--nodes``: the world's own document read back as one node's row, exit 0 exactly where that
     node is ok; an unreadable FILE, exit 2."""
     for name, world in worlds.items():
@@ -470,6 +470,8 @@ def test_doctor_says_the_survey_in_every_mode_it_is_called(worlds):
                         assert rc == 1 and says_the_error(f"tms-autopreload: {ev['error']}\n", doc), said
                     else:
                         assert os.path.realpath(ev["hook"]) == os.path.realpath(doc["plan"]["file"]), said
+                if doc["plan"] is not None:
+                    assert _warned(err, doc["warnings"]), said
                 assert deep_rc.setdefault(key, rc) == rc, (said, deep_rc)  # text and --json agree
             elif args.ray:
                 assert rc == 2 and out == "" and err.count("\n") == 1, said
