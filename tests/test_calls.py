@@ -2,8 +2,9 @@
 
 The calls are made from ``tms_autopreload.commands.main``'s own parser: every command and subcommand, each
 optional argument left out and given (each choice, a repeatable one once and twice, values users get wrong),
-each beside each member of a mutually exclusive group (doctor's modes, kernel's locations), and for each
-member every option that goes with it, together; each parser's --help. Whether a call is valid
+every pair of them (each with its mode, in doctor's rules), and for each member of a mutually exclusive
+group (doctor's modes, kernel's locations) every option that goes with it, together; each parser's --help.
+Whether a call is valid
 is the parser's own answer (``parse``: argparse, then ``doctor``'s mode rules), so that a new option, or a
 new rule, gets its calls the day it is written. ``run`` is given its command with and without ``--``.
 
@@ -155,9 +156,10 @@ def outcome(argv: list[str]) -> tuple[int, str, str]:
 
 
 def generated_calls() -> list[list[str]]:
-    """Every command bare, each option form alone, each wrong value, each form beside each form of a member of
-    a mutually exclusive group (doctor's modes, kernel's locations: what decides which options go together),
-    and for each such member every form the parser accepts beside it, together."""
+    """Every command bare, each option form alone, each wrong value, every pair of forms of two options (with
+    the mode doctor's rules give each: a member of the mutually exclusive group), and for each member of a
+    mutually exclusive group (doctor's modes, kernel's locations) every form the parser accepts beside it,
+    together."""
     calls: list[list[str]] = []
     for path, parser in leaves(build_parser()):
         command = " ".join(path)
@@ -175,9 +177,9 @@ def generated_calls() -> list[list[str]]:
                 calls.append([*path, *mode_of(command, a), max(a.option_strings, key=len), value])
         members = [m for group in parser._mutually_exclusive_groups for m in group._group_actions]
         for a, b in itertools.combinations(acts, 2):
-            if a in members or b in members:
-                for fa, fb in itertools.product(forms(command, a), forms(command, b)):
-                    calls.append([*path, *fa, *fb])
+            modes = [] if {a, b} & set(members) else list(dict.fromkeys(mode_of(command, a) + mode_of(command, b)))
+            for fa, fb in itertools.product(forms(command, a), forms(command, b)):
+                calls.append([*path, *modes, *fa, *fb])
         for group in parser._mutually_exclusive_groups:
             for member in group._group_actions:
                 for first in forms(command, member):
@@ -451,9 +453,9 @@ def _doctor_calls(world):
 def test_doctor_says_the_survey_in_every_mode_it_is_called(worlds):
     """Plain: the same document as the world's ``doctor --json``, its warnings and its plan or error in the
     text, exit 0 exactly where it is ok. ``--deep``: the module asked, the plan's hook, the survey's warnings
-    on stderr, exit 0 exactly where the proof holds; without a plan, the same error. ``--ray``: Ray is not installed here (exit 2, said in
-    one line). ``--nodes``: the world's own document read back as one node's row, exit 0 exactly where that
-    node is ok; an unreadable FILE, exit 2."""
+    on stderr, exit 0 exactly where the proof holds; without a plan, the same error. ``--ray``: Ray is not
+    installed here (exit 2, said in one line). ``--nodes``: the world's own document read back as one node's
+    row, exit 0 exactly where that node is ok; an unreadable FILE, exit 2."""
     for name, world in worlds.items():
         doc = world.doc
         deep_rc: dict[tuple, int] = {}
