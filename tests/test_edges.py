@@ -6,6 +6,11 @@ driver of each CUDA major (judged by ``doctor``'s verdict, and by the function t
 torch stand-in has), torch_memory_saver's releases (judged by ``doctor`` with each real wheel), torch's
 ``_preload_cuda_deps`` releases, the kernel's limit on one environment string, the file system's on a kernel
 name, how much of a value a message quotes, and the readers' bounds on what they read.
+
+Not here: limits written inline rather than as a constant (a version's digits and parts, a CUDA major below
+100), :data:`tms_autopreload.sitepath._BATCHED` (the interpreter's own version decides it: the 3.15 root
+file systems of the slow lane judge it), and the symbol reader's bound on a DT_HASH chain count (at the
+value, a 96 MB symbol table to read: its DT_GNU_HASH bounds are here).
 """
 
 from __future__ import annotations
@@ -301,15 +306,15 @@ def test_proc_self_maps_is_taken_up_to_its_limit_and_dropped_past_it(monkeypatch
 
 def elf_object(path: Path, *, phnum: int = 0, strsz: int | None = None, dyn_entries: int = 0,
                needed_at: int | None = None, interp: bytes | None = None, gnu_hash: tuple[int, int] | None = None,
-               size: int = 0) -> Path:
+               size: int = 0, needed: str = "libedge.so") -> Path:
     """A little-endian ELF64 x86-64 shared object, written field by field (elf(5)): one PT_LOAD over the whole
     file (file offsets are addresses), PT_DYNAMIC, PT_INTERP where ``interp`` is given (its bytes, NUL
     included), then PT_NULL up to ``phnum`` program headers (default: none). The dynamic section: DT_STRTAB, DT_STRSZ
-    (``strsz``, else the table's own size), DT_NEEDED ``libedge.so`` as entry ``needed_at`` (default: next),
+    (``strsz``, else the table's own size), DT_NEEDED ``needed`` as entry ``needed_at`` (default: next),
     harmless DT_DEBUG entries up to ``dyn_entries``, and with ``gnu_hash`` (nbuckets, bloom_size) a
     DT_GNU_HASH and DT_SYMTAB whose table is the null symbol alone. ``size``: the file's length at least
     (a sparse tail)."""
-    strings = b"\0libedge.so\0"
+    strings = b"\0" + needed.encode() + b"\0"
     headers = 2 + (interp is not None)
     phnum = phnum or headers
     ph_at, dyn_at = 64, 64 + 56 * phnum
@@ -360,6 +365,23 @@ def test_program_headers_up_to_the_limit_are_read_and_one_more_is_refused(tmp_pa
     past = elf_object(tmp_path / "past.so", phnum=elf._MAX_PHNUM + 1)
     with pytest.raises(elf.ElfError, match=f"phnum={elf._MAX_PHNUM + 1}"):
         elf.read_dynamic(str(past))
+
+
+def test_program_headers_that_end_at_the_first_read_and_one_past_it_are_read_alike(tmp_path):
+    """The first read (_HEAD bytes) holds the ELF header and, up to its end, the program headers; one header
+    more and they are read on their own: the same object either way."""
+    fit = (elf._HEAD - 64) // 56
+    assert 64 + fit * 56 == elf._HEAD  # the last header ends exactly at the first read's end
+    for phnum in (fit, fit + 1):
+        assert elf.read_dynamic(str(elf_object(tmp_path / f"{phnum}.so", phnum=phnum))).needed == ("libedge.so",)
+
+
+@pytest.mark.parametrize("length", [elf._STRING_SPAN - 1, elf._STRING_SPAN])
+def test_a_needed_name_as_long_as_the_string_span_and_one_longer_is_read_whole(tmp_path, length):
+    """The strings of the dynamic entries are read up to _STRING_SPAN bytes past the last one's start; a name
+    that fills the span with its NUL, and one a byte longer (whose NUL lies past it), are read whole."""
+    name = "l" * length
+    assert elf.read_dynamic(str(elf_object(tmp_path / "long.so", needed=name))).needed == (name,)
 
 
 def test_a_string_table_of_the_limit_is_read_and_one_byte_more_is_refused(tmp_path):
