@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload
 from tms_autopreload import decision, startup
+from tms_autopreload.attempt import MAX_ARG_STRLEN
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "200"))
 E2E_EXAMPLES = int(os.environ.get("TMS_FUZZ_E2E", "30"))
@@ -44,7 +45,6 @@ CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 RESOLVER_VARS = (tms_autopreload.CUDA_MAJOR_VAR, tms_autopreload.PATH_VAR, "LD_PRELOAD", "LD_LIBRARY_PATH")
 HOOK_VARS = tuple(v for v in tms_autopreload.OWN_VARS if v not in RESOLVER_VARS)
 VARS = RESOLVER_VARS + HOOK_VARS
-MAX_ARG_STRLEN = 32 * 4096
 
 
 class Executed(Exception):

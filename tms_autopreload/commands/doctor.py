@@ -13,7 +13,7 @@ import time
 from .. import APPLY_ENV, is_tms_entry, same_file, split_preload
 from ..decision import survey
 from .caller_env import before_plan
-from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE
+from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE, say_warnings
 from . import command
 
 TYPE_CHECKING = False
@@ -197,6 +197,7 @@ def _deep(args: argparse.Namespace) -> int:
         else:
             print(f"tms-autopreload: {ev.error}", file=sys.stderr)
         return EXIT_NO_PLAN
+    say_warnings(report)
     env, hook, under = under_test(report.plan, args.mode, args.as_is, None if args.as_is else env)
     ev = check(env, hook, report.runtime.library, module=args.import_, executable=report.executable,
                in_process=args.mode == "dlopen" and not args.as_is, bound_fix=_bound_fix(report, args.as_is))
