@@ -268,6 +268,7 @@ def runtime_of(path: str) -> tuple[str, int]:
 
 
 def warnings_said(stderr: str) -> list[str]:
+    """The warnings a start or a command printed, each once per line as they print them."""
     return [line[len("tms-autopreload: warning: "):] for line in stderr.splitlines()
             if line.startswith("tms-autopreload: warning: ")]
 
@@ -367,7 +368,8 @@ def observe(scn, env: dict[str, str], flagged: dict[str, str], hand: str | None)
 
 # ---------------------------------------------------------------- the judgement
 
-def judge(world: dict, seen: Seen, flagged: dict[str, str], env: dict[str, str]) -> None:
+def judge(world: dict, seen: Seen, env: dict[str, str]) -> None:
+    """The world's outcome (``env``: its shell's environment): hooked or stopped, and the commands agreeing."""
     doc = seen.doctor
     assert seen.rc("doctor") == (0 if doc["ok"] else 1), seen
     if seen.rc("start") == 78:
@@ -375,14 +377,14 @@ def judge(world: dict, seen: Seen, flagged: dict[str, str], env: dict[str, str])
         # starting), there is one to find.
         works = [build for rc, build in seen.hand if rc == 0 and fits(os.path.realpath(build), world["torch"])]
         assert not works, (works, seen)
-        judge_stop(world, seen, flagged)
+        judge_stop(seen)
     else:
         assert seen.rc("start") == 0, seen
-        judge_hooked(world, seen, flagged)
+        judge_hooked(world, seen, env)
     judge_env_json(seen, env)
 
 
-def judge_stop(world: dict, seen: Seen, flagged: dict[str, str]) -> None:
+def judge_stop(seen: Seen) -> None:
     """Exit 78 with the reason and a fix, and no plan anywhere: doctor's cause is a known one, its error the
     stop's words, and which says the same."""
     doc = seen.doctor
@@ -398,7 +400,7 @@ def judge_stop(world: dict, seen: Seen, flagged: dict[str, str]) -> None:
     assert seen.err("which") == f"tms-autopreload: {said}\n", seen
 
 
-def judge_hooked(world: dict, seen: Seen, flagged: dict[str, str]) -> None:
+def judge_hooked(world: dict, seen: Seen, env: dict[str, str]) -> None:
     """Exit 0: one build mapped, the one doctor plans, needing the one runtime mapped, torch_memory_saver's
     own check accepting LD_PRELOAD, a bash child starting; which prints the build."""
     doc, out = seen.doctor, seen.probe()
@@ -408,7 +410,7 @@ def judge_hooked(world: dict, seen: Seen, flagged: dict[str, str]) -> None:
     hook = out["hooks"][0]
     # The process's environment holds the plan, for its children and torch_memory_saver's check (both modes).
     assert out["LD_PRELOAD"] == plan["env"]["LD_PRELOAD"], (out, plan)
-    assert out["LD_LIBRARY_PATH"] == plan["env"].get("LD_LIBRARY_PATH", seen_library_path(flagged)), (out, plan)
+    assert out["LD_LIBRARY_PATH"] == plan["env"].get("LD_LIBRARY_PATH", env.get("LD_LIBRARY_PATH")), (out, plan)
     applied_by_exec = out["reexecd"]
     if world["mode"] == "exec":
         assert applied_by_exec, seen
@@ -463,8 +465,8 @@ def judge_hooked(world: dict, seen: Seen, flagged: dict[str, str]) -> None:
     assert (seen.rc("which"), seen.out("which")) == (0, plan["build"] + "\n"), seen
     said = warnings_said(seen.err("start"))
     assert warnings_said(seen.err("which")) == said, seen
-    second = [w for w in doc["warnings"] if w not in said]
-    assert len(second) == (1 if rt["second"] else 0), (doc["warnings"], said)
+    beyond = [w for w in doc["warnings"] if w not in said]  # doctor's own: the second runtime's, where there is one
+    assert len(beyond) == (1 if rt["second"] else 0), (doc["warnings"], said)
 
 
 def judge_env_json(seen: Seen, env: dict[str, str]) -> None:
@@ -495,11 +497,8 @@ def same_error(said: str, doctor: str) -> bool:
                                             for a, b in zip(ours, theirs, strict=True))
 
 
-def seen_library_path(flagged: dict[str, str]) -> str | None:
-    return flagged.get("LD_LIBRARY_PATH")
-
-
 def torch_runtime(torch: str) -> tuple[str, int]:
+    """The runtime (library stem, major) a torch stand-in of kind ``torch`` links, from its version fields."""
     cuda, hip = TORCH_FIELDS[torch]
     return ("libcudart", int(cuda.split(".")[0])) if cuda else ("libamdhip64", int(hip.split(".")[0]))
 
@@ -510,7 +509,7 @@ def test_every_world_ends_hooked_or_stopped_and_the_commands_agree(scenario, par
     def check(world):
         scn, env, flagged = make(world, scenario, parts, elsewhere)
         seen = observe(scn, env, flagged, hand_plan(world, scn, parts, env))
-        judge(world, seen, {**env, **flagged}, env)
+        judge(world, seen, env)
 
     for world in FOUND:
         check = example(world)(check)
