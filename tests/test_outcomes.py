@@ -58,7 +58,7 @@ sys.path.insert(0, str(support.ROOT))
 
 from tms_autopreload.errors import CAUSES
 
-FAST_WORLDS = 12
+FAST_WORLDS = 10
 WORLDS = int(os.environ.get("TMS_FUZZ_WORLDS", FAST_WORLDS))
 # The fast lane's worlds are the same on every run (derandomize): a failure there is one anybody can rerun.
 SETTINGS = settings(max_examples=WORLDS, deadline=None, suppress_health_check=list(HealthCheck), database=None,
