@@ -35,16 +35,16 @@ GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
                   "releases.py", "wheels.py", "install_source.py", "errors.py", "installer.py"),
      ("tests/test_plan_steps.py", "tests/test_install_commands.py", "tests/test_mutant_kinds.py",
       "tests/test_conda.py", "tests/test_forced_path.py", "tests/test_second_runtime.py", "tests/test_misuse.py",
-      "tests/test_inputs.py", "tests/test_cli.py", "tests/test_resolver.py")),
+      "tests/test_inputs.py", "tests/test_cli.py", "tests/test_resolver.py", "tests/test_words.py")),
     ("start", ("__init__.py", "startup.py", "stopped.py", "trust.py", "sitepath.py", "leftover.py",
                "subprocesses.py", "inprocess.py"),
      ("tests/test_sitepath.py", "tests/test_startup_files.py", "tests/test_inputs.py", "tests/test_misuse.py",
-      "tests/test_fuzz.py", "tests/test_guarantees.py", "tests/test_hook.py", "tests/test_way_out.py",
-      "tests/test_launchers.py", "tests/test_inprocess.py")),
+      "tests/test_fuzz.py", "tests/test_guarantees.py", "tests/test_hook.py", "tests/test_words.py",
+      "tests/test_way_out.py", "tests/test_launchers.py", "tests/test_inprocess.py")),
     ("commands", ("commands/*.py",),
-     ("tests/test_cli.py", "tests/test_caller.py", "tests/test_forced_path.py", "tests/test_misuse.py",
-      "tests/test_way_out.py", "tests/test_troubleshooting.py", "tests/test_driver.py", "tests/test_docs.py",
-      "tests/test_preflight.py")),
+     ("tests/test_cli.py", "tests/test_words_nodes.py", "tests/test_caller.py", "tests/test_forced_path.py",
+      "tests/test_misuse.py", "tests/test_words.py", "tests/test_way_out.py", "tests/test_troubleshooting.py",
+      "tests/test_driver.py", "tests/test_docs.py", "tests/test_preflight.py")),
 )
 
 # The operators kept, by cosmic-ray's names. Left out, as the upstream guide suggests for a first scope:
