@@ -60,7 +60,8 @@ def normalise(text: str, places: Mapping[str, str | os.PathLike[str]] = {}) -> s
     run: the suite's temporary directory (``<tmp>``) and others made under the system's (``<tmpdir>``); this
     interpreter's version (``<python-version>``, its ``X.Y`` ``<python-minor>``) and this package's
     (``<tms-autopreload-version>``); the host's name (``<hostname>``); PIDs (``<pid>``); durations
-    (``<seconds>``); and argparse's usage lines (``<argparse's usage>``), which each Python version lays out
+    (``<seconds>``); sizes that count this run's paths (a binding log's, an environment string's: ``<bytes>``,
+    ``<size>``); and argparse's usage lines (``<argparse's usage>``), which each Python version lays out
     its own way.
     """
     pairs = [(spelling, name) for name, path in places.items() for spelling in _spellings(os.fspath(path))]
@@ -84,6 +85,10 @@ def normalise(text: str, places: Mapping[str, str | os.PathLike[str]] = {}) -> s
     text = re.sub(r"^usage: .*?(?=^tms-autopreload[^\n]*: error: )", "usage: <argparse's usage>\n", text,
                   flags=re.M | re.S)
     text = re.sub(r'("seconds": )[\d.]+', r"\1<seconds>", text)
+    # Sizes that count this run's paths: a binding log's, an environment string's.
+    text = re.sub(r'("log_bytes": )\d+', r"\1<bytes>", text)
+    text = re.sub(r"\b\d+\.\d MB of binding log", "<size> MB of binding log", text)
+    text = re.sub(r"(would be )\d+( bytes)", r"\1<bytes>\2", text)
     return text
 
 
