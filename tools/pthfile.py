@@ -16,8 +16,11 @@ Three files at the root of site-packages, shipped by setup.py (their names: ``tm
   top-level definition whole. So the fallback obeys the same flag rules, kill switch and unhooked programs
   as the package, from one source that ruff and mypy check. It is compiled only where it runs.
 
-What the second line runs is copied the same way, then made short by tools/minify.py, since every start reads
-it: the same program in about half the characters of the code copied. Every Python writes the same files.
+What the second line runs is copied the same way, then made short by python-minifier (pinned in
+tests/requirements.txt: names the code binds renamed to a letter or two, annotations, docstrings and spaces
+dropped), since every start reads it: the same program in about half the characters of the code copied. Every
+Python from 3.10 writes the same files (python-minifier prints the tree itself, whatever Python parsed it).
+Run it with the test venv's interpreter, which has python-minifier: ``.venv-test/bin/python tools/pthfile.py``.
 
 tests/test_packaging.py holds this output, the files in the tree, the sdist's and the wheel's members
 identical.
@@ -39,7 +42,7 @@ from tms_autopreload import FLAG_VARS  # noqa: E402 - the checkout's package, on
 from tms_autopreload.leftover import FALLBACK as LEFT_OVER  # noqa: E402
 from tms_autopreload.leftover import PTH, START  # noqa: E402
 
-from minify import short  # noqa: E402 - tools/, this file's folder
+from python_minifier import minify  # noqa: E402 - a test and tool dependency, never the package's
 
 PACKAGE = "tms_autopreload"
 ENTRY = ("leftover", "left_over")  # (module, function) the fallback calls with the .pth file's path
@@ -164,9 +167,11 @@ def fallback() -> str:
 
 def gone() -> str:
     """The ``.pth`` file's second line after its ``#``: one statement that runs :data:`GONE` with every definition it
-    reaches, made short (tools/minify.py), in a namespace of its own that knows the ``.pth`` file's path."""
+    reaches, made short (python-minifier), in a namespace of its own that knows the ``.pth`` file's path."""
     imports, _, order = definitions(GONE)
-    code = short("".join(f"{i}\n" for i in imports) + _body(order) + f"\n{GONE[1]}(fullname)\n", GIVEN)
+    code = minify("".join(f"{i}\n" for i in imports) + _body(order) + f"\n{GONE[1]}(fullname)\n",
+                  rename_globals=True, preserve_globals=list(GIVEN), remove_annotations=True, hoist_literals=False)
+    compile(code, PTH, "exec")
     return f"exec({code!r},{{'fullname':fullname}})"
 
 
@@ -193,7 +198,8 @@ def main() -> int:
     if sys.argv[1:] == ["--check"]:
         stale = [name for name, text in want.items() if (ROOT / name).read_text() != text]
         for name in stale:
-            print(f"{name} is not what tools/pthfile.py writes: run `python tools/pthfile.py`", file=sys.stderr)
+            print(f"{name} is not what tools/pthfile.py writes: run `.venv-test/bin/python tools/pthfile.py`",
+                  file=sys.stderr)
         return 1 if stale else 0
     for name, text in want.items():
         (ROOT / name).write_text(text)
