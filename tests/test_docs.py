@@ -148,20 +148,20 @@ def test_every_variable_of_the_package_is_listed_once_and_documented():
 
 def _causes_given() -> set[str]:
     """Every cause the package's source gives: each call of an :class:`errors.Error` subclass or of
-    :class:`attempt.Verdict` with a literal in its ``cause`` place (by keyword or by position, as the class's
+    :class:`verdict.Verdict` with a literal in its ``cause`` place (by keyword or by position, as the class's
     ``__init__`` orders its parameters), and each class body's ``cause = "..."``."""
     import ast
     import importlib
     import inspect
 
-    from tms_autopreload import attempt, errors
+    from tms_autopreload import errors, verdict
 
     places: dict[str, int | None] = {}  # class name -> index of the cause among the positional arguments
     modules = sorted((ROOT / "tms_autopreload").glob("*.py"))
     for path in modules:
         module = importlib.import_module(f"tms_autopreload.{path.stem}") if not path.stem.startswith("__") else None
         for name, obj in vars(module).items() if module else ():
-            if inspect.isclass(obj) and (issubclass(obj, errors.Error) or obj is attempt.Verdict):
+            if inspect.isclass(obj) and (issubclass(obj, errors.Error) or obj is verdict.Verdict):
                 params = [p for p in inspect.signature(obj.__init__).parameters.values()][1:]
                 positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
                 places[name] = positional.index("cause") if "cause" in positional else None
@@ -195,8 +195,8 @@ def _causes_given() -> set[str]:
 def test_every_cause_is_named_once_and_documented():
     """docs/reference.md's causes are exactly the ones the code names (tms_autopreload.errors.CAUSES, the
     one place), each a kebab-case word; every ``CAUSE_*`` constant is among them, and no module gives a
-    cause the list lacks. Its verdict statuses are tms_autopreload.attempt.STATUSES."""
-    from tms_autopreload import attempt, errors
+    cause the list lacks. Its verdict statuses are tms_autopreload.verdict.STATUSES."""
+    from tms_autopreload import errors, verdict
 
     assert len(set(errors.CAUSES)) == len(errors.CAUSES), errors.CAUSES
     assert all(re.fullmatch(r"[a-z]+(-[a-z]+)*", c) for c in errors.CAUSES), errors.CAUSES
@@ -207,7 +207,7 @@ def test_every_cause_is_named_once_and_documented():
     assert given <= set(errors.CAUSES), given - set(errors.CAUSES)
     text = (ROOT / "docs" / "reference.md").read_text()
     statuses = re.search(r"`status`\s+\(((?:`\w+`,?\s*)+)\)", text).group(1)
-    assert re.findall(r"`(\w+)`", statuses) == list(attempt.STATUSES), statuses
+    assert re.findall(r"`(\w+)`", statuses) == list(verdict.STATUSES), statuses
     section = text.split("\n### Causes\n", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \| \S", section, flags=re.M)
     assert len(rows) == len(set(rows)) and set(rows) == set(errors.CAUSES), set(rows) ^ set(errors.CAUSES)

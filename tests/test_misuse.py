@@ -570,7 +570,7 @@ def test_deep_as_is_checks_the_build_its_preload_names_else_the_plans():
     """``doctor --deep --as-is``: the hook to look for is the torch_memory_saver build the environment's
     LD_PRELOAD names by an absolute path; without one (none, or a bare name), the plan's."""
     from tms_autopreload.commands.binding_log import under_test
-    from tms_autopreload.attempt import Plan
+    from tms_autopreload.verdict import Plan
 
     planned = "/site/torch_memory_saver_hook_mode_preload_cu13.abi3.so"
     plan = Plan(planned, planned, None, None)

@@ -15,8 +15,8 @@ import support
 
 sys.path.insert(0, str(support.ROOT))
 
-from tms_autopreload import attempt, decision, errors, releases
 from tms_autopreload import attempt as judging
+from tms_autopreload import decision, errors, releases, verdict
 from tms_autopreload.builds import Build, find_builds
 from tms_autopreload.elf import DynamicInfo, read_dynamic
 from tms_autopreload.ldso import Found, Object
@@ -65,8 +65,8 @@ def test_screen_rejects_with_causes_and_orders_the_rest_best_first():
     # The exact runtime before driver-only; a _cu13 name before an unsuffixed one.
     assert eligible == [3, 1, 0]
     assert {i: (v.status, v.cause) for i, v in verdicts.items()} == {
-        2: (attempt.REJECTED, errors.CAUSE_WRONG_RUNTIME), 4: (attempt.REJECTED, errors.CAUSE_UNUSABLE),
-        5: (attempt.REJECTED, CAUSE_WORLD_WRITABLE)}
+        2: (verdict.REJECTED, errors.CAUSE_WRONG_RUNTIME), 4: (verdict.REJECTED, errors.CAUSE_UNUSABLE),
+        5: (verdict.REJECTED, CAUSE_WORLD_WRITABLE)}
     assert verdicts[2].reason == "built for CUDA 12 (needs libcudart.so.12), not for this process's CUDA 13"
     assert verdicts[5].fix == "chmod o-w /s" and "TMS_AUTOPRELOAD_PATH" in verdicts[5].reason
     assert repr(verdicts[2]) == f"Verdict(build='/s/{CU12}', status='rejected', cause='wrong-runtime')"
@@ -75,8 +75,8 @@ def test_screen_rejects_with_causes_and_orders_the_rest_best_first():
 def test_screen_without_a_runtime_tries_nothing():
     verdicts, eligible = decision._screen([build(f"/s/{CU13}"), build("/s/x.so", problem="cannot read it")], None)
     assert eligible == []
-    assert [(v.status, v.cause) for v in verdicts.values()] == [(attempt.UNTRIED, errors.CAUSE_NO_RUNTIME),
-                                                               (attempt.REJECTED, errors.CAUSE_UNUSABLE)]
+    assert [(v.status, v.cause) for v in verdicts.values()] == [(verdict.UNTRIED, errors.CAUSE_NO_RUNTIME),
+                                                               (verdict.REJECTED, errors.CAUSE_UNUSABLE)]
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def files(tmp_path):
 def judge(files, trace, kind="cuda", name=CU13):
     b = build(files / name, kind, 13 if kind == "cuda" else None)
     runtime = cuda(13, files / "libcudart.so.13")
-    planned = attempt.Plan(b.path, b.path, None, runtime)
+    planned = verdict.Plan(b.path, b.path, None, runtime)
     return planned, judging.judge(b, planned, trace)
 
 
@@ -100,25 +100,25 @@ def test_judge_accepts_a_clean_trace_that_binds_torchs_copy(files):
     trace = Trace({"libcudart.so.13": str(files / "libcudart.so.13"), "libcuda.so.1": "/drv/libcuda.so.1"},
                   (str(files / CU13),))
     planned, v = judge(files, trace)
-    assert (v.status, v.cause, v.loader_ok, v.plan) == (attempt.LOADS, None, True, planned)
+    assert (v.status, v.cause, v.loader_ok, v.plan) == (verdict.LOADS, None, True, planned)
     assert v.reason == f"loads; binds libcudart.so.13 to {files / 'libcudart.so.13'}"
 
 
 def test_judge_accepts_a_bare_name_entry_found_through_the_search_path(files):
     trace = Trace({CU13: str(files / CU13), "libcudart.so.13": str(files / "libcudart.so.13")})
-    assert judge(files, trace)[1].status == attempt.LOADS
+    assert judge(files, trace)[1].status == verdict.LOADS
 
 
 def test_judge_refuses_a_second_runtime_copy(files):
     trace = Trace({"libcudart.so.13": str(files / "other" / "libcudart.so.13")}, (str(files / CU13),))
     v = judge(files, trace)[1]
-    assert (v.status, v.cause, v.loader_ok, v.plan) == (attempt.REJECTED, errors.CAUSE_TWO_RUNTIMES, True, None)
+    assert (v.status, v.cause, v.loader_ok, v.plan) == (verdict.REJECTED, errors.CAUSE_TWO_RUNTIMES, True, None)
     assert "two runtime copies" in v.reason
 
 
 def test_judge_names_a_missing_driver(files):
     v = judge(files, Trace(missing=("libcuda.so.1",), loaded=(str(files / CU13),)))[1]
-    assert (v.status, v.cause, v.loader_ok) == (attempt.REJECTED, errors.CAUSE_NO_DRIVER, False)
+    assert (v.status, v.cause, v.loader_ok) == (verdict.REJECTED, errors.CAUSE_NO_DRIVER, False)
     assert v.reason.endswith("loader: libcuda.so.1 => not found") and "install the NVIDIA driver" in v.fix
 
 
@@ -133,18 +133,18 @@ def test_judge_a_loader_log_that_skipped_the_build(files):
     log = (f"ERROR: ld.so: object '{files / CU13}' from LD_PRELOAD cannot be preloaded (wrong ELF class: "
            f"ELFCLASS32): ignored.\n\tlinux-vdso.so.1 (0x00007ffd)\n\tlibc.so.6 => /lib/libc.so.6 (0x00007f00)\n")
     v = judge(files, _parse(log, 0))[1]
-    assert (v.status, v.cause, v.loader_ok, v.fix) == (attempt.REJECTED, errors.CAUSE_DOES_NOT_LOAD, False, None)
+    assert (v.status, v.cause, v.loader_ok, v.fix) == (verdict.REJECTED, errors.CAUSE_DOES_NOT_LOAD, False, None)
     assert v.reason == "the loader skipped it as a preload: wrong ELF class: ELFCLASS32"
 
 
 def test_judge_a_silent_loader_that_did_not_preload_it(files):
     v = judge(files, Trace({"libc.so.6": "/lib/libc.so.6"}))[1]
-    assert (v.status, v.cause, v.loader_ok) == (attempt.REJECTED, errors.CAUSE_NOT_PRELOADED, False)
+    assert (v.status, v.cause, v.loader_ok) == (verdict.REJECTED, errors.CAUSE_NOT_PRELOADED, False)
 
 
 def test_judge_a_driver_only_build_needs_no_runtime_binding(files):
     planned, v = judge(files, Trace(loaded=(str(files / DRIVER),)), kind="driver", name=DRIVER)
-    assert (v.status, v.reason, v.plan) == (attempt.LOADS, "loads", planned)
+    assert (v.status, v.reason, v.plan) == (verdict.LOADS, "loads", planned)
 
 
 @pytest.mark.parametrize("version, one_path", [("0.0.8", True), ("0.0.9", True), ("0.0.9.post1", True),
@@ -175,7 +175,7 @@ def test_an_error_prints_its_fix_after_the_message_or_on_its_own_line():
 
 
 def test_reprs_are_short():
-    p = attempt.Plan("/s/hook.so", "/s/hook.so", None, cuda())
+    p = verdict.Plan("/s/hook.so", "/s/hook.so", None, cuda())
     assert repr(p) == "Plan(build='/s/hook.so', ld_preload='/s/hook.so')"
     failure = errors.ResolveError("no build", cause=errors.CAUSE_NO_BUILDS)
     report = decision.Report("/bin/python", None, None, (), None, failure)
@@ -340,7 +340,7 @@ def _one_build_attempt(monkeypatch, exe_info, options, predict, collect, kid_inf
     monkeypatch.setattr(judging, "_options", options)
     monkeypatch.setattr(judging.Option, "predict", predict)
     monkeypatch.setattr(judging, "start_traces", start_traces)
-    monkeypatch.setattr(judging, "judge", lambda b, plan, trace: judging.Verdict(b, judging.LOADS, "loads",
+    monkeypatch.setattr(judging, "judge", lambda b, plan, trace: verdict.Verdict(b, verdict.LOADS, "loads",
                                                                                  loader_ok=True, plan=plan))
     loader = SimpleNamespace(executable=Object("/env/bin/python", exe_info))
     kid_info = kid_info or DynamicInfo(64, 62, ("libc.so.6",), None, (), ())
@@ -387,7 +387,7 @@ def test_a_plan_too_large_for_the_interpreter_alone_is_made_with_the_children_at
     got, started, _ = _one_build_attempt(monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), ()),
                                          options, predict,
                                          lambda executables: [Trace({}, (), (), (), (), 0) for _ in executables])
-    assert got.status == judging.LOADS and got.plan.ld_preload.startswith("/s/nvidia/cu13/lib/libcudart.so.13:")
+    assert got.status == verdict.LOADS and got.plan.ld_preload.startswith("/s/nvidia/cu13/lib/libcudart.so.13:")
     assert started == [["/env/bin/python"], []]  # one trace of the interpreter, none beside it
 
 
@@ -410,7 +410,7 @@ def test_a_child_whose_search_differs_makes_the_plan_again_while_the_interpreter
         monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), ()), options, predict,
         lambda executables: [Trace({}, (), (), (), (), 0) for _ in executables],
         kid_info=DynamicInfo(64, 62, ("libc.so.6",), None, ("/opt/tool/lib",), ()))
-    assert got.status == judging.LOADS
+    assert got.status == verdict.LOADS
     assert got.plan.ld_library_path == ("/s/nvidia/cu13/lib" if child_rejects else None)
     assert started == traced and sorted(reaped) == sorted(e for group in traced for e in group)
 
@@ -420,7 +420,7 @@ def test_a_child_whose_search_differs_makes_the_plan_again_while_the_interpreter
 def test_a_plan_warns_of_a_dropped_entry_that_is_no_build_but_not_of_a_replaced_build(tmp_path):
     """An LD_PRELOAD entry whose path holds ``torch_memory_saver`` but is no preload build is dropped by the
     plan (its check would count it as a build): said. A build the plan replaces by the chosen one: not said."""
-    plan = attempt.Plan(str(tmp_path / CU13), str(tmp_path / CU13), None, cuda())
+    plan = verdict.Plan(str(tmp_path / CU13), str(tmp_path / CU13), None, cuda())
     other = "/opt/torch_memory_saver_tools/libtrace.so"
     warned = decision._with_check_warning(plan, None, None, f"{other}:{tmp_path / CU12}")
     assert len(warned.warnings) == 1 and warned.warnings[0].startswith(f"LD_PRELOAD loses {other}: "), warned.warnings

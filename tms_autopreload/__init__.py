@@ -481,7 +481,7 @@ __version__ = "0.1.0"
 # The public API beyond process_startup, by the private module each name lives in, loaded on first use
 # (PEP 562): a start with no flag imports none of them.
 _LAZY = {"resolve": "decision", "survey": "decision", "configure_subprocess": "subprocesses", "activate": "inprocess",
-         "Plan": "attempt", "Report": "decision", "Verdict": "attempt", "Error": "errors", "ResolveError": "errors"}
+         "Plan": "verdict", "Report": "decision", "Verdict": "verdict", "Error": "errors", "ResolveError": "errors"}
 __all__ = ["process_startup", *_LAZY, "__version__"]
 
 

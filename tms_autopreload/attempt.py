@@ -1,8 +1,7 @@
 """What happens to one build that fits: its plan, its planned start traced by the real loader, its verdict.
 
-What it answers are the :class:`Plan` (the environment that makes this process start with the right hook) and a
-:class:`Verdict` for each candidate, which every step of the survey makes and the start-up hook, the commands
-and ``doctor``'s document read (the survey's whole answer is :class:`tms_autopreload.decision.Report`).
+What it answers is a :class:`tms_autopreload.verdict.Verdict`, with the build's
+:class:`tms_autopreload.verdict.Plan` where it loads.
 
 Its plan with the first binding the loader model predicts holds, the planned start traced with the real
 loader for the interpreter and its non-Python children at once, and the verdict. One idea in four parts, in
@@ -22,23 +21,24 @@ order:
    child's search differ), trace it and read the children while it runs (planned again where a child's search
    differs), judge.
 
-Longer than the package's other modules because it is one module on purpose, with the types it answers: the
-flagged start imports it, and each module costs that start a file lookup, a read and an unmarshal (about 0.4
-million instructions, an empty module's import under callgrind; 0.2 ms on a loaded 2-core machine).
+Longer than the package's other modules because it is one module on purpose: the flagged start imports
+it, and each module costs that start a file lookup, a read and an unmarshal (about 0.4 million instructions,
+an empty module's import under callgrind; 0.2 ms on a loaded 2-core machine).
 """
 
 import os
 
-from . import ADDED_VAR, STATE_VAR, compose_preload, is_tms_entry, same_file, split_preload, state_key
+from . import ADDED_VAR, compose_preload, is_tms_entry, same_file, split_preload
 from .builds import Build
 from .elf import ElfError, read_dynamic
 from .errors import (CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LOAD, CAUSE_ENV_TOO_LARGE, CAUSE_NO_BINDING, CAUSE_NO_DRIVER,
                      CAUSE_NOT_PRELOADED, CAUSE_TWO_RUNTIMES, CAUSE_UNSAFE_PATH, ResolveError)
-from .ldso import LD_UNSAFE_CHARS, added_record, prepend_search_path, read_added, search_path_unsafe, split_search_path
+from .ldso import LD_UNSAFE_CHARS, prepend_search_path, read_added, search_path_unsafe, split_search_path
 from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, install_hint
 from .gpu_libraries import DRIVER_ONLY, DRIVER_SONAME, GLIBC_SONAMES
 from .trace import Trace, run_trace, run_traces, start_traces
+from .verdict import LOADS, REJECTED, Plan, Verdict
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:
@@ -46,86 +46,8 @@ if TYPE_CHECKING:
 
     from .elf import DynamicInfo
 
-__all__ = ["Verdict", "Plan", "CHOSEN", "LOADS", "REJECTED", "UNTRIED", "STATUSES", "attempt", "child_programs",
-           "children_of", "readable", "trace_the_rest", "judge", "refused", "STEPS", "Option", "MAX_ARG_STRLEN",
-           "env_string_size"]
-
-# Verdict.status values (``doctor --json`` ``candidates[].status``).
-CHOSEN = "chosen"  # the plan's build
-LOADS = "loads"  # fits and loads (the survey makes the most preferred of these CHOSEN)
-REJECTED = "rejected"  # cannot be preloaded here: ``reason`` and ``cause`` say why
-UNTRIED = "untried"  # not judged to the end: no runtime was decided, or a preferred build was chosen first
-STATUSES = (CHOSEN, LOADS, REJECTED, UNTRIED)
-
-
-class Verdict:
-    """What became of one candidate: its status, why (``reason`` for a person, ``cause`` for code, one of
-    :data:`tms_autopreload.errors.CAUSES`; None for the chosen one), the real loader's answer, what would
-    help, and the plan it gives when it loads (each step of the survey returns one)."""
-
-    __slots__ = ("build", "status", "reason", "cause", "loader_ok", "fix", "plan")
-
-    def __init__(self, build: Build, status: str, reason: str, cause: str | None = None, *,
-                 loader_ok: bool | None = None, fix: str | None = None, plan: "Plan | None" = None) -> None:
-        self.build = build
-        self.status = status  # one of STATUSES
-        self.reason = reason
-        self.cause = cause
-        self.loader_ok = loader_ok  # the real loader's answer (``doctor --json`` ``loads``); None when not traced
-        self.fix = fix  # what the user can do, for the error when no build fits
-        self.plan = plan  # the plan with this build, when it loads (LOADS or CHOSEN)
-
-    def but(self, **changes: object) -> "Verdict":
-        """This verdict with ``changes`` (``status=CHOSEN``, say): a new one, since a verdict once made is what
-        a step of the survey answered, and the survey's later steps only add to it."""
-        new = object.__new__(Verdict)
-        for name in self.__slots__:
-            setattr(new, name, changes.pop(name, getattr(self, name)))
-        if changes:
-            raise TypeError(f"a verdict has no {', '.join(changes)}")
-        return new
-
-    def __repr__(self) -> str:
-        cause = f", cause={self.cause!r}" if self.cause else ""
-        return f"Verdict(build={self.build.path!r}, status={self.status!r}{cause})"
-
-
-class Plan:
-    """The environment that makes this process start with the right hook."""
-
-    __slots__ = ("build", "ld_preload", "ld_library_path", "runtime", "warnings", "binding", "added")
-
-    def __init__(self, build: str, ld_preload: str, ld_library_path: str | None, runtime: Runtime,
-                 warnings: tuple[str, ...] = (), binding: str = "",
-                 added: "tuple[tuple[str, ...], tuple[str, ...]]" = ((), ())) -> None:
-        self.build = build  # real path of the chosen file
-        self.ld_preload = ld_preload  # the complete new LD_PRELOAD value
-        self.ld_library_path = ld_library_path  # the complete new LD_LIBRARY_PATH, None to leave it
-        self.runtime = runtime
-        self.warnings = warnings
-        self.binding = binding  # how the hook's runtime need binds the runtime library, in words
-        # What the plan adds, besides the hook: (LD_PRELOAD entries, LD_LIBRARY_PATH entries), an earlier
-        # plan's included where they stay; a command run where it is applied takes them out again.
-        self.added = added
-
-    def changes(self) -> dict[str, str]:
-        """Variables to set, and their values."""
-        env = {"LD_PRELOAD": self.ld_preload}
-        if self.ld_library_path is not None:
-            env["LD_LIBRARY_PATH"] = self.ld_library_path
-        return env
-
-    def environment(self) -> dict[str, str]:
-        """What a process applying the plan sets: :meth:`changes`, the state that lets its flagged children
-        skip resolving (what it was resolved for: this prefix, the overrides, the build), and the record of
-        what it added (:mod:`tms_autopreload.commands.caller_env` reads it back)."""
-        return {**self.changes(), STATE_VAR: state_key(self.build), ADDED_VAR: added_record(*self.added)}
-
-    def __repr__(self) -> str:
-        llp = "" if self.ld_library_path is None else f", ld_library_path={self.ld_library_path!r}"
-        return f"Plan(build={self.build!r}, ld_preload={self.ld_preload!r}{llp})"
-
-
+__all__ = ["attempt", "child_programs", "children_of", "readable", "trace_the_rest", "judge", "refused", "STEPS",
+           "Option", "MAX_ARG_STRLEN", "env_string_size"]
 
 # 1. The children. The non-Python children every plan is checked for: the system's shell, and bash where it
 # is another file.

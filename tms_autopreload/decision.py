@@ -14,7 +14,7 @@ hook and every CLI command ask it. Steps:
    cleanly in all of them with the runtime bound where we meant (:func:`_choose`; steps 4 and 5 are what
    happens to one build, :func:`tms_autopreload.attempt.attempt`).
 
-Each step says what became of a candidate with a :class:`~tms_autopreload.attempt.Verdict`; a survey that
+Each step says what became of a candidate with a :class:`~tms_autopreload.verdict.Verdict`; a survey that
 finds no plan holds the :class:`~tms_autopreload.errors.ResolveError` that :func:`resolve` raises.
 """
 
@@ -22,7 +22,7 @@ import os
 import sys
 
 from . import CUDA_MAJOR_VAR, PATH_VAR, TMS_WORDS, is_tms_entry, same_file, sitepath, split_preload
-from .attempt import CHOSEN, REJECTED, UNTRIED, Plan, Verdict, attempt, children_of, trace_the_rest
+from .attempt import attempt, children_of, trace_the_rest
 from .builds import PRELOAD_PREFIXES, Build, find_builds, interposed, is_preload_name, named_major, read_build
 from .elf import ElfError
 from .errors import (CAUSE_BAD_FORCED_PATH, CAUSE_INTERPRETER_FAILS, CAUSE_LESS_PREFERRED, CAUSE_NO_BUILDS,
@@ -33,6 +33,7 @@ from .ldso import Loader, Object
 from .runtime import Runtime, detect, split_from_torch
 from .gpu_libraries import CUDA, DRIVER_ONLY, HIP
 from .trust import Trusted, refusal
+from .verdict import CHOSEN, REJECTED, UNTRIED, Plan, Verdict
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
-    from .attempt import Plan
+    from .verdict import Plan
 
 __all__ = ["load", "activate", "InProcessError", "TORCH_LIBRARY_PREFIXES"]
 

@@ -6,12 +6,13 @@ loading code costs a start time (docs/performance.md).
 """
 
 from . import CUDA_MAJOR_VAR, PATH_VAR
-from .attempt import MAX_ARG_STRLEN, Verdict, env_string_size
+from .attempt import MAX_ARG_STRLEN, env_string_size
 from .errors import (CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DOES_NOT_FIT, CAUSE_NO_BINDING, CAUSE_NO_BUILD_FITS,
                      CAUSE_NO_DRIVER, CAUSE_UNTRUSTED_BUILDS, PATH_SHOWN, ResolveError, shown)
 from .gpu_libraries import DRIVER_SONAME
 from .runtime import Runtime, install_hint, split_from_torch
 from .trust import TRUST_CAUSES
+from .verdict import Verdict
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:

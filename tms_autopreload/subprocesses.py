@@ -15,7 +15,7 @@ import warnings
 
 from . import DISABLE_VAR, kill_switch, mapped_hooks, say
 from .decision import resolve
-from .attempt import Plan
+from .verdict import Plan
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from ..attempt import Plan
+    from ..verdict import Plan
 
 __all__ = ["Binding", "Library", "Evidence", "parse_binding", "check", "judge", "under_test", "DEEP_VARS",
            "ALLOCATOR"]

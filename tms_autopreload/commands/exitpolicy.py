@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from _typeshed import ReadableBuffer
 
-    from ..attempt import Plan
+    from ..verdict import Plan
     from ..decision import Report
 
 __all__ = ["WriteError", "guarded_stdout", "Interrupted", "INTERRUPTS", "unwinding_signals", "signal_of",

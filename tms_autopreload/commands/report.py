@@ -13,7 +13,7 @@ import sys
 from ..errors import Error
 from ..gpu_libraries import CUDA
 from .nvidia_driver import FAILING
-from ..attempt import CHOSEN
+from ..verdict import CHOSEN
 from ..decision import Report
 
 TYPE_CHECKING = False
