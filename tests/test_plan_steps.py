@@ -17,6 +17,7 @@ sys.path.insert(0, str(support.ROOT))
 
 from tms_autopreload import attempt as judging
 from tms_autopreload import decision, errors, releases, verdict
+from tms_autopreload import trace as tracing
 from tms_autopreload.builds import Build, find_builds
 from tms_autopreload.elf import DynamicInfo, read_dynamic
 from tms_autopreload.ldso import Found, Object
@@ -223,6 +224,41 @@ def test_traces_started_together_are_all_reaped_when_collecting_one_is_interrupt
             os.fstat(fd)  # closed
 
 
+def test_a_tracing_block_reaps_its_traces_on_every_way_out(monkeypatch):
+    """The real loader's traces that a ``with Tracing`` block started are reaped however it is left: started
+    again under another environment (the first ones reaped then), left by an exception with nobody waiting for
+    their answers, or answered, once. No zombie, no descriptor left to a long-lived caller."""
+    spawned = []
+    real_spawn = tracing.spawn
+
+    def spawn(argv, env):
+        pid, fd = real_spawn(argv, env)
+        spawned.append((pid, fd))
+        return pid, fd
+
+    def reaped(pid, fd):
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed (checked where no pipe opened since can have its number)
+        return True
+
+    monkeypatch.setattr(tracing, "spawn", spawn)
+    env = dict(os.environ)
+    with pytest.raises(LookupError), tracing.Tracing([sys.executable, "/bin/sh"], env) as traced:
+        traced.restart({**env, "LD_LIBRARY_PATH": "/nonexistent"})
+        assert len(spawned) == 4
+        for pid, _ in spawned[:2]:
+            with pytest.raises(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # reaped already
+        raise LookupError
+    assert all(reaped(*s) for s in spawned)
+    with tracing.Tracing([sys.executable], env) as traced:
+        answer, = traced.answers()
+        assert traced.answers() == []
+    assert isinstance(answer, Trace) and answer.loaded and reaped(*spawned[-1])
+
+
 # ---------------------------------------------------------------- a damaged release's reinstall command
 
 def installed_release(site, version="0.0.10", live=True, record=None):
@@ -315,9 +351,9 @@ def test_a_child_that_finds_a_library_of_the_hooks_closure_by_its_own_runpath_po
     exe = Object("/venv/bin/python", DynamicInfo(64, 62, ("libc.so.6",), None, (), ()))
     loader = SimpleNamespace(executable=exe)
     child = ("/usr/bin/tool", DynamicInfo(64, 62, ("libcudart.so.13", "libc.so.6"), None, (), (str(own),)))
-    assert judging._own_problem(loader, child, [], lambda: {"libcudart.so.13", "libcuda.so.1"}) is True
-    assert judging._own_problem(loader, child, [], lambda: {"libcuda.so.1"}) is False
-    assert judging._own_problem(loader, child, [], None) is None
+    assert judging._own_problem(loader, child, [], {"libcudart.so.13", "libcuda.so.1"}) == judging.OWN_PROBLEM
+    assert judging._own_problem(loader, child, [], {"libcuda.so.1"}) == judging.INTERPRETERS_PROBLEM
+    assert judging._own_problem(loader, child, [], None) == judging.ASK_AFTER_TRACE
 
 
 # ---------------------------------------------------------------- the children read while the interpreter is traced
@@ -339,7 +375,7 @@ def _one_build_attempt(monkeypatch, exe_info, options, predict, collect, kid_inf
 
     monkeypatch.setattr(judging, "_options", options)
     monkeypatch.setattr(judging.Option, "predict", predict)
-    monkeypatch.setattr(judging, "start_traces", start_traces)
+    monkeypatch.setattr(tracing, "start_traces", start_traces)
     monkeypatch.setattr(judging, "judge", lambda b, plan, trace: verdict.Verdict(b, verdict.LOADS, "loads",
                                                                                  loader_ok=True, plan=plan))
     loader = SimpleNamespace(executable=Object("/env/bin/python", exe_info))

@@ -9,17 +9,19 @@ order:
 
 1. the non-Python children a plan is checked for (``/bin/sh``, and ``bash`` where it is another file), and
    which of them pose the loader another problem than the interpreter, so that only those are traced
-   (:func:`_own_problem`: tracing a child costs a process start);
+   (:func:`_own_problem`, whose three answers are named: tracing a child costs a process start);
 2. the one judge of a trace (:func:`refused`), for the interpreter's trace (:func:`judge`, which also wants
    the build preloaded and its runtime bound to the library this process uses), the children's
-   (:func:`_judge_children`) and the builds ``doctor`` traces beyond the plan (:func:`trace_the_rest`);
+   (:func:`_children_refused`) and the builds ``doctor`` traces beyond the plan (:func:`trace_the_rest`);
 3. the bindings tried in order, plain functions in a tuple (:data:`STEPS`): for one build a step writes its
    :class:`Option` (the environment, or why it cannot be written and what would let it be), which
    :func:`_binding_words` says in words; an option predicts with the loader model whether it maps exactly
    torch's runtime for the hook in this interpreter and in every child;
-4. :func:`attempt`: plan (:func:`_bind`: for the interpreter alone where its own DT_RPATH does not make every
-   child's search differ), trace it and read the children while it runs (planned again where a child's search
-   differs), judge.
+4. :func:`attempt`, in three phases around the interpreter's trace (a :class:`tms_autopreload.trace.Tracing`,
+   reaped on every way out): the first plan (:func:`_first_plan`: for the interpreter alone where its own
+   DT_RPATH does not make every child's search differ), what is read while the trace runs
+   (:func:`_read_while_traced`: the children, the plan made again where a child's search differs), and
+   judging the children (:func:`_judge_children`) once the interpreter's trace is judged.
 
 Longer than the package's other modules because it is one module on purpose: the flagged start imports
 it, and each module costs that start a file lookup, a read and an unmarshal (about 0.4 million instructions,
@@ -37,7 +39,7 @@ from .ldso import LD_UNSAFE_CHARS, prepend_search_path, read_added, search_path_
 from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, install_hint
 from .gpu_libraries import DRIVER_ONLY, DRIVER_SONAME, GLIBC_SONAMES
-from .trace import Trace, run_trace, run_traces, start_traces
+from .trace import Trace, Tracing, run_trace, run_traces
 from .verdict import LOADS, REJECTED, Plan, Verdict
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
@@ -105,14 +107,21 @@ def _search_differs(exe: "DynamicInfo", child: "DynamicInfo") -> bool:
                 or (child.elf_class, child.machine) != (exe.elf_class, exe.machine))
 
 
+# Does a child pose the loader another problem than the interpreter did in its trace? The three answers of
+# :func:`_own_problem`:
+OWN_PROBLEM = "its own problem"  # yes: the interpreter's trace is not its answer, so it is traced too
+INTERPRETERS_PROBLEM = "the interpreter's problem"  # no: the interpreter's trace answers for it
+ASK_AFTER_TRACE = "ask after the trace"  # only the hook's closure, which the interpreter's trace resolves, can tell
+
+
 def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[str]",
-                 closure: "Callable[[], set[str]] | None",
-                 exists: "Callable[[str], bool]" = os.path.exists) -> "bool | None":
-    """True when a child poses the loader another problem than the interpreter did in its trace, so that
-    trace is not the child's answer. ``added``: directories the plan puts on LD_LIBRARY_PATH; ``closure``:
-    the names the hook and the objects it brought in need, as the interpreter's trace resolved them, or
-    None before that trace has answered: then None where only the closure can tell. ``exists``: whether a
-    file is there (:func:`attempt` asks each path once, before the trace's answer and after it).
+                 closure: "set[str] | None", exists: "Callable[[str], bool]" = os.path.exists) -> str:
+    """Whether a child poses the loader another problem than the interpreter did in its trace, so that trace
+    is not the child's answer: :data:`OWN_PROBLEM` or :data:`INTERPRETERS_PROBLEM`, or before that trace has
+    answered (``closure`` None) :data:`ASK_AFTER_TRACE` where only the closure can tell. ``added``: directories
+    the plan puts on LD_LIBRARY_PATH; ``closure``: the names the hook and the objects it brought in need, as
+    the interpreter's trace resolved them. ``exists``: whether a file is there (:class:`_Children` asks each
+    path once, before the trace's answer and after it).
 
     For a preloaded object's needs the loader's search depends on the program only through the
     program's DT_RPATH (ld.so(8), step 1: not used where the program has DT_RUNPATH), its ELF class and
@@ -124,17 +133,46 @@ def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[
     """
     exe, (_, info) = loader.executable, child
     if _search_differs(exe.info, info):
-        return True
+        return OWN_PROBLEM
     if any(exists(os.path.join(d, name)) for d in added for name in info.needed):
-        return True
+        return OWN_PROBLEM
     for prog in (exe, Object(*child)):
         own = {name for d in prog.runpath_dirs() for name in prog.info.needed if exists(os.path.join(d, name))}
         if own:
             if closure is None:
-                return None
-            if not own.isdisjoint(closure()):
-                return True
-    return False
+                return ASK_AFTER_TRACE
+            if not own.isdisjoint(closure):
+                return OWN_PROBLEM
+    return INTERPRETERS_PROBLEM
+
+
+class _Exists(dict[str, bool]):
+    """Whether a file is there, by path: each asked of the file system once."""
+
+    def __missing__(self, path: str) -> bool:
+        self[path] = there = os.path.exists(path)
+        return there
+
+
+class _Children:
+    """The non-Python children as read while the interpreter's trace runs, each with what it poses the loader
+    under the plan (:func:`_own_problem`): decided before the trace's answer where that can be told, and by
+    the hook's closure after it where only that can, each file check made once for both."""
+
+    __slots__ = ("loader", "kids", "added", "exists", "answers")
+
+    def __init__(self, loader: Loader, kids: "list[tuple[str, DynamicInfo]]", added: "list[str]") -> None:
+        self.loader, self.kids, self.added, self.exists = loader, kids, added, _Exists()
+        self.answers = {kid[0]: _own_problem(loader, kid, added, None, self.exists.__getitem__) for kid in kids}
+
+    def answered(self, answer: str) -> "list[str]":
+        """The children whose answer is ``answer`` (one of :func:`_own_problem`'s), in order."""
+        return [path for path, said in self.answers.items() if said == answer]
+
+    def own_after_trace(self, closure: "set[str]") -> "list[str]":
+        """The children that were :data:`ASK_AFTER_TRACE` and pose their own problem, given the hook's ``closure``."""
+        return [kid[0] for kid in self.kids if self.answers[kid[0]] == ASK_AFTER_TRACE
+                and _own_problem(self.loader, kid, self.added, closure, self.exists.__getitem__) == OWN_PROBLEM]
 
 
 def _walk(build: Build, where: "Callable[[str, Object], str | None]", read: "dict[str, DynamicInfo]") -> "set[str]":
@@ -229,7 +267,7 @@ def judge(build: Build, plan: Plan, trace: Trace) -> Verdict:
     return Verdict(build, LOADS, f"loads; binds {runtime.soname} to {bound}", loader_ok=True, plan=plan)
 
 
-def _judge_children(build: Build, traces: "list[tuple[str, Trace | OSError]]") -> "str | None":
+def _children_refused(build: Build, traces: "list[tuple[str, Trace | OSError]]") -> "str | None":
     """Why a non-Python child would not start under the plan, in the real loader's words, or None."""
     for child, trace in traces:
         if isinstance(trace, OSError):
@@ -492,23 +530,115 @@ def _added(env: "Mapping[str, str]", option: Option) -> "tuple[tuple[str, ...], 
     return preload, path
 
 
+class _Bindings:
+    """One build's bindings as :func:`_bind` wrote them: those written (up to the chosen one, else all), why
+    each before the chosen one would not hold, the first the loader model predicts holds (None: none does),
+    the plan of that one (else of the first), and whether that prediction left the children out (``alone``:
+    made for the interpreter alone)."""
+
+    __slots__ = ("written", "why_not", "chosen", "plan", "alone")
+
+    def __init__(self, written: "list[Option]", why_not: "list[str]", chosen: "Option | None", plan: Plan,
+                 alone: bool) -> None:
+        self.written, self.why_not, self.chosen, self.plan, self.alone = written, why_not, chosen, plan, alone
+
+
 def _bind(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, package_dir: str | None,
-          kids: "list[tuple[str, DynamicInfo]]") -> "tuple[list[Option], list[str], Option | None, Plan]":
-    """Step 4 for one build: (the bindings written, up to the chosen one, else all; why each before it would
-    not hold; the first the loader model predicts holds for the interpreter and each of ``kids``, or None;
-    the plan of that one, else of the first)."""
+          kids: "list[tuple[str, DynamicInfo]] | None") -> _Bindings:
+    """Step 4 for one build: its bindings, each predicted for the interpreter and each of ``kids`` (None: for
+    the interpreter alone)."""
     entry, entry_dir = _preload_entry(build.path)
     written: list[Option] = []
     why_not: list[str] = []
     chosen = None
     for option in _options(build, runtime, env, loader, package_dir, entry, entry_dir):
         written.append(option)
-        why = option.refused or option.predict(build, runtime, loader, kids)
+        why = option.refused or option.predict(build, runtime, loader, kids or [])
         if why is None:
             chosen = option
             break
         why_not.append(f"{option.binding}: {why}")
-    return written, why_not, chosen, _plan_of(build, runtime, env, chosen or written[0], why_not if chosen else [])
+    plan = _plan_of(build, runtime, env, chosen or written[0], why_not if chosen else [])
+    return _Bindings(written, why_not, chosen, plan, kids is None)
+
+
+class _Job:
+    """One build's attempt, what each of its phases reads: the build, the runtime to bind, the caller's
+    environment, the loader model, torch_memory_saver's package directory, and the non-Python children (read
+    when first asked)."""
+
+    __slots__ = ("build", "runtime", "env", "loader", "package_dir", "children")
+
+    def __init__(self, build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
+                 package_dir: "str | None", children: "Callable[[], list[tuple[str, DynamicInfo]]]") -> None:
+        self.build, self.runtime, self.env, self.loader = build, runtime, env, loader
+        self.package_dir, self.children = package_dir, children
+
+    def bind(self, kids: "list[tuple[str, DynamicInfo]] | None") -> _Bindings:
+        """:func:`_bind` for this build, for the interpreter and each of ``kids`` (None: the interpreter alone)."""
+        return _bind(self.build, self.runtime, self.env, self.loader, self.package_dir, kids)
+
+    def env_of(self, plan: Plan) -> "dict[str, str]":
+        """The environment ``plan`` starts the interpreter and its children with."""
+        return {**self.env, **plan.changes()}
+
+
+def _first_plan(job: _Job, trace_it: bool) -> _Bindings:
+    """The first phase: the plan the interpreter's trace starts with. A first start waits for that trace, so
+    the plan is made for the interpreter alone and the children are read while it runs
+    (:func:`_read_while_traced`). They are read first, and the plan made with them, where nothing is traced;
+    where the interpreter's own DT_RPATH makes every child's search differ (a conda interpreter), so that they
+    would change it anyway; and where the plan for the interpreter alone would be too large for any exec, which
+    a binding the children rule out can make it: as if they had been read first."""
+    if not trace_it or _effective_rpath(job.loader.executable.info):
+        return job.bind(job.children())
+    try:
+        return job.bind(None)
+    except ResolveError:
+        return job.bind(job.children())
+
+
+def _untraced(build: Build, bound: _Bindings) -> Verdict:
+    """The verdict without the loader's trace, for a caller whose own ``dlopen`` of the plan is the real
+    loader's answer: LOADS with the chosen binding's plan, or REJECTED with why none would hold."""
+    if bound.chosen is None:
+        return Verdict(build, REJECTED, "; ".join(bound.why_not), CAUSE_NO_BINDING, fix=_no_binding_fix(bound.written))
+    return Verdict(build, LOADS, "chosen without a loader trace: to be loaded in-process", plan=bound.plan)
+
+
+def _read_while_traced(job: _Job, bound: _Bindings, interpreter: Tracing) -> "tuple[_Bindings, _Children]":
+    """The second phase, what is read while the interpreter's trace of ``bound``'s plan runs: the children;
+    the plan made again with them where it was made for the interpreter alone and a child's search differs
+    (:func:`_search_differs`), and traced again where that changed it (the answer for the first plan is not
+    this one's); and what each child poses the loader, as far as can be told before the trace's answer."""
+    kids = job.children()
+    if bound.alone and any(_search_differs(job.loader.executable.info, info) for _, info in kids):
+        again = job.bind(kids)
+        if again.plan.changes() != bound.plan.changes():
+            interpreter.restart(job.env_of(again.plan))
+        bound = again
+    return bound, _Children(job.loader, kids, _added_dirs(job.env, bound.plan.ld_library_path or ""))
+
+
+def _judge_children(job: _Job, plan: Plan, trace: Trace, ahead: "dict[str, DynamicInfo]", children: _Children,
+                    beside: "dict[str, Trace | OSError]") -> "str | None":
+    """The third phase, judging the children, once the interpreter's ``trace`` has answered and accepts
+    ``plan``: those traced beside it (``beside``: their answers, by path) and those only the hook's closure
+    could decide, traced now where they pose their own problem. Why a child would not start under the plan,
+    in the loader's words, or None. ``ahead``: what :func:`_read_ahead` read while the trace ran."""
+    asked = children.answered(ASK_AFTER_TRACE)
+    after = children.own_after_trace(_closure(job.build, trace, ahead)) if asked else []
+    answers = {**beside, **dict(zip(after, run_traces(after, job.env_of(plan)) if after else [], strict=True))}
+    traced = [(path, answers[path]) for path, _ in children.kids if path in answers]  # in the children's order
+    return _children_refused(job.build, traced) if traced else None
+
+
+def _none_holds(build: Build, judged: Verdict, bound: _Bindings) -> Verdict:
+    """Where no binding was predicted to hold: the loader's words for the first, then why each other cannot."""
+    reasons = [judged.reason, *bound.why_not[1:]]
+    return Verdict(build, REJECTED, "; ".join(reasons),
+                   CAUSE_NO_DRIVER if judged.cause == CAUSE_NO_DRIVER else CAUSE_NO_BINDING,
+                   loader_ok=judged.loader_ok, fix=judged.fix or _no_binding_fix(bound.written))
 
 
 def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, executable: str,
@@ -521,86 +651,31 @@ def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Lo
     followed by each other binding's reason. ``trace_it=False`` plans without the trace, for a caller
     whose own ``dlopen`` of the plan is the real loader's answer (:mod:`tms_autopreload.inprocess`);
     ``loader_ok`` is then None. The verdict is LOADS (with its plan) or REJECTED.
+
+    Its phases: the first plan (:func:`_first_plan`); what is read while the interpreter's trace runs
+    (:func:`_read_while_traced`), the children whose own problem is plain by then traced beside it and the
+    objects the loader model expects the hook to bring in read ahead; and judging the children
+    (:func:`_judge_children`).
     """
     cannot = _unwritable(build.path)
     if cannot is not None:
         return Verdict(build, REJECTED, cannot, CAUSE_UNSAFE_PATH,
                        fix="install torch_memory_saver under a path without spaces or colons")
-    # The start waits for the interpreter's trace, so it starts first and whatever cannot change what it traces
-    # is done while it runs. The children change a prediction only where the loader searches for the hook's
-    # needs in them otherwise than in the interpreter (``_search_differs``). Where the interpreter's own
-    # DT_RPATH makes that so for every child (a conda interpreter), where nothing is traced, and where the plan
-    # for the interpreter alone would be too large for any exec, they are read first and the plan made with
-    # them. Else the plan is made for the interpreter alone, the children are read while it is traced, and
-    # where one's search differs the plan is made again (and traced again, if that changed it). The children
-    # whose own problem is plain before the trace's answer (a conda interpreter's: its DT_RPATH) are traced
-    # beside it; those only the closure can decide, after it.
-    with_children = not trace_it or bool(_effective_rpath(loader.executable.info))
-    try:
-        written, why_not, chosen, planned = _bind(build, runtime, env, loader, package_dir,
-                                                  children() if with_children else [])
-    except ResolveError:
-        if with_children:
-            raise
-        with_children = True
-        written, why_not, chosen, planned = _bind(build, runtime, env, loader, package_dir, children())
+    job = _Job(build, runtime, env, loader, package_dir, children)
+    bound = _first_plan(job, trace_it)
     if not trace_it:
-        if chosen is None:
-            return Verdict(build, REJECTED, "; ".join(why_not), CAUSE_NO_BINDING, fix=_no_binding_fix(written))
-        return Verdict(build, LOADS, "chosen without a loader trace: to be loaded in-process", plan=planned)
-    planned_env = {**env, **planned.changes()}
-    pending = [start_traces([executable], planned_env)]
-    collect_beside = None
-    try:
-        kids = children()
-        if not with_children and any(_search_differs(loader.executable.info, info) for _, info in kids):
-            written, why_not, chosen, again = _bind(build, runtime, env, loader, package_dir, kids)
-            if again.changes() != planned.changes():
-                pending.pop()()  # the interpreter alone was planned otherwise: that answer is not this plan's
-                planned_env = {**env, **again.changes()}
-                pending.append(start_traces([executable], planned_env))
-            planned = again
-        added = _added_dirs(env, planned.ld_library_path or "")
-        seen: "dict[str, bool]" = {}
-
-        def exists(path: str) -> bool:
-            if path not in seen:
-                seen[path] = os.path.exists(path)
-            return seen[path]
-
-        decided = {kid[0]: _own_problem(loader, kid, added, None, exists) for kid in kids}
-        beside = [path for path, own in decided.items() if own]
-        collect_beside = start_traces(beside, planned_env)
-        ahead = _read_ahead(build, loader, planned) if None in decided.values() else {}
-    finally:
-        try:
-            if pending:
-                trace, = pending.pop()()
-        finally:  # reaped also when the wait for the interpreter's answer is interrupted
-            beside_traces = collect_beside() if collect_beside is not None else []  # in the order of ``beside``
+        return _untraced(build, bound)
+    with Tracing([executable], job.env_of(bound.plan)) as interpreter:
+        bound, kids = _read_while_traced(job, bound, interpreter)
+        beside = kids.answered(OWN_PROBLEM)  # plain before the trace's answer: traced beside it, both at once
+        with Tracing(beside, job.env_of(bound.plan)) as beside_traced:
+            ahead = _read_ahead(build, loader, bound.plan) if kids.answered(ASK_AFTER_TRACE) else {}
+            trace, = interpreter.answers()
+            answers = dict(zip(beside, beside_traced.answers(), strict=True))
     if isinstance(trace, OSError):
         raise trace  # the interpreter itself cannot be started: survey's error, not this build's
-    judged = judge(build, planned, trace)
-    if judged.plan is not None:
-        memo: "list[set[str]]" = []
-
-        def closure() -> "set[str]":
-            if not memo:
-                memo.append(_closure(build, trace, ahead))
-            return memo[0]
-
-        after = [kid[0] for kid in kids
-                 if decided[kid[0]] is None and _own_problem(loader, kid, added, closure, exists)]
-        answers = dict(zip(beside, beside_traces, strict=True))
-        answers.update(zip(after, run_traces(after, planned_env) if after else [], strict=True))
-        traced = [(kid[0], answers[kid[0]]) for kid in kids if kid[0] in answers]  # in the children's order
-        child_reason = _judge_children(build, traced) if traced else None
-        if child_reason is not None:
-            judged = Verdict(build, REJECTED, child_reason, CAUSE_CHILD_FAILS, loader_ok=False)
-    if judged.plan is not None or chosen is not None:
-        return judged
-    # Nothing was predicted to hold: the loader's words for the plain plan, then why each other binding cannot.
-    reasons = [judged.reason, *why_not[1:]]
-    return Verdict(build, REJECTED, "; ".join(reasons),
-                   CAUSE_NO_DRIVER if judged.cause == CAUSE_NO_DRIVER else CAUSE_NO_BINDING,
-                   loader_ok=judged.loader_ok, fix=judged.fix or _no_binding_fix(written))
+    judged = judge(build, bound.plan, trace)
+    why = _judge_children(job, bound.plan, trace, ahead, kids, answers) if judged.plan is not None else None
+    if why is not None:
+        judged = Verdict(build, REJECTED, why, CAUSE_CHILD_FAILS, loader_ok=False)
+    return judged if judged.plan is not None or bound.chosen is not None else _none_holds(build, judged, bound)

@@ -16,7 +16,7 @@ TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up pat
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Trace", "collect", "run_trace", "run_traces", "spawn", "start_traces"]
+__all__ = ["Trace", "Tracing", "collect", "run_trace", "run_traces", "spawn", "start_traces"]
 
 
 # glibc elf/rtld.c, for a preload entry it cannot load: "ERROR: ld.so: object '%s' from %s cannot be
@@ -138,7 +138,7 @@ def collect(pid: int, read_fd: int) -> "tuple[str, int]":
 def start_traces(executables: "list[str]", env: dict[str, str]) -> "Callable[[], list[Trace | OSError]]":
     """Start tracing each of ``executables`` under ``env`` (LD_TRACE_LOADED_OBJECTS is added here), all at
     once; the function returned waits for their answers, in order. Call it exactly once, also when the
-    caller fails in between (``try``/``finally``): it reaps the traced programs.
+    caller fails in between: it reaps the traced programs (:class:`Tracing` does, for a ``with`` block).
 
     stdout and stderr share one pipe per program: the loader indents every trace line with a tab
     and none of its messages, which is how they are told apart again. The traced programs never
@@ -168,6 +168,38 @@ def start_traces(executables: "list[str]", env: dict[str, str]) -> "Callable[[],
         return answers
 
     return answers_in_order
+
+
+class Tracing:
+    """The traces of ``executables`` as a ``with`` block holds them: started on entering it (:func:`start_traces`
+    under ``env``), their answers waited for once (:meth:`answers`), started again under another environment
+    (:meth:`restart`), and reaped on every way out of the block, an exception or an interrupt included, where
+    nobody asked for their answers."""
+
+    __slots__ = ("executables", "_env", "_collect")
+
+    def __init__(self, executables: "list[str]", env: dict[str, str]) -> None:
+        self.executables = executables
+        self._env = env
+        self._collect: "Callable[[], list[Trace | OSError]]" = list  # what reaps the traces started: none yet
+
+    def __enter__(self) -> "Tracing":
+        self._collect = start_traces(self.executables, self._env)
+        return self
+
+    def answers(self) -> "list[Trace | OSError]":
+        """Wait for the traces' answers, in the order of ``executables``; the traced programs are reaped then
+        (also where the wait is interrupted), and a second call answers nothing."""
+        collect, self._collect = self._collect, list
+        return collect()
+
+    def restart(self, env: dict[str, str]) -> None:
+        """Reap the traces started, their answers unwanted, and start them again under ``env``."""
+        self.answers()
+        self._collect = start_traces(self.executables, env)
+
+    def __exit__(self, *exc: object) -> None:
+        self.answers()
 
 
 def run_traces(executables: "list[str]", env: dict[str, str]) -> "list[Trace | OSError]":

@@ -37,7 +37,7 @@ THEIRS = ("import time; t = time.perf_counter(); "
 BREAKDOWN = """
 import time, os
 t0 = time.perf_counter()
-from tms_autopreload import attempt, decision, trace
+from tms_autopreload import decision, trace
 t1 = time.perf_counter()
 calls = []
 real = trace.start_traces
@@ -46,7 +46,7 @@ def timed(*a, **k):
     def wait():
         r = collect(); calls.append(time.perf_counter() - s); return r
     return wait
-attempt.start_traces = timed
+trace.start_traces = timed
 report = decision.survey()
 t2 = time.perf_counter()
 print(t1 - t0, t2 - t1, sum(calls), len(calls))
