@@ -146,24 +146,22 @@ def _own_problem(loader: Loader, child: "tuple[str, DynamicInfo]", added: "list[
     return INTERPRETERS_PROBLEM
 
 
-class _Exists(dict[str, bool]):
-    """Whether a file is there, by path: each asked of the file system once."""
-
-    def __missing__(self, path: str) -> bool:
-        self[path] = there = os.path.exists(path)
-        return there
-
-
 class _Children:
     """The non-Python children as read while the interpreter's trace runs, each with what it poses the loader
     under the plan (:func:`_own_problem`): decided before the trace's answer where that can be told, and by
     the hook's closure after it where only that can, each file check made once for both."""
 
-    __slots__ = ("loader", "kids", "added", "exists", "answers")
+    __slots__ = ("loader", "kids", "added", "seen", "answers")
 
     def __init__(self, loader: Loader, kids: "list[tuple[str, DynamicInfo]]", added: "list[str]") -> None:
-        self.loader, self.kids, self.added, self.exists = loader, kids, added, _Exists()
-        self.answers = {kid[0]: _own_problem(loader, kid, added, None, self.exists.__getitem__) for kid in kids}
+        self.loader, self.kids, self.added = loader, kids, added
+        self.seen: "dict[str, bool]" = {}
+        self.answers = {kid[0]: _own_problem(loader, kid, added, None, self.exists) for kid in kids}
+
+    def exists(self, path: str) -> bool:
+        """Whether a file is there, asked of the file system once per path."""
+        seen = self.seen
+        return seen[path] if path in seen else seen.setdefault(path, os.path.exists(path))
 
     def answered(self, answer: str) -> "list[str]":
         """The children whose answer is ``answer`` (one of :func:`_own_problem`'s), in order."""
@@ -172,7 +170,7 @@ class _Children:
     def own_after_trace(self, closure: "set[str]") -> "list[str]":
         """The children that were :data:`ASK_AFTER_TRACE` and pose their own problem, given the hook's ``closure``."""
         return [kid[0] for kid in self.kids if self.answers[kid[0]] == ASK_AFTER_TRACE
-                and _own_problem(self.loader, kid, self.added, closure, self.exists.__getitem__) == OWN_PROBLEM]
+                and _own_problem(self.loader, kid, self.added, closure, self.exists) == OWN_PROBLEM]
 
 
 def _walk(build: Build, where: "Callable[[str, Object], str | None]", read: "dict[str, DynamicInfo]") -> "set[str]":
