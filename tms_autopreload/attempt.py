@@ -529,112 +529,98 @@ def _added(env: "Mapping[str, str]", option: Option) -> "tuple[tuple[str, ...], 
 
 
 class _Bindings:
-    """One build's bindings as :func:`_bind` wrote them: those written (up to the chosen one, else all), why
-    each before the chosen one would not hold, the first the loader model predicts holds (None: none does),
-    the plan of that one (else of the first), and whether that prediction left the children out (``alone``:
-    made for the interpreter alone)."""
+    """Step 4 for one build: its bindings written for the caller's ``env``, each predicted for the interpreter
+    and each of ``kids`` (None: for the interpreter alone, then ``alone``). Those written (up to the chosen one,
+    else all), why each before the chosen one would not hold, the first the loader model predicts holds (None:
+    none does), and the plan of that one, else of the first (raises ResolveError where that one's would be too
+    long for any exec)."""
 
-    __slots__ = ("written", "why_not", "chosen", "plan", "alone")
-
-    def __init__(self, written: "list[Option]", why_not: "list[str]", chosen: "Option | None", plan: Plan,
-                 alone: bool) -> None:
-        self.written, self.why_not, self.chosen, self.plan, self.alone = written, why_not, chosen, plan, alone
-
-
-def _bind(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, package_dir: str | None,
-          kids: "list[tuple[str, DynamicInfo]] | None") -> _Bindings:
-    """Step 4 for one build: its bindings, each predicted for the interpreter and each of ``kids`` (None: for
-    the interpreter alone)."""
-    entry, entry_dir = _preload_entry(build.path)
-    written: list[Option] = []
-    why_not: list[str] = []
-    chosen = None
-    for option in _options(build, runtime, env, loader, package_dir, entry, entry_dir):
-        written.append(option)
-        why = option.refused or option.predict(build, runtime, loader, kids or [])
-        if why is None:
-            chosen = option
-            break
-        why_not.append(f"{option.binding}: {why}")
-    plan = _plan_of(build, runtime, env, chosen or written[0], why_not if chosen else [])
-    return _Bindings(written, why_not, chosen, plan, kids is None)
-
-
-class _Job:
-    """One build's attempt, what each of its phases reads: the build, the runtime to bind, the caller's
-    environment, the loader model, torch_memory_saver's package directory, and the non-Python children (read
-    when first asked)."""
-
-    __slots__ = ("build", "runtime", "env", "loader", "package_dir", "children")
+    __slots__ = ("build", "runtime", "env", "loader", "package_dir", "alone", "written", "why_not", "chosen", "plan")
 
     def __init__(self, build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader,
-                 package_dir: "str | None", children: "Callable[[], list[tuple[str, DynamicInfo]]]") -> None:
-        self.build, self.runtime, self.env, self.loader = build, runtime, env, loader
-        self.package_dir, self.children = package_dir, children
+                 package_dir: "str | None", kids: "list[tuple[str, DynamicInfo]] | None") -> None:
+        self.build, self.runtime, self.env, self.loader, self.package_dir = build, runtime, env, loader, package_dir
+        self.alone = kids is None
+        entry, entry_dir = _preload_entry(build.path)
+        self.written: list[Option] = []
+        self.why_not: list[str] = []
+        self.chosen = None
+        for option in _options(build, runtime, env, loader, package_dir, entry, entry_dir):
+            self.written.append(option)
+            why = option.refused or option.predict(build, runtime, loader, kids or [])
+            if why is None:
+                self.chosen = option
+                break
+            self.why_not.append(f"{option.binding}: {why}")
+        self.plan = _plan_of(build, runtime, env, self.chosen or self.written[0], self.why_not if self.chosen else [])
 
-    def bind(self, kids: "list[tuple[str, DynamicInfo]] | None") -> _Bindings:
-        """:func:`_bind` for this build, for the interpreter and each of ``kids`` (None: the interpreter alone)."""
-        return _bind(self.build, self.runtime, self.env, self.loader, self.package_dir, kids)
+    def again(self, kids: "list[tuple[str, DynamicInfo]]") -> "_Bindings":
+        """The same build's bindings, predicted for the interpreter and each of ``kids``."""
+        return _Bindings(self.build, self.runtime, self.env, self.loader, self.package_dir, kids)
 
-    def env_of(self, plan: Plan) -> "dict[str, str]":
-        """The environment ``plan`` starts the interpreter and its children with."""
-        return {**self.env, **plan.changes()}
+    def planned_env(self) -> "dict[str, str]":
+        """The environment the plan starts the interpreter and its children with."""
+        return {**self.env, **self.plan.changes()}
 
 
-def _first_plan(job: _Job, trace_it: bool) -> _Bindings:
+def _first_plan(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Loader, package_dir: str | None,
+                children: "Callable[[], list[tuple[str, DynamicInfo]]]", trace_it: bool) -> _Bindings:
     """The first phase: the plan the interpreter's trace starts with. A first start waits for that trace, so
     the plan is made for the interpreter alone and the children are read while it runs
     (:func:`_read_while_traced`). They are read first, and the plan made with them, where nothing is traced;
     where the interpreter's own DT_RPATH makes every child's search differ (a conda interpreter), so that they
     would change it anyway; and where the plan for the interpreter alone would be too large for any exec, which
     a binding the children rule out can make it: as if they had been read first."""
-    if not trace_it or _effective_rpath(job.loader.executable.info):
-        return job.bind(job.children())
+    alone = trace_it and not _effective_rpath(loader.executable.info)
     try:
-        return job.bind(None)
+        return _Bindings(build, runtime, env, loader, package_dir, None if alone else children())
     except ResolveError:
-        return job.bind(job.children())
+        if not alone:
+            raise
+    return _Bindings(build, runtime, env, loader, package_dir, children())
 
 
-def _untraced(build: Build, bound: _Bindings) -> Verdict:
+def _untraced(bound: _Bindings) -> Verdict:
     """The verdict without the loader's trace, for a caller whose own ``dlopen`` of the plan is the real
     loader's answer: LOADS with the chosen binding's plan, or REJECTED with why none would hold."""
     if bound.chosen is None:
-        return Verdict(build, REJECTED, "; ".join(bound.why_not), CAUSE_NO_BINDING, fix=_no_binding_fix(bound.written))
-    return Verdict(build, LOADS, "chosen without a loader trace: to be loaded in-process", plan=bound.plan)
+        return Verdict(bound.build, REJECTED, "; ".join(bound.why_not), CAUSE_NO_BINDING,
+                       fix=_no_binding_fix(bound.written))
+    return Verdict(bound.build, LOADS, "chosen without a loader trace: to be loaded in-process", plan=bound.plan)
 
 
-def _read_while_traced(job: _Job, bound: _Bindings, interpreter: Tracing) -> "tuple[_Bindings, _Children]":
+def _read_while_traced(bound: _Bindings, children: "Callable[[], list[tuple[str, DynamicInfo]]]",
+                       interpreter: Tracing) -> "tuple[_Bindings, _Children]":
     """The second phase, what is read while the interpreter's trace of ``bound``'s plan runs: the children;
     the plan made again with them where it was made for the interpreter alone and a child's search differs
     (:func:`_search_differs`), and traced again where that changed it (the answer for the first plan is not
     this one's); and what each child poses the loader, as far as can be told before the trace's answer."""
-    kids = job.children()
-    if bound.alone and any(_search_differs(job.loader.executable.info, info) for _, info in kids):
-        again = job.bind(kids)
+    kids = children()
+    if bound.alone and any(_search_differs(bound.loader.executable.info, info) for _, info in kids):
+        again = bound.again(kids)
         if again.plan.changes() != bound.plan.changes():
-            interpreter.restart(job.env_of(again.plan))
+            interpreter.restart(again.planned_env())
         bound = again
-    return bound, _Children(job.loader, kids, _added_dirs(job.env, bound.plan.ld_library_path or ""))
+    return bound, _Children(bound.loader, kids, _added_dirs(bound.env, bound.plan.ld_library_path or ""))
 
 
-def _judge_children(job: _Job, plan: Plan, trace: Trace, ahead: "dict[str, DynamicInfo]", children: _Children,
+def _judge_children(bound: _Bindings, trace: Trace, ahead: "dict[str, DynamicInfo]", children: _Children,
                     beside: "dict[str, Trace | OSError]") -> "str | None":
-    """The third phase, judging the children, once the interpreter's ``trace`` has answered and accepts
-    ``plan``: those traced beside it (``beside``: their answers, by path) and those only the hook's closure
-    could decide, traced now where they pose their own problem. Why a child would not start under the plan,
-    in the loader's words, or None. ``ahead``: what :func:`_read_ahead` read while the trace ran."""
+    """The third phase, judging the children, once the interpreter's ``trace`` has answered and accepts the
+    plan: those traced beside it (``beside``: their answers, by path) and those only the hook's closure could
+    decide, traced now where they pose their own problem. Why a child would not start under the plan, in the
+    loader's words, or None. ``ahead``: what :func:`_read_ahead` read while the trace ran."""
     asked = children.answered(ASK_AFTER_TRACE)
-    after = children.own_after_trace(_closure(job.build, trace, ahead)) if asked else []
-    answers = {**beside, **dict(zip(after, run_traces(after, job.env_of(plan)) if after else [], strict=True))}
+    after = children.own_after_trace(_closure(bound.build, trace, ahead)) if asked else []
+    answers = {**beside, **dict(zip(after, run_traces(after, bound.planned_env()) if after else [], strict=True))}
     traced = [(path, answers[path]) for path, _ in children.kids if path in answers]  # in the children's order
-    return _children_refused(job.build, traced) if traced else None
+    return _children_refused(bound.build, traced) if traced else None
 
 
-def _none_holds(build: Build, judged: Verdict, bound: _Bindings) -> Verdict:
+def _none_holds(judged: Verdict, bound: _Bindings) -> Verdict:
     """Where no binding was predicted to hold: the loader's words for the first, then why each other cannot."""
     reasons = [judged.reason, *bound.why_not[1:]]
-    return Verdict(build, REJECTED, "; ".join(reasons),
+    return Verdict(bound.build, REJECTED, "; ".join(reasons),
                    CAUSE_NO_DRIVER if judged.cause == CAUSE_NO_DRIVER else CAUSE_NO_BINDING,
                    loader_ok=judged.loader_ok, fix=judged.fix or _no_binding_fix(bound.written))
 
@@ -659,21 +645,20 @@ def attempt(build: Build, runtime: Runtime, env: "Mapping[str, str]", loader: Lo
     if cannot is not None:
         return Verdict(build, REJECTED, cannot, CAUSE_UNSAFE_PATH,
                        fix="install torch_memory_saver under a path without spaces or colons")
-    job = _Job(build, runtime, env, loader, package_dir, children)
-    bound = _first_plan(job, trace_it)
+    bound = _first_plan(build, runtime, env, loader, package_dir, children, trace_it)
     if not trace_it:
-        return _untraced(build, bound)
-    with Tracing([executable], job.env_of(bound.plan)) as interpreter:
-        bound, kids = _read_while_traced(job, bound, interpreter)
+        return _untraced(bound)
+    with Tracing([executable], bound.planned_env()) as interpreter:
+        bound, kids = _read_while_traced(bound, children, interpreter)
         beside = kids.answered(OWN_PROBLEM)  # plain before the trace's answer: traced beside it, both at once
-        with Tracing(beside, job.env_of(bound.plan)) as beside_traced:
+        with Tracing(beside, bound.planned_env()) as beside_traced:
             ahead = _read_ahead(build, loader, bound.plan) if kids.answered(ASK_AFTER_TRACE) else {}
             trace, = interpreter.answers()
             answers = dict(zip(beside, beside_traced.answers(), strict=True))
     if isinstance(trace, OSError):
         raise trace  # the interpreter itself cannot be started: survey's error, not this build's
     judged = judge(build, bound.plan, trace)
-    why = _judge_children(job, bound.plan, trace, ahead, kids, answers) if judged.plan is not None else None
+    why = _judge_children(bound, trace, ahead, kids, answers) if judged.plan is not None else None
     if why is not None:
         judged = Verdict(build, REJECTED, why, CAUSE_CHILD_FAILS, loader_ok=False)
-    return judged if judged.plan is not None or bound.chosen is not None else _none_holds(build, judged, bound)
+    return judged if judged.plan is not None or bound.chosen is not None else _none_holds(judged, bound)
