@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -72,6 +73,58 @@ class Host:
         kw.setdefault("text", True)
         kw.setdefault("timeout", 120)
         return subprocess.run(self.wrap(argv, env, setup), env=clean_env(), **kw)
+
+    def traces(self, runs: list[tuple[list[str], dict[str, str]]], cwd: Path | None = None) -> list:
+        """The real loader's answer for each program of ``runs`` started under exactly its environment with
+        ``LD_TRACE_LOADED_OBJECTS=1`` (its lines read by tms_autopreload.trace, as the package reads them),
+        all from one shell in one private mount namespace seeing this host's cache: one start of the
+        namespace for many traces."""
+        sys.path.insert(0, str(ROOT))
+        from tms_autopreload.trace import _parse
+
+        commands = [shlex.join(["env", "-i", "LD_TRACE_LOADED_OBJECTS=1", *(f"{k}={v}" for k, v in env.items()), *argv])
+                    for argv, env in runs]
+        script = "".join(f"{command} 2>&1; printf '\\n{_TRACED}%s\\n' $?\n" for command in commands)
+        r = self.run(["sh", "-c", script], {"PATH": os.environ.get("PATH", os.defpath)}, cwd=cwd)
+        assert r.returncode == 0 and not r.stderr, r
+        parts = re.split(rf"\n{_TRACED}(\d+)\n", r.stdout)
+        assert len(parts) == 2 * len(runs) + 1 and parts[-1] == "", r.stdout
+        return [_parse(text, int(status)) for text, status in zip(parts[0:-1:2], parts[1::2], strict=True)]
+
+
+# Ends each program's output in Host.traces, with its exit status.
+_TRACED = "@@ traced, exit status "
+
+
+def ldconfig_listing(cache: Path) -> list[tuple[str, str, str | None, str]]:
+    """Each entry of the loader cache ``cache`` as glibc's own reader prints it (``ldconfig -p -C``), in the
+    cache's order: (name, its type and ABI such as ``libc6,x86-64``, the glibc-hwcaps subdirectory of its
+    copy or None, path); none where it refuses the file (``Malformed extension data``, exit status 1)."""
+    r = subprocess.run(["ldconfig", "-p", "-C", str(cache)], capture_output=True, text=True)
+    entries = []
+    for line in r.stdout.splitlines():
+        m = re.fullmatch(r"\t(\S+) \((.*)\) => (.*)", line)
+        if m:
+            kind, *marks = m.group(2).split(", ")
+            hwcaps = next((x[len('hwcap: "'):-1] for x in marks if x.startswith('hwcap: "')), None)
+            entries.append((m.group(1), kind, hwcaps, m.group(3)))
+    return entries
+
+
+# GLIBC_TUNABLES that take ISA levels away from this CPU: none, x86-64-v4's and v3's, all but the baseline.
+HWCAPS_TUNABLES = ["", "glibc.cpu.hwcaps=-AVX512F,-AVX2", "glibc.cpu.hwcaps=-AVX512F,-AVX2,-SSE4_2"]
+
+
+def retyped(src: str, dst: Path, *, elf_class: int | None = None, machine: int | None = None) -> None:
+    """A copy of ``src`` whose ELF header says another class (EI_CLASS) or machine (e_machine): the two
+    fields the loader compares before it maps a candidate file, and the only ones changed."""
+    data = bytearray(Path(src).read_bytes())
+    if elf_class is not None:
+        data[4] = {32: 1, 64: 2}[elf_class]
+    if machine is not None:
+        data[18:20] = machine.to_bytes(2, "little")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(bytes(data))
 
 
 def marked_processes(marker: str) -> list[int]:

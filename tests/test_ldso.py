@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need
-from support import ROOT, cc
+from support import HWCAPS_TUNABLES, ROOT, cc, retyped
 
 sys.path.insert(0, str(ROOT))
 
@@ -68,18 +68,6 @@ def rpath(d: str) -> str:
 
 def runpath(d: str) -> str:
     return f"-Wl,--enable-new-dtags,-rpath,{d}"
-
-
-def retyped(src: str, dst: Path, *, elf_class: int | None = None, machine: int | None = None) -> None:
-    """A copy of ``src`` whose ELF header says another class (EI_CLASS) or machine (e_machine): the two
-    fields the loader compares before it maps a candidate file, and the only ones changed."""
-    data = bytearray(Path(src).read_bytes())
-    if elf_class is not None:
-        data[4] = {32: 1, 64: 2}[elf_class]
-    if machine is not None:
-        data[18:20] = machine.to_bytes(2, "little")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    dst.write_bytes(bytes(data))
 
 
 def found(path: str, rule: str) -> tuple[str, str]:
@@ -234,10 +222,6 @@ def test_a_preload_entry_by_name_is_found_by_the_search_and_then_answers_that_na
 
 # ---------------------------------------------------------------- glibc-hwcaps copies in the cache
 
-# GLIBC_TUNABLES that take ISA levels away from this CPU: none, x86-64-v4's and v3's, all but the baseline.
-HWCAPS_TUNABLES = ["", "glibc.cpu.hwcaps=-AVX512F,-AVX2", "glibc.cpu.hwcaps=-AVX512F,-AVX2,-SSE4_2"]
-
-
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the x86-64-vN subdirectories are x86-64's")
 @pytest.mark.parametrize("tunables", HWCAPS_TUNABLES, ids=["all-levels", "up-to-v2", "baseline"])
 def test_a_name_with_glibc_hwcaps_copies_is_answered_as_the_real_loader_maps_it(lib, tmp_path, tunables):
@@ -255,12 +239,12 @@ def test_a_name_with_glibc_hwcaps_copies_is_answered_as_the_real_loader_maps_it(
         shutil.copy(lib, libdir / sub / NAME)
     host = need(Host, tmp_path / "host", [libdir])
     program = build(tmp_path / "needer", "-Wl,--no-as-needed", f"-L{libdir}", "-l:" + NAME)
-    env = {"LD_TRACE_LOADED_OBJECTS": "1", **({"GLIBC_TUNABLES": tunables} if tunables else {})}
+    env = {"GLIBC_TUNABLES": tunables} if tunables else {}
     loader = read_dynamic(os.path.realpath(sys.executable)).interpreter
     assert loader is not None
-    traced = host.run([loader, program.path], env)  # as ldd asks: the loader lists a library's objects too
-    assert traced.returncode == 0, traced
-    mapped = next(line.split(" => ")[1].split(" (")[0] for line in traced.stdout.splitlines() if NAME in line)
+    traced, = host.traces([([loader, program.path], env)])  # as ldd asks: the loader lists a library's objects too
+    assert traced.ok, traced.reason()
+    mapped = traced.resolved[NAME]
 
     cache = ldcache.LdCache(host.cache.read_bytes(), program.info.machine,
                             lambda: glibc_hwcaps.used(loader, {"GLIBC_TUNABLES": tunables}))
@@ -304,10 +288,10 @@ def test_a_glibc_hwcaps_copy_marked_for_an_isa_level_is_judged_by_the_cpu_as_the
     host = need(Host, tmp_path / "host", [libdir])
     program = build(tmp_path / "needer", "-Wl,--no-as-needed", f"-L{libdir}", "-l:" + NAME)
     loader = read_dynamic(os.path.realpath(sys.executable)).interpreter
-    env = {"LD_TRACE_LOADED_OBJECTS": "1", **({"GLIBC_TUNABLES": tunables} if tunables else {})}
-    traced = host.run([loader, program.path], env)
-    assert traced.returncode == 0, traced
-    mapped = next(line.split(" => ")[1].split(" (")[0] for line in traced.stdout.splitlines() if NAME in line)
+    env = {"GLIBC_TUNABLES": tunables} if tunables else {}
+    traced, = host.traces([([loader, program.path], env)])
+    assert traced.ok, traced.reason()
+    mapped = traced.resolved[NAME]
 
     cache = ldcache.LdCache(host.cache.read_bytes(), program.info.machine,
                             lambda: glibc_hwcaps.used(loader, {"GLIBC_TUNABLES": tunables}),
