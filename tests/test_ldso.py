@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -152,6 +153,35 @@ def test_an_object_with_runpath_ignores_its_own_rpath(place, tmp_path):
     assert answer(Loader(exe, llp, Cache()), both) == found(f"{llp}/{NAME}", "LD_LIBRARY_PATH")
 
 
+def test_an_empty_runpath_still_turns_rpath_off(place, tmp_path):
+    """An object whose DT_RUNPATH is empty (``patchelf --set-rpath ''``, as a tool that strips a search path
+    leaves it) searches no DT_RPATH, its own nor the executable's: the tag decides, though the loader
+    searches no directory of it (elf/dl-load.c, _dl_map_new_object and decompose_rpath)."""
+    exe = build(tmp_path / "exe", rpath(place("exe-rpath")))
+    path = build(tmp_path / "needer.so").path
+    subprocess.run(["patchelf", "--set-rpath", "", path], check=True)
+    emptied = Object(path, read_dynamic(path))
+    assert emptied.info.runpath == () and emptied.info.rpath == ()
+    both = Object(path, DynamicInfo(64, exe.info.machine, (NAME,), None, (place("own-rpath"),), ()))
+    llp = place("llp")
+    for needer in (emptied, both):
+        assert answer(Loader(exe, "", Cache()), needer) is None
+        assert answer(Loader(exe, llp, Cache()), needer) == found(f"{llp}/{NAME}", "LD_LIBRARY_PATH")
+
+
+@pytest.mark.parametrize("tag", [rpath, runpath], ids=["DT_RPATH", "DT_RUNPATH"])
+def test_an_empty_entry_of_a_search_path_is_the_current_directory(place, tmp_path, monkeypatch, tag):
+    """``/nowhere:`` (a build script appending an unset variable writes it): the empty entry is the current
+    directory, as in LD_LIBRARY_PATH (elf/dl-load.c, fillin_rpath); the file is found by its name alone."""
+    exe = build(tmp_path / "exe")
+    needer = build(tmp_path / "needer.so", tag(f"{tmp_path}/nowhere:"))
+    assert needer.info.rpath + (needer.info.runpath or ()) == (f"{tmp_path}/nowhere", "")
+    rule = "DT_RPATH" if tag is rpath else "DT_RUNPATH"
+    assert answer(Loader(exe, "", Cache()), needer) is None
+    monkeypatch.chdir(place("cwd"))
+    assert answer(Loader(exe, "", Cache()), needer) == (NAME, rule)
+
+
 # ---------------------------------------------------------------- $ORIGIN
 
 @pytest.mark.parametrize("origin", ["$ORIGIN", "${ORIGIN}"])
@@ -162,7 +192,7 @@ def test_origin_is_the_directory_of_the_object_whose_entry_it_is(place, tmp_path
     lib_dir = place("pkg/lib")
     needer = build(tmp_path / "pkg" / "bin" / "needer.so", tag(f"{origin}/../lib"))
     exe = build(tmp_path / "exe")
-    assert needer.info.rpath + needer.info.runpath == (f"{origin}/../lib",)  # the linker kept it as written
+    assert needer.info.rpath + (needer.info.runpath or ()) == (f"{origin}/../lib",)  # the linker kept it as written
     rule = "DT_RPATH" if tag is rpath else "DT_RUNPATH"
     assert answer(Loader(exe, "", Cache()), needer) == found(f"{lib_dir}/{NAME}", rule)
     exe_with_origin = build(tmp_path / "pkg" / "bin" / "sub" / "exe", rpath(f"{origin}/../lib"))

@@ -312,7 +312,7 @@ def test_a_child_that_finds_a_library_of_the_hooks_closure_by_its_own_runpath_po
     own = tmp_path / "own"
     own.mkdir()
     (own / "libcudart.so.13").write_bytes(b"")
-    exe = Object("/venv/bin/python", DynamicInfo(64, 62, ("libc.so.6",), None, (), ()))
+    exe = Object("/venv/bin/python", DynamicInfo(64, 62, ("libc.so.6",), None, (), None))
     loader = SimpleNamespace(executable=exe)
     child = ("/usr/bin/tool", DynamicInfo(64, 62, ("libcudart.so.13", "libc.so.6"), None, (), (str(own),)))
     assert judging._own_problem(loader, child, [], lambda: {"libcudart.so.13", "libcuda.so.1"}) is True
@@ -343,7 +343,7 @@ def _one_build_attempt(monkeypatch, exe_info, options, predict, collect, kid_inf
     monkeypatch.setattr(judging, "judge", lambda b, plan, trace: judging.Verdict(b, judging.LOADS, "loads",
                                                                                  loader_ok=True, plan=plan))
     loader = SimpleNamespace(executable=Object("/env/bin/python", exe_info))
-    kid_info = kid_info or DynamicInfo(64, 62, ("libc.so.6",), None, (), ())
+    kid_info = kid_info or DynamicInfo(64, 62, ("libc.so.6",), None, (), None)
     kids = [("/bin/dash", kid_info), ("/bin/bash", kid_info)]
     try:
         got = judging.attempt(build(f"/s/{CU13}"), cuda(13, "/s/nvidia/cu13/lib/libcudart.so.13"), {"PATH": "/usr/bin"},
@@ -356,7 +356,7 @@ def _one_build_attempt(monkeypatch, exe_info, options, predict, collect, kid_inf
 def test_an_interrupted_wait_for_the_interpreters_trace_still_reaps_the_childrens_traces(monkeypatch):
     """A conda interpreter (DT_RPATH): its children are traced beside it. Interrupted while the interpreter's
     answer is awaited, every trace started is still reaped (start_traces: call each collector once)."""
-    conda = DynamicInfo(64, 62, ("libc.so.6",), None, ("/env/lib",), ())
+    conda = DynamicInfo(64, 62, ("libc.so.6",), None, ("/env/lib",), None)
 
     def collect(executables):
         if executables == ["/env/bin/python"]:
@@ -384,7 +384,7 @@ def test_a_plan_too_large_for_the_interpreter_alone_is_made_with_the_children_at
     def predict(self, b, runtime, loader, children):
         return "a child would not find it" if self.binding == judging.SEARCH_PATH and children else None
 
-    got, started, _ = _one_build_attempt(monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), ()),
+    got, started, _ = _one_build_attempt(monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), None),
                                          options, predict,
                                          lambda executables: [Trace({}, (), (), (), (), 0) for _ in executables])
     assert got.status == judging.LOADS and got.plan.ld_preload.startswith("/s/nvidia/cu13/lib/libcudart.so.13:")
@@ -407,9 +407,9 @@ def test_a_child_whose_search_differs_makes_the_plan_again_while_the_interpreter
         return "a child would not find it" if self.binding == judging.AS_FOUND and children and child_rejects else None
 
     got, started, reaped = _one_build_attempt(
-        monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), ()), options, predict,
+        monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), None), options, predict,
         lambda executables: [Trace({}, (), (), (), (), 0) for _ in executables],
-        kid_info=DynamicInfo(64, 62, ("libc.so.6",), None, ("/opt/tool/lib",), ()))
+        kid_info=DynamicInfo(64, 62, ("libc.so.6",), None, ("/opt/tool/lib",), None))
     assert got.status == judging.LOADS
     assert got.plan.ld_library_path == ("/s/nvidia/cu13/lib" if child_rejects else None)
     assert started == traced and sorted(reaped) == sorted(e for group in traced for e in group)

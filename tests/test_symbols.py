@@ -121,7 +121,7 @@ def test_source_builds_link_as_the_release_does(source_files):
         name = f"torch_memory_saver_hook_mode_preload_cu{major}.abi3.so"
         cuda = [n for n in elf.read_dynamic(str(files[f"0.0.10/{name}"])).needed if n.startswith("libcud")]
         assert cuda == ["libcuda.so.1", f"libcudart.so.{major}"]
-        for build, runpath in (("0.0.10-source", ()),
+        for build, runpath in (("0.0.10-source", None),
                                ("0.0.10-source-runpath", (f"$ORIGIN/{runtime_dir}", f"$ORIGIN/../{runtime_dir}"))):
             info = elf.read_dynamic(str(files[f"{build}/{name}"]))
             assert [n for n in info.needed if n.startswith("libcud")] == cuda
@@ -184,7 +184,7 @@ def test_read_dynamic_agrees_with_readelf_where_the_strings_lie_far_apart(tmp_pa
         assert list(info.needed) == want.get("NEEDED", []), path
         assert [info.soname] if info.soname else [] == want.get("SONAME", []), path
         for tag, got in (("RPATH", info.rpath), ("RUNPATH", info.runpath)):
-            assert ":".join(got) == ":".join(want.get(tag, [])), (path, tag)
+            assert ":".join(got or ()) == ":".join(want.get(tag, [])), (path, tag)
     assert elf.read_dynamic(str(lib)).runpath == (long_dir, "$ORIGIN")
 
 

@@ -173,7 +173,7 @@ def children_of(env: "Mapping[str, str]", exe: str) -> "Callable[[], list[tuple[
 
 def _effective_rpath(info: "DynamicInfo") -> "tuple[str, ...]":
     """The DT_RPATH the loader uses for objects a program loads: none where it has DT_RUNPATH."""
-    return () if info.runpath else info.rpath
+    return info.rpath if info.runpath is None else ()
 
 
 def _search_differs(exe: "DynamicInfo", child: "DynamicInfo") -> bool:

@@ -2,15 +2,17 @@
 
 For a name without a slash, ld.so(8) ("Finding shared objects") searches:
 
-1. DT_RPATH of the object that needs it, then of the executable, unless the object has DT_RUNPATH
-   (an executable with DT_RUNPATH has its DT_RPATH ignored). A preloaded object is loaded by the
-   executable (elf/rtld.c, do_preload), so the DT_RPATH of the program decides where a preloaded
-   hook's own ``libcudart.so.N`` comes from, before LD_LIBRARY_PATH: conda's interpreters carry
-   ``$ORIGIN/../lib`` (set with ``patchelf --force-rpath``), and a shell has none;
+1. DT_RPATH of the object that needs it, then of the executable, unless the object has DT_RUNPATH,
+   even an empty one (an executable with DT_RUNPATH has its DT_RPATH ignored). A preloaded object is
+   loaded by the executable (elf/rtld.c, do_preload), so the DT_RPATH of the program decides where a
+   preloaded hook's own ``libcudart.so.N`` comes from, before LD_LIBRARY_PATH: conda's interpreters
+   carry ``$ORIGIN/../lib`` (set with ``patchelf --force-rpath``), and a shell has none;
 2. LD_LIBRARY_PATH (ignored in secure mode);
 3. DT_RUNPATH of the object that needs it;
 4. /etc/ld.so.cache;
 5. the default paths (/lib, /usr/lib, and the 64-bit and multiarch variants of the loader's machine).
+
+An empty entry of these lists is the current directory (``$ORIGIN/lib:``); an empty value has none.
 
 Before any search, a name matches an object already loaded: the loader compares it with the
 name each object was loaded by and with its DT_SONAME (elf/dl-load.c, _dl_map_object). The
@@ -105,7 +107,7 @@ class Object:
 
     def runpath_dirs(self) -> "list[str]":
         """Its DT_RUNPATH, ``$ORIGIN`` expanded: where the loader looks for its own needs only."""
-        return _expand(self.info.runpath, os.path.dirname(self.path))
+        return _expand(self.info.runpath or (), os.path.dirname(self.path))
 
 
 class Found:
@@ -205,7 +207,7 @@ class Loader:
         """The executable's own search path (DT_RUNPATH, else DT_RPATH), expanded: its environment's
         library directory (conda's ``$PREFIX/lib``), where far more than one runtime lives."""
         info = self.executable.info
-        return _expand(info.runpath or info.rpath, os.path.dirname(self.executable.path))
+        return _expand(info.rpath if info.runpath is None else info.runpath, os.path.dirname(self.executable.path))
 
     def find(self, name: str, needed_by: Object | None = None) -> Found | None:
         """Where ``name``, a DT_NEEDED entry of ``needed_by`` (default: the executable), loads from."""
@@ -216,13 +218,13 @@ class Loader:
         if preloaded is not None:
             return Found(preloaded, PRELOADED)
         steps: list[tuple[str, list[str]]] = []
-        if not obj.info.runpath:
+        if obj.info.runpath is None:
             rpath = _expand(obj.info.rpath, os.path.dirname(obj.path))
-            if obj is not self.executable and not self.executable.info.runpath:
+            if obj is not self.executable and self.executable.info.runpath is None:
                 rpath += _expand(self.executable.info.rpath, os.path.dirname(self.executable.path))
             steps.append(("DT_RPATH", rpath))
         steps.append(("LD_LIBRARY_PATH", split_search_path(self.ld_library_path)))
-        steps.append(("DT_RUNPATH", _expand(obj.info.runpath, os.path.dirname(obj.path))))
+        steps.append(("DT_RUNPATH", obj.runpath_dirs()))
         for rule, dirs in steps:
             for d in dirs:
                 candidate = os.path.normpath(os.path.join(d, name))
