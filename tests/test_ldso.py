@@ -250,6 +250,25 @@ def test_a_preload_entry_by_name_is_found_by_the_search_and_then_answers_that_na
         (f"{tmp_path}/rpath/{NAME}", PRELOADED)
 
 
+# ---------------------------------------------------------------- the loader's trace, read
+
+def test_a_name_found_in_the_current_directory_is_read_from_the_trace(lib, tmp_path, monkeypatch):
+    """Through an empty LD_LIBRARY_PATH entry the loader opens the name itself, and its trace prints the name
+    once, with no ``=>`` (``\tlibfound.so.1 (0x...)``): the reader takes that for the name resolved to itself,
+    and the kernel's vDSO, printed the same way, for no object at all."""
+    from tms_autopreload import trace
+
+    program = tmp_path / "program"
+    need(cc, program, "int main(void) { return 0; }\n", "-Wl,--no-as-needed", f"-L{lib.parent}", "-l:" + NAME,
+         shared=False)
+    monkeypatch.chdir(lib.parent)
+    traced = trace.run_trace(str(program), {"LD_LIBRARY_PATH": f"{tmp_path}/nowhere:"})
+    assert traced.ok and traced.resolved[NAME] == NAME, (traced.resolved, traced.errors)
+    assert not any(name.startswith("linux-") for name in traced.resolved), traced.resolved
+    assert answer(Loader(Object(str(program), read_dynamic(str(program))), f"{tmp_path}/nowhere:", Cache())) == \
+        (NAME, "LD_LIBRARY_PATH")
+
+
 # ---------------------------------------------------------------- glibc-hwcaps copies in the cache
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the x86-64-vN subdirectories are x86-64's")
