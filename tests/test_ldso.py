@@ -199,6 +199,21 @@ def test_origin_is_the_directory_of_the_object_whose_entry_it_is(place, tmp_path
     assert Loader(exe_with_origin, "", Cache()).library_dirs() == [f"{tmp_path}/pkg/bin/sub/../lib"]
 
 
+def test_origin_in_ld_library_path_and_in_a_path_is_the_directory_of_the_program_or_the_needer(place, tmp_path):
+    """ld.so(8) expands ``$ORIGIN`` also in LD_LIBRARY_PATH and in a name with a slash: to the program's
+    directory there and in an LD_PRELOAD entry (the program loads it), to the needing object's in a DT_NEEDED
+    path."""
+    lib_dir = place("pkg/lib")
+    exe = build(tmp_path / "pkg" / "bin" / "exe")
+    assert answer(Loader(exe, "$ORIGIN/../lib", Cache())) == found(f"{lib_dir}/{NAME}", "LD_LIBRARY_PATH")
+    entry = f"$ORIGIN/../lib/{NAME}"
+    preloading = Loader(exe, "", Cache(), preload=entry)
+    assert preloading.preloaded == [(entry, f"{tmp_path}/pkg/bin/../lib/{NAME}")]
+    assert answer(preloading) == (f"{tmp_path}/pkg/bin/../lib/{NAME}", PRELOADED)
+    needer = build(tmp_path / "pkg" / "lib" / "needer.so")
+    assert answer(Loader(exe, "", Cache()), needer, name="${ORIGIN}/" + NAME) == (f"{lib_dir}/{NAME}", "path")
+
+
 # ---------------------------------------------------------------- a file the loader would not map
 
 @pytest.mark.parametrize("kind", [{"elf_class": 32}, {"machine": 183}, {"machine": 3}],

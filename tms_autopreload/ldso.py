@@ -19,9 +19,9 @@ name each object was loaded by and with its DT_SONAME (elf/dl-load.c, _dl_map_ob
 objects of ``LD_PRELOAD`` are loaded before every DT_NEEDED entry, so a preloaded runtime
 library is the one every later ``libcudart.so.N`` binds to. A directory is taken only when it
 holds a file of the same ELF class and machine; the loader skips others and goes on. ``$ORIGIN``
-expands to the directory of the object whose entry it is. This module predicts;
-:mod:`tms_autopreload.trace` asks the real loader, and the resolver trusts only a plan the real
-loader agrees with.
+expands to the directory of the object whose entry it is: the program's in LD_LIBRARY_PATH and
+LD_PRELOAD. This module predicts; :mod:`tms_autopreload.trace` asks the real loader, and the resolver
+trusts only a plan the real loader agrees with.
 
 The loader's path lists live here too: how ld.so splits ``LD_LIBRARY_PATH``, how this package adds to it (and
 records what it added), and which characters an entry of it or of ``LD_PRELOAD`` cannot hold.
@@ -123,7 +123,7 @@ class Found:
         return f"Found({self.path!r}, {self.rule!r})"
 
 
-def _expand(entries: tuple[str, ...], origin: str) -> list[str]:
+def _expand(entries: "tuple[str, ...] | list[str]", origin: str) -> list[str]:
     return [e.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for e in entries]
 
 
@@ -212,8 +212,9 @@ class Loader:
     def find(self, name: str, needed_by: Object | None = None) -> Found | None:
         """Where ``name``, a DT_NEEDED entry of ``needed_by`` (default: the executable), loads from."""
         obj = needed_by or self.executable
-        if "/" in name:
-            return Found(name, "path") if _accepts(name, obj.info) else None
+        if "/" in name:  # ``$ORIGIN`` there is the needing object's directory (the program's, for LD_PRELOAD)
+            path, = _expand((name,), os.path.dirname(obj.path))
+            return Found(path, "path") if _accepts(path, obj.info) else None
         preloaded = loaded_as(name, self.preloaded)
         if preloaded is not None:
             return Found(preloaded, PRELOADED)
@@ -223,7 +224,8 @@ class Loader:
             if obj is not self.executable and self.executable.info.runpath is None:
                 rpath += _expand(self.executable.info.rpath, os.path.dirname(self.executable.path))
             steps.append(("DT_RPATH", rpath))
-        steps.append(("LD_LIBRARY_PATH", split_search_path(self.ld_library_path)))
+        steps.append(("LD_LIBRARY_PATH", _expand(split_search_path(self.ld_library_path),
+                                                 os.path.dirname(self.executable.path))))
         steps.append(("DT_RUNPATH", obj.runpath_dirs()))
         for rule, dirs in steps:
             for d in dirs:
