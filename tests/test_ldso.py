@@ -153,6 +153,23 @@ def test_an_object_with_runpath_ignores_its_own_rpath(place, tmp_path):
     assert answer(Loader(exe, llp, Cache()), both) == found(f"{llp}/{NAME}", "LD_LIBRARY_PATH")
 
 
+def test_the_rpath_of_each_object_up_the_chain_that_loaded_it_is_searched(place, tmp_path):
+    """For the needs of a library a preloaded hook brought in: its own DT_RPATH, then the hook's (the object
+    whose need loaded it), and on up to the program's (elf/dl-load.c: "Then that object's dependent, and on
+    up"), all before LD_LIBRARY_PATH; an object with DT_RUNPATH lends none."""
+    exe = build(tmp_path / "exe", rpath(place("exe-rpath")))
+    hook = build(tmp_path / "hook.so", rpath(place("hook-rpath")))
+    library = build(tmp_path / "library.so")
+    brought = Object(library.path, library.info, hook)
+    llp = place("llp")
+    assert answer(Loader(exe, llp, Cache()), brought) == found(f"{tmp_path}/hook-rpath/{NAME}", "DT_RPATH")
+    deeper = Object(library.path, library.info, brought)
+    assert answer(Loader(exe, llp, Cache()), deeper) == found(f"{tmp_path}/hook-rpath/{NAME}", "DT_RPATH")
+    hook_both = Object(hook.path, DynamicInfo(64, hook.info.machine, (), None, hook.info.rpath, (place("run"),)))
+    assert answer(Loader(exe, llp, Cache()), Object(library.path, library.info, hook_both)) == \
+        found(f"{tmp_path}/exe-rpath/{NAME}", "DT_RPATH")
+
+
 def test_an_empty_runpath_still_turns_rpath_off(place, tmp_path):
     """An object whose DT_RUNPATH is empty (``patchelf --set-rpath ''``, as a tool that strips a search path
     leaves it) searches no DT_RPATH, its own nor the executable's: the tag decides, though the loader

@@ -232,7 +232,7 @@ def _walk(build: Build, where: "Callable[[str, Object], str | None]", read: "dic
                 info = read[path] if path in read else read.setdefault(path, read_dynamic(path))
             except ElfError:
                 continue
-            todo += [(need, Object(path, info)) for need in info.needed]
+            todo += [(need, Object(path, info, parent)) for need in info.needed]
     return names
 
 

@@ -2,8 +2,9 @@
 
 For a name without a slash, ld.so(8) ("Finding shared objects") searches:
 
-1. DT_RPATH of the object that needs it, then of the executable, unless the object has DT_RUNPATH,
-   even an empty one (an executable with DT_RUNPATH has its DT_RPATH ignored). A preloaded object is
+1. DT_RPATH of the object that needs it, then of the object that brought that one in, and on up, then of
+   the executable, unless the object that needs it has DT_RUNPATH, even an empty one (an object with
+   DT_RUNPATH has its DT_RPATH ignored, and lends it to none). A preloaded object is
    loaded by the executable (elf/rtld.c, do_preload), so the DT_RPATH of the program decides where a
    preloaded hook's own ``libcudart.so.N`` comes from, before LD_LIBRARY_PATH: conda's interpreters
    carry ``$ORIGIN/../lib`` (set with ``patchelf --force-rpath``), and a shell has none;
@@ -97,13 +98,16 @@ def default_dirs(machine: int) -> "tuple[str, ...]":
 
 
 class Object:
-    """A loaded or loadable object: its path and dynamic-section facts."""
+    """A loaded or loadable object: its path, its dynamic-section facts, and the object whose DT_NEEDED entry
+    brought it in (None: the program, or nothing, for the program itself, a preloaded object and one
+    ``dlopen`` loaded), whose DT_RPATH its own needs search after its own."""
 
-    __slots__ = ("path", "info")
+    __slots__ = ("path", "info", "loader")
 
-    def __init__(self, path: str, info: DynamicInfo) -> None:
+    def __init__(self, path: str, info: DynamicInfo, loader: "Object | None" = None) -> None:
         self.path = path
         self.info = info
+        self.loader = loader
 
     def runpath_dirs(self) -> "list[str]":
         """Its DT_RUNPATH, ``$ORIGIN`` expanded: where the loader looks for its own needs only."""
@@ -220,7 +224,12 @@ class Loader:
             return Found(preloaded, PRELOADED)
         steps: list[tuple[str, list[str]]] = []
         if obj.info.runpath is None:
-            rpath = _expand(obj.info.rpath, os.path.dirname(obj.path))
+            rpath: list[str] = []
+            up: "Object | None" = obj
+            while up is not None:  # "then that object's dependent, and on up" (elf/dl-load.c)
+                if up.info.runpath is None:
+                    rpath += _expand(up.info.rpath, os.path.dirname(up.path))
+                up = up.loader
             if obj is not self.executable and self.executable.info.runpath is None:
                 rpath += _expand(self.executable.info.rpath, os.path.dirname(self.executable.path))
             steps.append(("DT_RPATH", rpath))
