@@ -249,6 +249,28 @@ def test_a_file_of_another_class_or_machine_is_skipped_and_the_search_goes_on(li
     assert answer(Loader(exe, "", Cache()), name=str(good) + "/" + NAME) == (f"{good}/{NAME}", "path")
 
 
+@pytest.mark.parametrize("content", [b"", b"INPUT(-lfound)\n"], ids=["empty", "linker-script"])
+def test_a_file_that_is_no_elf_object_stops_the_search_as_it_stops_the_loader(lib, place, tmp_path, content):
+    """A file named like the library that is no ELF object at all (an empty one, a truncated download, a linker
+    script) is not passed over as another class's is: the loader stops there with an error (elf/dl-load.c,
+    open_verify: "file too short", "invalid ELF header"), so the name is found nowhere, whatever comes later."""
+    from tms_autopreload import trace
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / NAME).write_bytes(content)
+    good = place("good")
+    program = tmp_path / "program"
+    need(cc, program, "int main(void) { return 0; }\n", "-Wl,--no-as-needed", f"-L{good}", "-l:" + NAME, shared=False)
+    traced = trace.run_trace(str(program), {"LD_LIBRARY_PATH": f"{bad}:{good}"})
+    assert traced.status == 127 and str(bad / NAME) in traced.reason(), traced.reason()
+    exe = Object(str(program), read_dynamic(str(program)))
+    assert answer(Loader(exe, f"{bad}:{good}", Cache())) is None
+    assert answer(Loader(exe, "", Cache({NAME: str(bad / NAME)}))) is None
+    assert Loader(exe, "", Cache()).find(str(bad / NAME)) is None
+    assert answer(Loader(exe, str(good), Cache({NAME: str(bad / NAME)}))) == found(f"{good}/{NAME}", "LD_LIBRARY_PATH")
+
+
 def test_default_dirs_follow_the_executables_machine():
     """Debian's loader searches its machine's multiarch directories first; an unknown machine has none."""
     assert default_dirs(62)[:2] == ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu")

@@ -19,7 +19,8 @@ Before any search, a name matches an object already loaded: the loader compares 
 name each object was loaded by and with its DT_SONAME (elf/dl-load.c, _dl_map_object). The
 objects of ``LD_PRELOAD`` are loaded before every DT_NEEDED entry, so a preloaded runtime
 library is the one every later ``libcudart.so.N`` binds to. A directory is taken only when it
-holds a file of the same ELF class and machine; the loader skips others and goes on. ``$ORIGIN``
+holds a file of the same ELF class and machine; the loader skips others and goes on, but stops at a file
+that is no ELF object at all (an empty one, a linker script): the name is then found nowhere. ``$ORIGIN``
 expands to the directory of the object whose entry it is: the program's in LD_LIBRARY_PATH and
 LD_PRELOAD. This module predicts; :mod:`tms_autopreload.trace` asks the real loader, and the resolver
 trusts only a plan the real loader agrees with.
@@ -34,7 +35,11 @@ live in the start-up module, which needs them in every child of a hooked process
 import os
 
 from . import is_tms_entry, ldcache, split_preload
-from .elf import DynamicInfo, ElfError, read_dynamic, read_kind
+from .elf import DynamicInfo, ElfError, UnreadableFile, read_dynamic, read_kind
+
+TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["Found", "Object", "Loader", "loaded_as", "default_dirs", "PRELOADED", "split_search_path",
            "prepend_search_path", "search_path_unsafe", "added_record", "read_added",
@@ -148,12 +153,17 @@ def loaded_as(name: str, loaded: "list[tuple[str, str]]") -> "str | None":
     return None
 
 
-def _accepts(path: str, want: DynamicInfo) -> bool:
-    """True when ``path`` is a file the loader would map for an object like ``want``."""
+def _accepts(path: str, want: DynamicInfo) -> "bool | None":
+    """True when ``path`` is a file the loader would map for an object like ``want``; False when it passes
+    over it and searches on (no such file, or an object of another ELF class or machine); None when it stops
+    there with an error: a file that is no ELF object at all, such as an empty one or a linker script
+    (elf/dl-load.c, open_verify: "file too short", "invalid ELF header")."""
     try:
         return read_kind(path) == (want.elf_class, want.machine)
-    except ElfError:
+    except UnreadableFile:
         return False
+    except ElfError:
+        return None
 
 
 def _hwcaps_used(interpreter: "str | None", tunables: bool = True) -> "tuple[str, ...]":
@@ -222,6 +232,17 @@ class Loader:
         preloaded = loaded_as(name, self.preloaded)
         if preloaded is not None:
             return Found(preloaded, PRELOADED)
+        for rule, candidate in self._candidates(name, obj):
+            taken = _accepts(candidate, obj.info)
+            if taken is None:
+                return None  # the loader stops at it with an error: the name is found nowhere
+            if taken:
+                return Found(candidate, rule)
+        return None
+
+    def _candidates(self, name: str, obj: Object) -> "Iterator[tuple[str, str]]":
+        """(rule, path) of each file the loader tries for ``name``, needed by ``obj``, in its order: made as
+        they are asked, so that the cache is read only where the search gets that far."""
         steps: list[tuple[str, list[str]]] = []
         if obj.info.runpath is None:
             rpath: list[str] = []
@@ -238,14 +259,9 @@ class Loader:
         steps.append(("DT_RUNPATH", obj.runpath_dirs()))
         for rule, dirs in steps:
             for d in dirs:
-                candidate = os.path.normpath(os.path.join(d, name))
-                if _accepts(candidate, obj.info):
-                    return Found(candidate, rule)
+                yield rule, os.path.normpath(os.path.join(d, name))
         cached = self.cache.lookup(name)
-        if cached is not None and _accepts(cached, obj.info):
-            return Found(cached, "/etc/ld.so.cache")
+        if cached is not None:
+            yield "/etc/ld.so.cache", cached
         for d in default_dirs(self.executable.info.machine):
-            candidate = os.path.join(d, name)
-            if _accepts(candidate, obj.info):
-                return Found(candidate, "default path")
-        return None
+            yield "default path", os.path.join(d, name)
