@@ -216,6 +216,21 @@ def test_origin_is_the_directory_of_the_object_whose_entry_it_is(place, tmp_path
     assert Loader(exe_with_origin, "", Cache()).library_dirs() == [f"{tmp_path}/pkg/bin/sub/../lib"]
 
 
+def test_dot_dot_after_a_directory_link_is_the_parent_of_the_links_target(place, tmp_path):
+    """``$ORIGIN/../deps`` of a library reached through a directory link (``lnk -> store/lib``, as a package
+    manager's view links a package's directory) is ``store/deps``: the kernel takes ``..`` after a link to its
+    target's parent, not the link's. The path is written without ``..`` only where that names the same file."""
+    exe = build(tmp_path / "exe")
+    deps = place("store/deps")
+    needer = build(tmp_path / "store" / "lib" / "needer.so", runpath("$ORIGIN/../deps"))
+    (tmp_path / "lnk").symlink_to("store/lib")
+    through_link = Object(str(tmp_path / "lnk" / "needer.so"), needer.info)
+    assert answer(Loader(exe, "", Cache()), needer) == (f"{deps}/{NAME}", "DT_RUNPATH")
+    assert answer(Loader(exe, "", Cache()), through_link) == (f"{tmp_path}/lnk/../deps/{NAME}", "DT_RUNPATH")
+    place("deps")  # the link's own parent's deps/: not the one the kernel reaches
+    assert answer(Loader(exe, "", Cache()), through_link) == (f"{tmp_path}/lnk/../deps/{NAME}", "DT_RUNPATH")
+
+
 def test_origin_in_ld_library_path_and_in_a_path_is_the_directory_of_the_program_or_the_needer(place, tmp_path):
     """ld.so(8) expands ``$ORIGIN`` also in LD_LIBRARY_PATH and in a name with a slash: to the program's
     directory there and in an LD_PRELOAD entry (the program loads it), to the needing object's in a DT_NEEDED

@@ -153,6 +153,21 @@ def loaded_as(name: str, loaded: "list[tuple[str, str]]") -> "str | None":
     return None
 
 
+def _normalized(path: str) -> str:
+    """``path`` without its ``.`` and ``..`` entries (:func:`os.path.normpath`) where that names the same file;
+    as written where a ``..`` follows a symbolic link, which the kernel takes to the link's target's parent,
+    not to the link's own (``lnk/../deps`` is ``store/deps`` where ``lnk`` is ``store/lib``)."""
+    kept: list[str] = []
+    for part in path.split("/"):
+        if part == ".." and kept and kept[-1] not in ("", ".."):
+            if os.path.islink("/".join(kept)):
+                return path
+            kept.pop()
+        elif part not in ("", ".") or not kept:
+            kept.append(part)
+    return os.path.normpath(path)
+
+
 def _accepts(path: str, want: DynamicInfo) -> "bool | None":
     """True when ``path`` is a file the loader would map for an object like ``want``; False when it passes
     over it and searches on (no such file, or an object of another ELF class or machine); None when it stops
@@ -259,7 +274,7 @@ class Loader:
         steps.append(("DT_RUNPATH", obj.runpath_dirs()))
         for rule, dirs in steps:
             for d in dirs:
-                yield rule, os.path.normpath(os.path.join(d, name))
+                yield rule, _normalized(os.path.join(d, name))
         cached = self.cache.lookup(name)
         if cached is not None:
             yield "/etc/ld.so.cache", cached
