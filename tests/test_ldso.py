@@ -246,6 +246,33 @@ def test_origin_in_ld_library_path_and_in_a_path_is_the_directory_of_the_program
     assert answer(Loader(exe, "", Cache()), needer, name="${ORIGIN}/" + NAME) == (f"{lib_dir}/{NAME}", "path")
 
 
+@pytest.mark.parametrize("tag", [rpath, runpath], ids=["DT_RPATH", "DT_RUNPATH"])
+def test_origin_of_an_object_found_in_the_current_directory_is_that_directory(lib, tmp_path, monkeypatch, tag):
+    """An object found through an empty LD_LIBRARY_PATH entry has a relative path (``needer.so``); its
+    ``$ORIGIN/../deps`` is the current directory's ``../deps``, as the loader makes the object's directory
+    absolute when it maps it (elf/dl-object.c), not ``/../deps``. The real loader's trace says the same."""
+    from tms_autopreload import trace
+
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    shutil.copy(lib, deps / NAME)
+    here = tmp_path / "here"
+    needer = here / "libneeder.so"
+    need(cc, needer, "int needer(void) { return 0; }\n", "-Wl,--no-as-needed", f"-L{deps}", "-l:" + NAME,
+         "-Wl,-soname,libneeder.so", tag("$ORIGIN/../deps"))
+    program = tmp_path / "program"
+    need(cc, program, "int main(void) { return 0; }\n", "-Wl,--no-as-needed", f"-L{here}", "-lneeder", shared=False)
+    monkeypatch.chdir(here)
+    traced = trace.run_trace(str(program), {"LD_LIBRARY_PATH": ":"})
+    assert traced.ok and os.path.normpath(traced.resolved[NAME]) == str(deps / NAME), (traced.resolved, traced.errors)
+    loader = Loader(Object(str(program), read_dynamic(str(program))), ":", Cache())
+    found_needer = loader.find("libneeder.so")
+    assert found_needer is not None and found_needer.path == "libneeder.so"
+    rule = "DT_RPATH" if tag is rpath else "DT_RUNPATH"
+    needing = Object(found_needer.path, read_dynamic(found_needer.path))
+    assert answer(loader, needing) == found(f"{deps}/{NAME}", rule)
+
+
 # ---------------------------------------------------------------- a file the loader would not map
 
 @pytest.mark.parametrize("kind", [{"elf_class": 32}, {"machine": 183}, {"machine": 3}],

@@ -114,9 +114,16 @@ class Object:
         self.info = info
         self.loader = loader
 
+    def origin(self) -> str:
+        """What ``$ORIGIN`` is in its entries: its path's directory, from the current directory where the path
+        is relative (an object found through an empty or relative search path entry), as the loader makes it
+        absolute when it maps the object (elf/dl-object.c, _dl_new_object)."""
+        directory = os.path.dirname(self.path)
+        return directory if os.path.isabs(directory) else os.path.join(os.getcwd(), directory)
+
     def runpath_dirs(self) -> "list[str]":
         """Its DT_RUNPATH, ``$ORIGIN`` expanded: where the loader looks for its own needs only."""
-        return _expand(self.info.runpath or (), os.path.dirname(self.path))
+        return _expand(self.info.runpath or (), self.origin())
 
 
 class Found:
@@ -236,13 +243,13 @@ class Loader:
         """The executable's own search path (DT_RUNPATH, else DT_RPATH), expanded: its environment's
         library directory (conda's ``$PREFIX/lib``), where far more than one runtime lives."""
         info = self.executable.info
-        return _expand(info.rpath if info.runpath is None else info.runpath, os.path.dirname(self.executable.path))
+        return _expand(info.rpath if info.runpath is None else info.runpath, self.executable.origin())
 
     def find(self, name: str, needed_by: Object | None = None) -> Found | None:
         """Where ``name``, a DT_NEEDED entry of ``needed_by`` (default: the executable), loads from."""
         obj = needed_by or self.executable
         if "/" in name:  # ``$ORIGIN`` there is the needing object's directory (the program's, for LD_PRELOAD)
-            path, = _expand((name,), os.path.dirname(obj.path))
+            path, = _expand((name,), obj.origin())
             return Found(path, "path") if _accepts(path, obj.info) else None
         preloaded = loaded_as(name, self.preloaded)
         if preloaded is not None:
@@ -264,13 +271,12 @@ class Loader:
             up: "Object | None" = obj
             while up is not None:  # "then that object's dependent, and on up" (elf/dl-load.c)
                 if up.info.runpath is None:
-                    rpath += _expand(up.info.rpath, os.path.dirname(up.path))
+                    rpath += _expand(up.info.rpath, up.origin())
                 up = up.loader
             if obj is not self.executable and self.executable.info.runpath is None:
-                rpath += _expand(self.executable.info.rpath, os.path.dirname(self.executable.path))
+                rpath += _expand(self.executable.info.rpath, self.executable.origin())
             steps.append(("DT_RPATH", rpath))
-        steps.append(("LD_LIBRARY_PATH", _expand(split_search_path(self.ld_library_path),
-                                                 os.path.dirname(self.executable.path))))
+        steps.append(("LD_LIBRARY_PATH", _expand(split_search_path(self.ld_library_path), self.executable.origin())))
         steps.append(("DT_RUNPATH", obj.runpath_dirs()))
         for rule, dirs in steps:
             for d in dirs:
