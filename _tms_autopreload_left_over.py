@@ -18,6 +18,7 @@ GENERIC_FLAG = "TMS_AUTOPRELOAD"  # the hook only
 FLAG_VARS = (SLIME_FLAG, GENERIC_FLAG)
 DISABLE_VAR = "TMS_AUTOPRELOAD_DISABLE"
 NO_HOOK = f"env {DISABLE_VAR}=1"
+VERBOSE_VAR = "TMS_AUTOPRELOAD_VERBOSE"
 ON_ERROR_VAR = "TMS_AUTOPRELOAD_ON_ERROR"
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
@@ -48,7 +49,6 @@ def say(message: str) -> None:
         pass
 
 
-_S_IFMT, _S_IFREG = 0o170000, 0o100000
 _S_IFMT, _S_IFREG = 0o170000, 0o100000
 _NOT_REGULAR = {0o040000: "a directory", 0o010000: "a FIFO", 0o140000: "a socket", 0o020000: "a character device",
                 0o060000: "a block device"}
@@ -86,7 +86,8 @@ def kill_switch(env: "Mapping[str, str] | None" = None) -> "tuple[bool, str | No
 
 def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
     env = os.environ if env is None else env
-    values = {DISABLE_VAR: kill_switch(env), **{name: parse_flag(name, env.get(name)) for name in FLAG_VARS}}
+    values = {DISABLE_VAR: kill_switch(env),
+              **{name: parse_flag(name, env.get(name)) for name in (*FLAG_VARS, VERBOSE_VAR)}}
     for _, warning in values.values():
         if warning and warn:
             say("warning: " + warning)
@@ -137,9 +138,6 @@ def unhooked_program(argv: "list[str] | None" = None, orig_argv: "list[str] | No
     except OSError:
         return None
     return _script_name(name) if any(m in head for m in markers) else None
-
-
-WHEEL_TEMPLATE = "/path/to/tms_autopreload-<version>-py3-none-any.whl"
 
 
 def _location(url: str) -> str:
@@ -217,7 +215,8 @@ def _not_writable(site: str) -> "str | None":
     return f"{site} is not writable by this account (it belongs to {owner}): run it as {owner}"
 
 
-def where(verb: str, site: "str | None", reinstall: bool) -> "tuple[list[str], list[str]]":
+def where(verb: str, site: "str | None", reinstall: bool,
+          beside: "str | None" = None) -> "tuple[list[str], list[str]]":
     words: "list[str]" = []
     options: "list[str]" = ["--force-reinstall"] if reinstall and verb == "install" else []
     if verb == "install" and site is not None:
@@ -228,6 +227,8 @@ def where(verb: str, site: "str | None", reinstall: bool) -> "tuple[list[str], l
         blocked = None if "--target" in options else _not_writable(site)
         if blocked:
             words.append(blocked)
+    elif verb == "install" and beside is not None and _user_site(beside):
+        options.append("--user")
     marker = _externally_managed() if verb == "install" and "--target" not in options else None
     if marker is not None:
         options.append("--break-system-packages")
@@ -247,16 +248,19 @@ def pip_form(exe: str, verb: str, options: "list[str]", args: "list[str]", has_p
         return " ".join([NO_HOOK, *(unmanaged if words[0] != "uv" else []), *map(shlex.quote, words)])
 
     own = (["-y"] if verb == "uninstall" else []) + [o for o in options if o != "--break-system-packages"]
+    pip = line(exe, '-m', 'pip', verb, *own, *args)
     if has_pip:
-        return f"`{line(exe, '-m', 'pip', verb, *own, *args)}`"
+        return f"`{pip}`"
+    user = "--user" in options  # uv has no user site ("pip's `--user` is unsupported"): pip's command only
     uv_options = ["--reinstall" if o == "--force-reinstall" else o for o in options]
-    if uv:
+    if uv and not user:
         return f"`{line('uv', 'pip', verb, '--python', exe, *uv_options, *args)}`"
     if has_ensurepip and not unmanaged:  # ensurepip drops every PIP_ variable, so it obeys PEP 668's marker
-        return f"`{line(exe, '-m', 'ensurepip')} && {line(exe, '-m', 'pip', verb, *own, *args)}`"
+        # pip itself goes where the install goes: the user site is this account's, the prefix may not be.
+        return f"`{line(exe, '-m', 'ensurepip', *(['--user'] if user else []))} && {pip}`"
+    then = pip if user else line('uv', 'pip', verb, '--python', exe, *uv_options, *args)
     return (f"{exe} has neither pip nor ensurepip (a distribution's interpreter without its pip package): install "
-            f"your distribution's pip for it (Debian: python3-pip) or uv, then "
-            f"`{line('uv', 'pip', verb, '--python', exe, *uv_options, *args)}`")
+            f"your distribution's pip for it (Debian: python3-pip){'' if user else ' or uv'}, then `{then}`")
 
 
 def _uv_on_path() -> bool:
@@ -281,10 +285,14 @@ def parse_choice(name: str, value: "str | None", choices: "tuple[str, ...]") -> 
     return choices[0], unrecognised(name, value, " or ".join(choices), choices[0])
 
 
-def way_out() -> str:
+def shell_way_out() -> str:
     flags = " ".join(name for name in FLAG_VARS if name in os.environ)
-    lines = [f"To run a command here without the hook: `{NO_HOOK} COMMAND` (every printed fix starts so), or "
-             f"`unset {flags}` (or export {DISABLE_VAR}=1) for the rest of this shell."]
+    return (f"To run a command here without the hook: `{NO_HOOK} COMMAND` (every printed fix starts so), or "
+            f"`unset {flags}` (or export {DISABLE_VAR}=1) for the rest of this shell.")
+
+
+def way_out() -> str:
+    lines = [shell_way_out()]
     node = os.uname().nodename
     if os.path.basename(sys.argv[0] if sys.argv else "") == "default_worker.py":
         lines.append(f"This process is a Ray worker on node {node}: run the fix there, for {sys.executable} (the "
@@ -296,6 +304,12 @@ def way_out() -> str:
                      f"there, for {sys.executable} (for example `srun --jobid {os.environ['SLURM_JOB_ID']} -w {node} "
                      f"--overlap COMMAND`).")
     return "\n".join(lines)
+
+
+PTH = "tms_autopreload.pth"
+START = "_tms_autopreload_start"
+FALLBACK = "_tms_autopreload_left_over"
+START_UP_FILES = (PTH, f"{START}.py", f"{FALLBACK}.py")
 
 
 def _record(site: str) -> "dict[str, object] | None":
@@ -317,23 +331,37 @@ def _pip_found(site: str) -> bool:
     return any(os.path.isdir(os.path.join(d, "pip")) for d in dirs if d)
 
 
+def removal(pth: str) -> str:
+    import shlex
+
+    site = os.path.dirname(pth)
+    files = [pth, *(os.path.join(site, name) for name in START_UP_FILES[1:])]
+    return " ".join([NO_HOOK, "rm", "-f", "--", *map(shlex.quote, files)])
+
+
+def _again(python: str, options: "list[str]", editable: bool) -> str:
+    source = "from where its checkout is now, in editable mode (pip's -e)" if editable else \
+        "from your wheel or checkout"
+    return (f"to hook {python} again, install tms-autopreload for it {source}, with pip's {' '.join(options)}; "
+            f"it is not on the package index")
+
+
 def _fix(pth: str) -> str:
     site = os.path.dirname(pth)
     words, options = where("install", site, True)
-    facts = (_pip_found(site), _uv_on_path(), _has_ensurepip())
     record = _record(site)
     args = source_args(record) if record is not None else None
+    editable = args is not None and args[:1] == ["-e"]
     if record is not None and args and not source_gone(record):
-        fix = pip_form(sys.executable, "install", options, args, *facts)
-    elif record is not None and args and args[0] == "-e":
-        editable = pip_form(sys.executable, "install", [o for o in options if o != "--force-reinstall"] + ["-e"],
-                            ["/path/to/checkout"], *facts)
-        fix = (f"its editable checkout {local_path(record)} is gone (moved or deleted): install it again from where "
-               f"the checkout is now, {editable} with that path")
+        facts = (_pip_found(site), _uv_on_path(), _has_ensurepip())
+        fix = (f"{pip_form(sys.executable, 'install', options, args, *facts)}; or remove the start-up files "
+               f"(`{removal(pth)}`)")
     else:
-        gone = f"the source it was installed from, {local_path(record)}, is gone; " if record is not None else ""
-        fix = (f"{gone}install it again from its wheel or checkout, "
-               f"{pip_form(sys.executable, 'install', options, [WHEEL_TEMPLATE], *facts)} with that file's path")
+        why = ("nothing records where this copy came from" if record is None else
+               "its record names no source pip installs from" if not args else
+               f"its editable checkout {local_path(record)} is gone (moved or deleted)" if editable else
+               f"the source it was installed from, {local_path(record)}, is gone")
+        fix = f"`{removal(pth)}` ({why}: {_again(sys.executable, options, editable)})"
     return f"{'; '.join(words)}: {fix}" if words else fix
 
 
@@ -358,11 +386,9 @@ def left_over(pth: str) -> None:
     if not flags(warn=False)[0]:
         return  # a misspelt flag is the package's to warn about, where it is installed
     sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start, read above
-    import shlex
-
     warn = parse_choice(ON_ERROR_VAR, os.environ.get(ON_ERROR_VAR), ("exit", "warn"))[0] == "warn"
     message = (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so "
-               f"this process is not hooked. Fix: {_fix(pth)}; or remove it (`{NO_HOOK} rm -- {shlex.quote(pth)}`)"
+               f"this process is not hooked. Fix: {_fix(pth)}"
                + (f"; continuing without the hook ({ON_ERROR_VAR}=warn)" if warn else f"\n{way_out()}") + "\n")
     os.write(2, message.encode("utf-8", "surrogateescape"))
     if not warn:

@@ -142,6 +142,14 @@ class Scenario:
         return self.run(["-c", code], {flag: "1", **(env or {})}, **kw)
 
 
+@pytest.fixture
+def said(snapshot):
+    """Syrupy's snapshot, one text file each (tests/words.py): what a user reads, on record."""
+    from words import Text
+
+    return snapshot.use_extension(Text)
+
+
 MODES = ["exec", "dlopen"]
 
 
@@ -238,7 +246,7 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
         suite, _, version = python.rpartition("/")
         foreign = own.arch
         wheels = [own.own_wheel] + [need(support.runtime_wheel, m, foreign) for m in pip]
-        if tms and layout is None:
+        if tms and layout in (None, *INSTALLED_LAYOUTS):
             wheels.append(need(support.tms_wheel, tms, foreign))
         if suite:
             fs = rootfs(suite)
@@ -268,6 +276,10 @@ def report_host(scenario, python: str = DEFAULT_PYTHON, *, tag: str = "", **kw) 
     return scenario(python=python, tag=tag, **kw)
 
 
+# The layouts made on top of the installed release, not beside its Python side alone.
+INSTALLED_LAYOUTS = ("cu12-link",)
+
+
 def _custom_layout(venv: Venv, tms: str, layout: str, parts: Parts) -> None:
     """Layouts no PyPI wheel has, with the released Python side of ``tms``.
 
@@ -275,9 +287,17 @@ def _custom_layout(venv: Venv, tms: str, layout: str, parts: Parts) -> None:
     linking CUDA 13 (the released cu13 binary under that name).
     ``rocm``: a ROCm source build, one unsuffixed build linking libamdhip64 (a stand-in: no
     ROCm wheel exists for this machine).
+    ``cu12-link``: the release as pip installed it, then its cu12 preload build replaced by a symbolic link
+    to the cu13 build, so that a launcher that picks the cu12 name gets CUDA 13's (awslabs
+    agentcore-rl-toolkit's slime example does this).
     """
     import zipfile
 
+    if layout == "cu12-link":
+        link = venv.site / "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
+        link.unlink()
+        link.symlink_to("torch_memory_saver_hook_mode_preload_cu13.abi3.so")
+        return
     with zipfile.ZipFile(support.tms_wheel(tms, parts.arch)) as z:
         for name in z.namelist():
             if name.startswith("torch_memory_saver/"):

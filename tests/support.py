@@ -5,7 +5,9 @@ directories we want, build a cache from it with ``ldconfig -C``, and run every p
 the scenario inside a private mount namespace (``unshare -m``) with that cache bind-mounted
 over ``/etc/ld.so.cache``. The machine's own CUDA (if any) is then invisible, whatever the
 machine has. Stand-ins exist only for what cannot be real here: the driver (``libcuda.so.1``),
-torch builds without a wheel for this machine (CUDA 12, ROCm, CPU) and ROCm itself.
+torch builds without a wheel for this machine (CUDA 12, ROCm, CPU) and ROCm itself; and, for
+``scripts/gpu-check.sh`` only, torch_memory_saver's ``test/examples/``, which its sdist leaves out and
+the check takes from the user (:func:`write_examples_standin`: empty modules, enough to collect).
 
 Where the torch stand-in (``tools/standins.py``: ``torch/version.py`` and
 ``torch/lib/libtorch_global_deps.so`` only; ``import torch`` raises) is used, and nowhere else:
@@ -24,6 +26,7 @@ torchrun and Jupyter tests, test_inprocess's ``activate()`` tests and test_runpa
 
 from __future__ import annotations
 
+import ast
 import os
 import random
 import re
@@ -31,6 +34,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import uuid
@@ -453,3 +457,18 @@ def fenced_blocks(text: str, lang: str = "") -> list[str]:
         elif body is not None:
             body.append(line)
     return blocks
+
+
+def write_examples_standin(sdist: Path, dest: Path) -> list[str]:
+    """In ``dest``, an empty module for each scenario the ``sdist``'s ``test/test_examples.py`` imports from
+    ``examples`` (their ``test/examples/``, which the sdist leaves out): what ``scripts/gpu-check.sh`` checks
+    is there, and enough for pytest to collect their GPU tests. Returns the names, in import order."""
+    with tarfile.open(sdist) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/test/test_examples.py"))
+        source = tar.extractfile(member).read().decode()
+    names = [a.name for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.ImportFrom) and node.module == "examples" for a in node.names]
+    dest.mkdir(parents=True)
+    for name in names:
+        (dest / f"{name}.py").write_text("")
+    return names

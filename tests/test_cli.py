@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
-from conftest import AARCH64, DEFAULT_PYTHON, ROOTFS_PYTHONS, report_host
-from support import ROOT, clean_env
+from conftest import AARCH64, DEFAULT_PYTHON, MODES, ROOTFS_PYTHONS, assert_applied, mode_env, report_host
+from support import MAPPED, REEXECD, ROOT, clean_env
 
+CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 
 
@@ -61,6 +63,42 @@ def test_which_prints_the_chosen_build_and_doctor_reports_it_with_its_documented
                                   "torch_version", "second", "split"}
     assert set(doc["candidates"][0]) == {"path", "target", "kind", "major", "needs", "interposes", "loads", "status",
                                          "reason", "cause"}
+
+
+def test_a_build_reached_through_a_link_under_another_majors_name_is_shown_as_the_link_and_its_file(scenario):
+    """The field's layout (awslabs agentcore-rl-toolkit's slime example): the cu12 name is a symbolic link to the
+    cu13 build. The plan preloads the link (LD_PRELOAD keeps the name torch_memory_saver's check reads), the
+    loader maps the cu13 file; wherever a chosen build is printed for a reader (doctor's text, its JSON's new
+    ``plan.file``, a node's row, ``which``'s and ``env``'s note on stderr, the verbose start in both modes and
+    the image it re-executes) it is the link, the file it names and the runtime that file needs, never the
+    cu12 name alone. stdout stays what scripts read: the link's path, the export lines."""
+    scn = report_host(scenario, tms="0.0.10", layout="cu12-link")
+    link, file = scn.site / CU12, scn.site / CU13
+    shown = f"{link} -> {file} (needs libcudart.so.13"
+    doc = scn.doctor()
+    assert doc["plan"]["build"] == str(link) and doc["plan"]["file"] == str(file), doc["plan"]
+    sys.path.insert(0, str(ROOT))
+    from tms_autopreload.commands import node_table as rows
+
+    row = rows.node_row("n", "10.0.0.1", "n" * 16, rows.document_answer(doc), None, gpus=8)
+    assert f" {CU12} -> {CU13} (needs libcudart.so.13)" in rows.render([row]), rows.render([row])  # a node's row
+    r = cli(scn, "doctor")
+    chosen = next(line for line in r.stdout.splitlines() if line.startswith("chosen:"))
+    assert chosen == f"chosen:   {shown}, found through {doc['plan']['runtime_rule']})", r.stdout
+    r = cli(scn, "which")
+    assert r.returncode == 0 and r.stdout == f"{link}\n" and r.stderr == f"tms-autopreload which: {shown})\n", r
+    r = cli(scn, "env")
+    assert r.returncode == 0 and f"export LD_PRELOAD={link}\n" in r.stdout, r.stdout
+    assert r.stderr == f"tms-autopreload env: {shown})\n", r.stderr
+    probe = REEXECD + MAPPED + "import json; print(json.dumps([reexecd(), mapped('hook_mode')]))"
+    for mode in MODES:
+        r = scn.flagged(probe, mode_env(mode))
+        assert r.returncode == 0, r.stderr
+        assert_applied(mode, *json.loads(r.stdout.strip().splitlines()[-1]), file)  # the file the loader maps
+        said = f"tms-autopreload: chose {shown}) for " if mode == "exec" else f"tms-autopreload: loaded {shown}) in-"
+        assert said in r.stderr, r.stderr
+        if mode == "exec":  # and the image it re-executed, which inherits the plan as every child does
+            assert f"tms-autopreload: {shown}) is mapped (resolved for this interpreter)" in r.stderr, r.stderr
 
 
 def test_doctor_prints_the_table_when_there_is_no_plan(scenario):

@@ -189,3 +189,26 @@ def test_without_a_plan_the_driver_line_names_the_driver_and_why_it_is_not_judge
         assert line.startswith(f"driver:   UNKNOWN: driver {NEW} runs CUDA 13.x at most; not judged: no CUDA "
                                f"runtime was decided for this process"), line
         assert "/proc/driver/nvidia/version" not in line, line
+
+
+def test_without_libcuda_the_driver_line_says_not_found_where_that_is_why_there_is_no_plan(scenario):
+    """A host without the driver library: every build links ``libcuda.so.1``, so the plan stops for it (cause
+    ``no-driver``), and the driver line says so, NOT FOUND, with the plan's fix, in the text, the JSON and a
+    node's row. Where something else stops the plan first (torch_memory_saver not installed), the missing
+    library is said, not judged: UNKNOWN, as before."""
+    gone = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=())  # the world's venv, no driver
+    r = doctor(gone, module(None))
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(doctor(gone, module(None), None, "--json").stdout)
+    assert doc["cause"] == "no-driver" and doc["driver"]["verdict"] == "not-found", doc
+    assert doc["driver"]["fix"] == doc["fix"], doc["driver"]
+    line = driver_line(r.stdout)
+    assert line.startswith("driver:   NOT FOUND: no libcuda.so.1 is found by the loader"), line
+    assert line.endswith(f"Fix: {doc['fix']}") and "libcuda:  not found" in r.stdout, r.stdout
+    row = rows.node_row("gone", "10.0.0.2", "g" * 16, rows.document_answer(doc), None, gpus=8)
+    assert " NOT FOUND " in rows.render([row]).splitlines()[1], rows.render([row])
+
+    bare = scenario(tms=None, torch="cu13-pip", pip=(13,), host=())
+    r = doctor(bare, module(None))
+    assert r.returncode == 1 and "torch_memory_saver is not installed" in r.stdout, r.stdout + r.stderr
+    assert driver_line(r.stdout).startswith("driver:   UNKNOWN: no libcuda.so.1 is found by the loader"), r.stdout

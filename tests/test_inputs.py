@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tms_autopreload
 from tms_autopreload import decision, startup
+from tms_autopreload.attempt import MAX_ARG_STRLEN
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "200"))
 E2E_EXAMPLES = int(os.environ.get("TMS_FUZZ_E2E", "30"))
@@ -44,7 +45,6 @@ CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 RESOLVER_VARS = (tms_autopreload.CUDA_MAJOR_VAR, tms_autopreload.PATH_VAR, "LD_PRELOAD", "LD_LIBRARY_PATH")
 HOOK_VARS = tuple(v for v in tms_autopreload.OWN_VARS if v not in RESOLVER_VARS)
 VARS = RESOLVER_VARS + HOOK_VARS
-MAX_ARG_STRLEN = 32 * 4096
 
 
 class Executed(Exception):
@@ -163,9 +163,19 @@ def environment(env):
         yield
 
 
+TRUE_WORDS = ("1", "true", "yes", "on")  # as docs/reference.md's variable table documents them
+FALSE_WORDS = ("", "0", "false", "no", "off")
+# The words of each variable a user sets that has words (docs/reference.md), any case, spaces around them.
+WORDS = {**{name: TRUE_WORDS + FALSE_WORDS for name in (*tms_autopreload.FLAG_VARS, tms_autopreload.DISABLE_VAR,
+                                                         tms_autopreload.VERBOSE_VAR)},
+         tms_autopreload.MODE_VAR: ("", *tms_autopreload.MODES),
+         tms_autopreload.ON_ERROR_VAR: ("", *tms_autopreload.ON_ERROR_POLICIES)}
+
+
 def test_start_up_decision_answers_every_environment(world):
     """The hook's own reading of its variables and its resolve, in this process: exec (patched out) or
-    one message naming a changed variable; never anything that would surface as an internal error."""
+    one message naming a changed variable; never anything that would surface as an internal error. Every
+    variable that has words and is given another value is warned about, alike (once per start: test_hook.py)."""
     said: list[str] = []
 
     @FUZZ
@@ -189,6 +199,9 @@ def test_start_up_decision_answers_every_environment(world):
         for message in said:
             if message.startswith("warning:") and "is not" in message:
                 assert any(mentions_variable(message, name) for name in changed), (changed, message)
+        for name, words in WORDS.items():  # and every variable given a value outside its words is said
+            if name in changed and env[name].strip().lower() not in words:
+                assert any(message.startswith(f"warning: {name}=") for message in said), (name, env[name], said)
 
     def no_exec(*args):
         raise Executed()
@@ -275,8 +288,6 @@ maps = mapped('torch_memory_saver')
 print(json.dumps({'argv': sys.argv[1:], 'stdin': sys.stdin.read(), 'hooks': maps, 'reexecd': reexecd(),
                   'bytes': os.environb.get(b'TMS_TEST_BYTES', b'').hex()}))
 """
-TRUE_WORDS = ("1", "true", "yes", "on")  # as docs/reference.md's variable table documents them
-FALSE_WORDS = ("", "0", "false", "no", "off")
 
 
 def _is_on(env: dict, name: str) -> bool:

@@ -384,20 +384,30 @@ report = {'rank': rank, 'attempt': attempt, 'pid': os.getpid(), 'agent': os.getp
           'hooks': mapped('torch_memory_saver'), 'reexecd': reexecd(), 'agent_reexecd': reexecd(os.getppid()),
           'agent_hooks': mapped('torch_memory_saver', os.getppid()), 'sum': None,
           'tms_accepts': HookUtilModePreload().get_path_binary(), 'cudart': cudart}
+def write(name):
+    path = os.path.join(os.environ['RANK_REPORTS'], name)
+    with open(path + '.part', 'w') as f:
+        json.dump(report, f)
+    os.replace(path + '.part', path)  # whole or absent: the other rank polls for it
+
 if attempt == 0:
     # The first attempt fails before any rendezvous of its own (rank 1 exits; the agent stops rank 0),
-    # so the restart is the only process group: no stale gloo addresses from a dead attempt.
-    with open(os.path.join(os.environ['RANK_REPORTS'], f'0-{rank}.json'), 'w') as f:
-        json.dump(report, f)
+    # so the restart is the only process group: no stale gloo addresses from a dead attempt. The agent
+    # stops rank 0 as soon as rank 1 exits, so rank 1 waits for rank 0's report first (a file, polled:
+    # rank 0 may be much slower to import torch on a loaded machine).
+    write(f'0-{rank}.json')
     if rank == 1:
+        first = os.path.join(os.environ['RANK_REPORTS'], '0-0.json')
+        deadline = time.monotonic() + 300
+        while not os.path.exists(first) and time.monotonic() < deadline:
+            time.sleep(0.05)
         sys.exit(3)
     time.sleep(300)
 dist.init_process_group('gloo')
 total = torch.tensor([rank + 1.0])
 dist.all_reduce(total)
 report['sum'] = total.item()
-with open(os.path.join(os.environ['RANK_REPORTS'], f'{attempt}-{rank}.json'), 'w') as f:
-    json.dump(report, f)
+write(f'{attempt}-{rank}.json')
 dist.destroy_process_group()
 '''
 
@@ -499,7 +509,8 @@ def test_jupyter_kernel_starts_hooked_survives_interrupt_and_restart(real_torch,
 
 
 def test_kernel_install_user_as_the_docs_show(real_torch, tmp_path):
-    """`tms-autopreload kernel install --user` (the command in the README): the user's Jupyter data dir."""
+    """`tms-autopreload kernel install --user` (the command in the README): the user's Jupyter data dir, which
+    uninstall removes again where install made it (never ~/.local/share, which install made too)."""
     scn = real_torch(("driver",))
     env = {"HOME": str(tmp_path)}
     r = scn.run(["-m", "tms_autopreload", "kernel", "install", "--user"], env)
@@ -508,6 +519,7 @@ def test_kernel_install_user_as_the_docs_show(real_torch, tmp_path):
     assert json.loads(spec.read_text())["env"] == {"TMS_AUTOPRELOAD": "1"}
     r = scn.run(["-m", "tms_autopreload", "kernel", "uninstall", "--user"], env)
     assert r.returncode == 0 and not spec.exists(), r.stderr
+    assert (tmp_path / ".local" / "share").is_dir() and not (tmp_path / ".local" / "share" / "jupyter").exists()
 
 
 def test_kernel_uninstall_refuses_a_kernel_it_did_not_write(real_torch, tmp_path):

@@ -64,6 +64,13 @@ def test_kernel_subcommands_have_their_own_help(scenario):
         assert option in install.stdout
     assert "--name" in uninstall.stdout and "--env" not in uninstall.stdout
     assert "--display-name" not in uninstall.stdout
+    # Where a kernel is without a location option: jupyter_client decides, and it is not installed here (a
+    # scenario with it: test_kernel_install_help_says_where_it_goes_without_a_location_and_uninstall_...).
+    python = scn.run(["-c", "import sys; print(sys.executable)"]).stdout.strip()
+    assert (f"Without --user, --sys-prefix or --prefix: jupyter_client's system-wide kernels folder (not known "
+            f"here: jupyter_client is not installed for {python})") in " ".join(install.stdout.split()), install.stdout
+    assert ("Without --user, --sys-prefix or --prefix: the kernel of that name that Jupyter finds"
+            in " ".join(uninstall.stdout.split())), uninstall.stdout
 
 
 def exit_rows(help_text: str) -> list[str]:
@@ -195,6 +202,96 @@ def test_kernel_empty_prefix_is_refused(real_torch, tmp_path):
     argv = [str(scn.venv.python), "-m", "tms_autopreload", "kernel", "install", "--prefix", ""]
     r = scn.host.run(argv, clean_env(), setup="mount -t tmpfs tmpfs /usr/local/share")
     refused_as_usage(r, "--prefix: give a directory")
+
+
+# Run in the host's namespace, where a tmpfs hides the system's /usr/local/share: `kernel install --help`, then
+# install and uninstall without a location option, each folder under the roots given as they are after each step.
+WITHOUT_LOCATION = """
+import json, os, subprocess, sys
+def kernel(*args):
+    r = subprocess.run([sys.executable, "-m", "tms_autopreload", "kernel", *args], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+def tree():
+    return sorted(os.path.join(d, n) for root in sys.argv[1:] for d, ds, fs in os.walk(root) for n in ds + fs)
+out = {"help": " ".join(kernel("install", "--help").split()), "installed": kernel("install")}
+out["after_install"] = tree()
+kernel("uninstall")
+out["after_uninstall"] = tree()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("platform_dirs", [False, True])
+def test_kernel_install_help_says_where_it_goes_without_a_location_and_uninstall_removes_what_it_made(
+        real_torch, tmp_path, platform_dirs):
+    """Without --user, --sys-prefix or --prefix a kernel goes where jupyter_client puts it: its system-wide
+    folder, /usr/local/share/jupyter/kernels here, or under ``JUPYTER_PLATFORM_DIRS=1`` the first of
+    ``XDG_DATA_DIRS`` (a folder someone else made). ``--help`` names the folder that install then writes to, as
+    jupyter_client computes it; uninstall removes the kernels and Jupyter folders that install made, and
+    nothing it did not make. The system's folders are a tmpfs here: nothing outside this test is written."""
+    scn = real_torch(("driver",))
+    driver, xdg = tmp_path / "driver.py", tmp_path / "xdg"
+    driver.write_text(WITHOUT_LOCATION)
+    xdg.mkdir()
+    env = clean_env(JUPYTER_PLATFORM_DIRS="1", XDG_DATA_DIRS=f"{xdg}:/usr/share") if platform_dirs else clean_env()
+    root = xdg if platform_dirs else "/usr/local/share"
+    r = scn.host.run([str(scn.venv.python), str(driver), str(root)], env, setup="mount -t tmpfs tmpfs /usr/local/share")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    kernels = f"{root}/jupyter/kernels"
+    assert (f"Without --user, --sys-prefix or --prefix: jupyter_client's system-wide kernels folder ({kernels})"
+            in out["help"]), out["help"]
+    assert out["installed"].endswith(f" in {kernels}/python3-tms-autopreload\n"), out["installed"]
+    made = [f"{root}/jupyter", kernels, f"{kernels}/python3-tms-autopreload"]
+    assert out["after_install"] == [*made, f"{kernels}/python3-tms-autopreload/kernel.json"], out
+    assert out["after_uninstall"] == [], out  # the root itself (the tmpfs, or XDG's folder) stays
+
+
+def test_kernel_uninstall_removes_only_the_empty_folders_its_install_made(real_torch, tmp_path):
+    """A new prefix: install makes PREFIX/share/jupyter/kernels; the last of this command's kernels there to be
+    uninstalled takes the kernels and Jupyter folders with it (a kernel installed beside it, or the same one
+    installed again, passes the record on), never PREFIX/share. A Jupyter folder someone else made stays, and
+    so does one that holds someone's file; a record that claims folders higher up removes nothing above the
+    Jupyter folder."""
+    scn = real_torch(("driver",))
+
+    def run(action, prefix, *args):
+        r = kernel(scn, action, "--prefix", str(prefix), *args)
+        assert r.returncode == 0, r.stderr
+
+    def jupyter(prefix):
+        return prefix / "share" / "jupyter"
+
+    new = tmp_path / "new"
+    run("install", new)
+    run("install", new, "--name", "beside")
+    run("install", new)  # the same kernel again
+    run("uninstall", new)
+    assert sorted(p.name for p in (jupyter(new) / "kernels").iterdir()) == ["beside"]
+    run("uninstall", new, "--name", "beside")
+    assert (new / "share").is_dir() and not jupyter(new).exists()
+
+    theirs = tmp_path / "theirs"  # the Jupyter folder is someone else's: only the kernels folder was made
+    jupyter(theirs).mkdir(parents=True)
+    run("install", theirs)
+    run("uninstall", theirs)
+    assert jupyter(theirs).is_dir() and not (jupyter(theirs) / "kernels").exists()
+
+    kept = tmp_path / "kept"  # made by install, then given a file by someone: it stays, with the file
+    run("install", kept)
+    (jupyter(kept) / "README").write_text("mine")
+    run("uninstall", kept)
+    assert (jupyter(kept) / "README").read_text() == "mine" and not (jupyter(kept) / "kernels").exists()
+
+    forged = tmp_path / "forged"  # a record naming every folder up to the prefix, edited by hand
+    run("install", forged)
+    spec_file = jupyter(forged) / "kernels" / "python3-tms-autopreload" / "kernel.json"
+    spec = json.loads(spec_file.read_text())
+    spec["metadata"]["tms_autopreload"]["made"] += [str(forged / "share"), str(forged)]
+    spec_file.write_text(json.dumps(spec))
+    run("uninstall", forged)
+    assert (forged / "share").is_dir() and not jupyter(forged).exists()
 
 
 @pytest.mark.parametrize("env", ["TMS_AUTOPRELOAD=0", "TMS_AUTOPRELOAD=maybe", "TMS_AUTOPRELOAD_DISABLE=1"])

@@ -78,14 +78,23 @@ def test_the_start_up_files_are_what_their_generator_writes_from_the_package(par
 
     want = pthfile.texts()
     assert set(want) == STARTUP
+    from tms_autopreload.leftover import START_UP_FILES  # what the left-over fixes remove: what the wheel puts there
+
+    assert set(START_UP_FILES) == STARTUP
     with zipfile.ZipFile(parts.own_wheel) as z:
         for name, text in want.items():
-            assert (ROOT / name).read_text() == text, f"{name}: run `python tools/pthfile.py`"
+            assert (ROOT / name).read_text() == text, f"{name}: run `.venv-test/bin/python tools/pthfile.py`"
             assert z.read(name).decode() == text, name
     fallback = want["_tms_autopreload_left_over.py"]
     for name in ("parse_flag", "kill_switch", "unhooked_program", "pip_form", "way_out", "left_over"):
         assert f"\ndef {name}(" in fallback, name  # the rules it shares with the package, copied whole
-    assert want["tms_autopreload.pth"].count("\n") == 1  # one line: what every start of the environment reads
+    # What every start of the environment reads: one import line, then one comment that site.py skips, which that
+    # line runs where its start module is gone (the rules it shares with the package, copied whole, then made short
+    # by python-minifier).
+    line, second = want["tms_autopreload.pth"].splitlines()
+    assert line.startswith("import os;") and second.startswith("#exec("), second[:200]
+    code = ast.literal_eval(ast.parse(second[1:]).body[0].value.args[0])
+    assert " is left over: " in code and code.rstrip().endswith("(fullname)"), code
 
 
 @pytest.mark.slow  # builds in an isolated environment from the index
@@ -167,18 +176,24 @@ def test_editable_install_whose_checkout_moved(scenario, tmp_path):
     assert (r.returncode, r.stdout, r.stderr) == (0, "user code ran\n", ""), r.stderr
     r = scn.flagged("print('user code ran')")
     assert (r.returncode, r.stdout) == (78, ""), r.stderr
-    # No command can reinstall from a checkout that is gone: the message says so, and what will.
+    # No command can reinstall from a checkout that is gone: the fix removes the start-up files, and the message
+    # says in words what hooks it again.
     python = scn.venv.python
+    files = [str(pth), *(str(scn.site / n) for n in ("_tms_autopreload_start.py", "_tms_autopreload_left_over.py"))]
+    removal = "env TMS_AUTOPRELOAD_DISABLE=1 " + shlex.join(["rm", "-f", "--", *files])
     assert r.stderr.splitlines()[0] == (
         f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so this "
-        f"process is not hooked. Fix: its editable checkout {src} is gone (moved or deleted): install it again from "
-        f"where the checkout is now, `env TMS_AUTOPRELOAD_DISABLE=1 {python} -m ensurepip && env "
-        f"TMS_AUTOPRELOAD_DISABLE=1 {python} -m pip install -e /path/to/checkout` with that path; or remove it "
-        f"(`env TMS_AUTOPRELOAD_DISABLE=1 rm -- {pth}`)"), r.stderr
-    # That command, with the checkout's new path, from the flagged shell: the next start is hooked again.
-    fix = r.stderr.splitlines()[0].split("`")[1].replace("/path/to/checkout", str(tmp_path / "moved"))
-    assert subprocess.run(["sh", "-c", fix], env={**clean_env(), "SLIME_OFFLOAD_TRAIN": "1"}, capture_output=True,
-                          timeout=600).returncode == 0
+        f"process is not hooked. Fix: `{removal}` (its editable checkout {src} is gone (moved or deleted): to hook "
+        f"{python} again, install tms-autopreload for it from where its checkout is now, in editable mode (pip's "
+        f"-e), with pip's --force-reinstall; it is not on the package index)"), r.stderr
+    # That command, from the flagged shell: the next start runs, unhooked, and says nothing.
+    flagged = {**clean_env(), "SLIME_OFFLOAD_TRAIN": "1"}
+    after = subprocess.run(["sh", "-c", f"{removal}; {shlex.join([str(python), '-c', 'pass'])}"], env=flagged,
+                           capture_output=True, text=True, timeout=600)
+    assert (after.returncode, after.stderr) == (0, ""), after.stderr
+    # And what the words say, from the checkout's new place: the next start is hooked again.
+    run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--force-reinstall", "-e",
+         str(tmp_path / "moved")])
     assert_hooked(scn, scn.flagged(PROBE))
 
 

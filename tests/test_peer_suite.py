@@ -19,13 +19,17 @@ tests assuming that no hook is preloaded when it starts; :data:`VERDICTS` says w
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
+import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, need
-from support import MAPPED, Host, Venv, clean_env, find_python, private_copy, run, tms_wheel, torch_venv
+from support import (MAPPED, Host, Venv, clean_env, fenced_blocks, find_python, private_copy, run, tms_wheel,
+                     torch_venv, write_examples_standin)
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST = next(line.strip() for line in (ROOT / "tests" / "requirements.txt").read_text().splitlines()
@@ -222,3 +226,85 @@ def test_with_tms_autopreload_on_the_patched_pick_is_the_verified_build(peer, sd
     assert r.outcomes == {t: "failed" if t in fake_path else "passed" for t in TESTS}, r.output[-5000:]
     assert r.output.count(f"+ {scn.venv.site / CU13}") == len(fake_path), r.output[-5000:]  # what they saw
     assert r.start["hooks"] == [], r.start  # the test process itself is not hooked (no flag)
+
+
+# ---------------------------------------------------------------- on a GPU: scripts/gpu-check.sh
+
+GPU_CHECK = ROOT / "scripts" / "gpu-check.sh"
+
+
+def their_tests(sdist: Path, dest: Path, fetched: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """``scripts/gpu-check.sh --their-tests dest`` with ``sdist`` as the only file of its wheel directory, and
+    ``fetched`` as its ``examples/`` (where ``--fetch`` copies ``TMS_EXAMPLES``); ``env`` added."""
+    wheels = dest.parent / f"{dest.name}-wheels"
+    wheels.mkdir()
+    (wheels / "torch_memory_saver-0.0.10.tar.gz").symlink_to(sdist)
+    if fetched:
+        shutil.copytree(fetched, wheels / "examples")
+    return subprocess.run(["bash", str(GPU_CHECK), "--their-tests", str(dest)], capture_output=True, text=True,
+                          env=clean_env(WHEELS=str(wheels), **env), timeout=120)
+
+
+def test_the_gpu_check_runs_every_file_of_the_sdists_tests_or_says_why_not(tmp_path):
+    """The GPU check puts torch_memory_saver's tests together from the 0.0.10 sdist's ``test/`` and the
+    scenarios test_examples.py imports, their ``test/examples/``, which the sdist leaves out and the user
+    gives (``TMS_EXAMPLES``, or the copy ``--fetch`` made of it; here a stand-in of empty modules). Every file
+    of the sdist's ``test/`` runs or is listed with why not. Without the examples test_examples.py, their
+    GPU tests, is listed as not run, and the selection passes; with them every scenario it imports must be
+    there. A test file the check does not know, or a scenario it lacks, fails the selection."""
+    import tms_source
+
+    sdist = need(tms_source.sdist)
+    head = ["their tests: run test_configure_subprocess.py", "their tests: run test_utils.py"]
+    merge = ("their tests: not run test_merge_cuda_wheels.py: loads scripts/merge_cuda_wheels.py, which the "
+             "sdist leaves out (and needs no GPU)")
+    r = their_tests(sdist, tmp_path / "none")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.name for p in (tmp_path / "none").glob("test_*.py")) == sorted([*RUN, *NOT_RUN])
+    assert not (tmp_path / "none" / "examples").exists()
+    assert r.stdout.splitlines() == [
+        *head,
+        "their tests: not run test_examples.py: its scenarios, test/examples/, are not in the sdist; give "
+        "TMS_EXAMPLES=DIR (torch_memory_saver's test/examples at 4a43c97, see docs/gpu.md) to run it",
+        merge], r.stdout
+    names = write_examples_standin(sdist, tmp_path / "examples")
+    given = [f"their tests: examples/ has the {len(names)} scenarios test_examples.py imports", *head,
+             "their tests: run test_examples.py (needs the GPU)", merge]
+    for case, r in (("TMS_EXAMPLES", their_tests(sdist, tmp_path / "given", TMS_EXAMPLES=str(tmp_path / "examples"))),
+                    ("fetched", their_tests(sdist, tmp_path / "fetched", fetched=tmp_path / "examples"))):
+        assert r.returncode == 0, (case, r.stdout + r.stderr)
+        assert r.stdout.splitlines() == given, (case, r.stdout)
+    assert sorted(p.stem for p in (tmp_path / "given" / "examples").iterdir()) == sorted(names)
+    r = their_tests(sdist, tmp_path / "typo", TMS_EXAMPLES=str(tmp_path / "exmaples"))
+    assert r.returncode == 2 and r.stderr.startswith(f"gpu-check: TMS_EXAMPLES={tmp_path / 'exmaples'} is not a "
+                                                     "directory: give torch_memory_saver's test/examples"), r.stderr
+    # The next sdist, say: one test file more, and a scenario that the examples given lack.
+    tree = need(tms_source.unpack, tmp_path / "next")
+    (tree / "test" / "test_new.py").write_text("def test_new():\n    pass\n")
+    examples = tree / "test" / "test_examples.py"
+    examples.write_text(examples.read_text().replace("    simple,\n", "    simple,\n    sleep_mode,\n"))
+    changed = tmp_path / "torch_memory_saver-next.tar.gz"
+    with tarfile.open(changed, "w:gz") as tar:
+        tar.add(tree, arcname=tree.name)
+    r = their_tests(changed, tmp_path / "their-next", TMS_EXAMPLES=str(tmp_path / "examples"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    errors = [line for line in r.stdout.splitlines() if "ERROR" in line]
+    assert errors == ["their tests: ERROR test_new.py: in the sdist, neither run nor listed",
+                      "their tests: ERROR test_examples.py imports examples.sleep_mode: no examples/sleep_mode.py"], \
+        r.stdout
+
+
+def test_the_docs_take_the_examples_from_the_commit_the_sdist_was_made_from():
+    """docs/gpu.md's commands that give the GPU check torch_memory_saver's scenarios: a clone of its
+    repository, beside the checkout, at the commit whose sources the 0.0.10 sdist carries, whose
+    ``test/examples`` ``TMS_EXAMPLES`` names for ``--fetch``."""
+    import tms_source
+
+    lines = [line.split() for block in fenced_blocks((ROOT / "docs" / "gpu.md").read_text())
+             for line in block.splitlines()]
+    clone = [line for line in lines if line[:2] == ["git", "clone"]]
+    assert len(clone) == 1 and clone[0][2] == "https://github.com/fzyzcjy/torch_memory_saver", clone
+    where = clone[0][3]
+    assert not (ROOT / where).resolve().is_relative_to(ROOT), where  # not inside the checkout
+    assert ["git", "-C", where, "checkout", tms_source.UPSTREAM_COMMIT] in lines, lines
+    assert [f"TMS_EXAMPLES={where}/test/examples", "scripts/gpu-check.sh", "--fetch"] in lines, lines

@@ -20,14 +20,16 @@ with its error.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, MODES, Scenario, mode_env, need
 from support import (MAPPED, REEXECD, Venv, assert_stopped, base_python, clean_env, locate_python, run,
-                     runtime_wheel, tms_wheel, torch_venv, write_torch_standin)
+                     runtime_wheel, tms_wheel, torch_venv, write_examples_standin, write_torch_standin)
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
@@ -298,25 +300,103 @@ def _torch_outer_venv(parts, root: Path) -> Venv:
     return outer
 
 
+GPU_CHECK_VERSIONS = ("0.0.10", "0.0.9.post1")  # the torch_memory_saver versions scripts/gpu-check.sh checks
+
+
 @pytest.mark.slow  # the script's layout (system-site) is started in the fast lane by the tests above
 @pytest.mark.parametrize("torch", ["stand-in", "real", "stand-in in a venv"])
 def test_gpu_check_layout_up_to_the_gpu(parts, tmp_path, torch):
-    """The venv ``scripts/gpu-check.sh`` makes (``--venv``: the same steps, stopped before the GPU):
-    ``--system-site-packages`` over a python3 that carries a CUDA 13 torch, in its own site-packages or
-    in a venv of its own. On a pip-only host its flagged start is hooked with the cu13 build and torch's
-    one libcudart, as ``doctor`` says."""
+    """The venvs ``scripts/gpu-check.sh`` makes, one per torch_memory_saver version (``--venv``: the same
+    steps, stopped before the GPU): ``--system-site-packages`` over a python3 that carries a CUDA 13 torch, in
+    its own site-packages or in a venv of its own. On a pip-only host each one's flagged start is hooked
+    with the cu13 build and torch's one libcudart, as ``doctor`` says, in both modes."""
     base = (_real_torch_base(tmp_path) if torch == "real" else _torch_outer_venv(parts, tmp_path)
             if torch == "stand-in in a venv" else _base_with_torch(parts, tmp_path, DEFAULT_PYTHON))
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    for w in (parts.own_wheel, tms_wheel("0.0.9.post1")):
+    for w in (parts.own_wheel, *map(tms_wheel, GPU_CHECK_VERSIONS)):
         (wheels / w.name).symlink_to(w)
-    need(run, ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--venv", str(tmp_path / "venv")],
+    need(run, ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--venv", str(tmp_path / "venvs")],
          env=clean_env(PYTHON=str(base.python), WHEELS=str(wheels)), timeout=600)
-    world = World(Venv(tmp_path / "venv"), _host(parts, tmp_path, PIP_ONLY), parts, {"PYTHONDONTWRITEBYTECODE": "1"})
-    doc = assert_doctor_is_hook(world)
-    assert doc["ok"] and os.path.basename(doc["plan"]["build"]) == CU13, doc
-    assert doc["runtime"]["torch_dir"] == str(base.site / "torch"), doc["runtime"]
+    assert sorted(p.name for p in (tmp_path / "venvs").iterdir()) == sorted(GPU_CHECK_VERSIONS)
+    host = _host(parts, tmp_path, PIP_ONLY)
+    for version in GPU_CHECK_VERSIONS:
+        venv = Venv(tmp_path / "venvs" / version)
+        assert list(venv.site.glob("torch_memory_saver-*.dist-info")) == \
+            [venv.site / f"torch_memory_saver-{version}.dist-info"], version
+        doc = assert_doctor_is_hook(World(venv, host, parts, {"PYTHONDONTWRITEBYTECODE": "1"}))
+        assert doc["ok"] and os.path.basename(doc["plan"]["build"]) == CU13, (version, doc)
+        assert doc["runtime"]["torch_dir"] == str(base.site / "torch"), (version, doc["runtime"])
+
+
+@pytest.mark.slow  # real torch; the package index (--fetch)
+def test_gpu_check_fetches_then_runs_every_step_up_to_the_gpu(parts, tmp_path):
+    """``TMS_EXAMPLES=DIR scripts/gpu-check.sh --fetch`` downloads and builds what the check installs and
+    copies the user's torch_memory_saver ``test/examples`` beside it (here a stand-in of empty modules);
+    ``--dry-run`` then runs every step that needs no GPU, with real torch 2.14.1 as python3's own on a
+    pip-only host (the driver a stand-in): both venvs, ``doctor --deep`` in both modes (the binding proof),
+    the flagged process and its spawn child (each hooked with doctor's pick, the child without resolving
+    again), torch_memory_saver's tests that need no GPU under the flag, and its GPU tests collected; and
+    stops at the GPU with exit 2. Without the examples, the same run passes and says plainly, in its table,
+    its summary and its last words, that their GPU tests did not run."""
+    import tms_source
+
+    names = write_examples_standin(need(tms_source.sdist), tmp_path / "their-examples")
+    wheels = tmp_path / "wheels"
+    fetched = need(run, ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--fetch"],
+                   env=clean_env(WHEELS=str(wheels), TMS_EXAMPLES=str(tmp_path / "their-examples")),
+                   timeout=600).stdout
+    for pattern in ("torch_memory_saver-0.0.10-*.whl", "torch_memory_saver-0.0.9.post1-*.whl",
+                    "tms_autopreload-*.whl", "torch_memory_saver-0.0.10.tar.gz", "pytest-*.whl"):
+        assert len(fnmatch.filter(fetched.split(), pattern)) == 1, (pattern, fetched)
+    assert sorted(p.stem for p in (wheels / "examples").iterdir()) == sorted(names)
+    assert "their tests: run test_examples.py (needs the GPU)\n" in fetched, fetched
+    # The same wheels without the examples, as a --fetch without TMS_EXAMPLES leaves them.
+    bare = tmp_path / "wheels-bare"
+    bare.mkdir()
+    for w in wheels.iterdir():
+        if w.name != "examples":
+            (bare / w.name).symlink_to(w)
+    base = _real_torch_base(tmp_path)
+    host = _host(parts, tmp_path, PIP_ONLY)
+    for given in (True, False):
+        tmp = tmp_path / f"tmp-{given}"
+        tmp.mkdir()
+        r = host.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--dry-run"],
+                     clean_env(PYTHON=str(base.python), WHEELS=str(wheels if given else bare), TMPDIR=str(tmp),
+                               PYTHONDONTWRITEBYTECODE="1", GPU_CHECK_SECONDS="1500"), timeout=1800)
+        print(r.stdout)
+        assert r.returncode == 2, r.stdout[-6000:] + r.stderr[-3000:]
+        said = ([] if given else ["gpu-check: torch_memory_saver's own GPU tests (test_examples.py) did not run: "
+                                  "their scenarios, test/examples, are not in the sdist; give TMS_EXAMPLES=DIR "
+                                  "(docs/gpu.md)"]) \
+            + ["gpu-check: dry run: every step up to the GPU passed; nothing ran on a GPU"]
+        assert r.stderr.splitlines()[-len(said):] == said and r.stderr.count("did not run") == len(said) - 1, \
+            r.stderr
+        tables = r.stdout.split("\n== ")[1:]
+        titles = [t.splitlines()[0] for t in tables]
+        assert titles[:4] == [f"torch_memory_saver {v}, {m} mode ==" for v in GPU_CHECK_VERSIONS for m in MODES], \
+            titles
+        for table in tables[:4]:
+            results = dict(re.findall(r"(?m)^(\S.*?) +(PASS|FAIL|SKIP) ", table))
+            assert set(results.values()) == {"PASS", "SKIP"} and len(results) == 12, table
+            assert [k for k, v in results.items() if v == "SKIP"] == ["pause/resume 8 GiB",
+                                                                      "child: pause/resume 2 GiB"], table
+            assert "INTERCEPTED" in table and "child: plan inherited (no re-exec, no resolve)" in results, table
+        suite = tables[4]
+        summary = [line for line in tables[5].splitlines()[1:] if line]
+        assert [line.split()[-1] for line in summary[:6]] == ["PASS"] * 6, summary
+        if given:
+            assert "flagged: 10 passed; 0 GPU tests" not in suite and "flagged: 10 passed; " in suite, suite
+            assert "\ntest_examples.py::test_simple[preload] " in suite, suite
+            assert len(summary) == 6, summary
+        else:
+            assert "\nnot run: test_examples.py: its scenarios, test/examples/, are not in the sdist; " in suite, suite
+            assert "\nflagged: 10 passed; their GPU tests (test_examples.py) did not run: no test/examples\n" \
+                in suite, suite
+            assert "test_examples.py::" not in suite, suite
+            assert [" ".join(line.split()) for line in summary[6:]] == \
+                ["their GPU tests (test_examples.py) NOT RUN (no test/examples: TMS_EXAMPLES)"], summary
 
 
 # ---------------------------------------------------------------- what an import line sees, per version

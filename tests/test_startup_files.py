@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, ROOTFS_PYTHONS, need, report_host
 from conftest import python_version as version
 from rootfs import RootfsVenv
-from support import MAPPED, REEXECD, WAY_OUT, Venv, clean_env, execs, locate_python, uv
+from support import MAPPED, REEXECD, WAY_OUT, Venv, clean_env, execs, locate_python, run, uv
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13", *ROOTFS_PYTHONS]
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -135,11 +137,36 @@ def test_site_options_follow_the_same_rules_on_every_version(scenario, python, h
 
 
 
-def assert_left_over_said(r, pth, python: str, warn: bool) -> None:
+# The three files the wheel puts at the root of site-packages (setup.py's STARTUP_FILES), and a start's user code.
+START_UP_FILES = ("tms_autopreload.pth", "_tms_autopreload_start.py", "_tms_autopreload_left_over.py")
+USER = ["-c", "print('user code ran')"]
+
+
+def removal(pth) -> str:
+    """The command that removes the three start-up files beside ``pth``, as a shell reads it, from any shell."""
+    return "env TMS_AUTOPRELOAD_DISABLE=1 " + shlex.join(["rm", "-f", "--", *(str(pth.parent / n) for n in
+                                                                                START_UP_FILES)])
+
+
+def paste(scn, fix: str, env: dict[str, str]):
+    """``fix`` pasted into the shell that showed it (its variables, the flag among them), then the start again."""
+    return scn.host.run(["sh", "-c", f"{fix}; {shlex.join([str(scn.venv.python), *USER])}"], clean_env(**env))
+
+
+def assert_pasted_removal_works(scn, fix: str, env: dict[str, str]) -> None:
+    """The removal, pasted into the flagged shell: every start-up file is gone, and the next start runs unhooked
+    and says nothing, the flag still set."""
+    assert fix == removal(scn.site / "tms_autopreload.pth"), fix
+    r = paste(scn, fix, env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "user code ran\n", ""), (fix, r.returncode, r.stderr)
+    assert not [n for n in START_UP_FILES if (scn.site / n).exists()], fix
+
+
+def assert_left_over_said(r, pth, python: str, warn: bool) -> str:
     """One ``tms-autopreload:`` message naming the left-over ``.pth`` and both fixes (reinstall this package
-    from the wheel pip recorded, for this interpreter, unhooked; or remove the file), then the policy: exit
-    78 before user code, with the way out of a stop, or (``warn``) user code runs; never site.py's traceback.
-    That the fix works as printed: tests/test_install_commands.py."""
+    from the wheel pip recorded, for this interpreter, unhooked; or remove the three start-up files), then the
+    policy: exit 78 before user code, with the way out of a stop, or (``warn``) user code runs; never site.py's
+    traceback. Returns the removal as printed. That the reinstall works as printed: tests/test_way_out.py."""
     assert "Traceback" not in r.stderr and "Error processing line" not in r.stderr, r.stderr
     lines = r.stderr.splitlines()
     # once, though site.py reads a venv's site-packages twice on 3.10-3.14
@@ -148,9 +175,10 @@ def assert_left_over_said(r, pth, python: str, warn: bool) -> None:
             f"process is not hooked. Fix: `env TMS_AUTOPRELOAD_DISABLE=1 {python} -m ")
     assert lines[0].startswith(head) and " -m pip install --force-reinstall /" in lines[0], r.stderr
     warned = "; continuing without the hook (TMS_AUTOPRELOAD_ON_ERROR=warn)" if warn else ""
-    assert lines[0].endswith(f"; or remove it (`env TMS_AUTOPRELOAD_DISABLE=1 rm -- {pth}`){warned}"), r.stderr
+    assert lines[0].endswith(f"; or remove the start-up files (`{removal(pth)}`){warned}"), r.stderr
     assert warn or ("\n" + lines[1]).startswith(WAY_OUT), r.stderr
     assert (r.returncode, r.stdout) == ((0, "user code ran\n") if warn else (78, "")), (r.returncode, r.stdout)
+    return removal(pth)
 
 
 @pytest.mark.parametrize("python", [DEFAULT_PYTHON, "3.13", "sid/3.15"])
@@ -158,22 +186,176 @@ def test_a_left_over_pth_whose_package_is_gone(scenario, python):
     """The wheel installed, then its package directory removed (``tms_autopreload.pth`` left over): a
     flagged start says so in one line naming the file and the fix, then follows TMS_AUTOPRELOAD_ON_ERROR
     as the package does (exit 78, or continue with ``warn``; an unknown policy is ``exit``); without a flag
-    on (none, an off word, or the kill switch on, misspelt or not) nothing is said and the program runs."""
+    on (none, an off word, or the kill switch on, misspelt or not) nothing is said and the program runs.
+    The other fix, pasted into the flagged shell, removes every start-up file the wheel put there."""
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python, tag="left-over")
     shutil.rmtree(scn.site / "tms_autopreload")
     pth = scn.site / "tms_autopreload.pth"
-    user = ["-c", "print('user code ran')"]
     for env in ({}, {"TMS_AUTOPRELOAD": "0"}, {"SLIME_OFFLOAD_TRAIN": "maybe"}, {"TMS_AUTOPRELOAD": ""},
                 {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": "1"},
                 {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": "ture"}):
-        r = scn.run(user, env)
+        r = scn.run(USER, env)
         assert (r.returncode, r.stdout, r.stderr) == (0, "user code ran\n", ""), (env, r.returncode, r.stderr)
     for env, warn in (({"TMS_AUTOPRELOAD": "1"}, False), ({"SLIME_OFFLOAD_TRAIN": " Yes "}, False),
                       ({"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_ON_ERROR": "exit"}, False),
                       ({"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_ON_ERROR": "fail"}, False),
                       ({"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": "off", "TMS_AUTOPRELOAD_ON_ERROR": " WARN"},
                        True)):
-        assert_left_over_said(scn.run(user, env), pth, str(scn.venv.python), warn)
+        fix = assert_left_over_said(scn.run(USER, env), pth, str(scn.venv.python), warn)
+    assert_pasted_removal_works(scn, fix, {"TMS_AUTOPRELOAD": "1"})
+
+
+@pytest.mark.parametrize("how", ["from-an-index", "dist-info-gone"])
+def test_a_left_over_pth_that_no_record_explains_prints_a_fix_that_works(scenario, how):
+    """Where pip recorded no source (an install from an index: no ``direct_url.json``), or the
+    ``.dist-info`` went with the package, no command can name the wheel or checkout to install again, and
+    tms-autopreload is not on the package index. The fix is the removal of the start-up files, which pasted
+    into the flagged shell lets the next start run, unhooked and silent; what hooks it again is said in
+    words, with no placeholder path, and done as said (the wheel installed again, ``--force-reinstall``:
+    from an index the ``.dist-info`` is still there), the next flagged start is hooked."""
+    scn = report_host(scenario, tag=f"left-over-{how}")
+    shutil.rmtree(scn.site / "tms_autopreload")
+    (info,) = scn.site.glob("tms_autopreload-*.dist-info")
+    if how == "from-an-index":
+        (info / "direct_url.json").unlink()
+    else:
+        shutil.rmtree(info)
+    pth, python = scn.site / "tms_autopreload.pth", str(scn.venv.python)
+    r = scn.run(USER, {"SLIME_OFFLOAD_TRAIN": "1"})
+    assert (r.returncode, r.stdout) == (78, "") and "Traceback" not in r.stderr, r.stderr
+    message, _, way_out = r.stderr.partition("\n")
+    assert ("\n" + way_out).startswith(WAY_OUT) and "/path/to" not in r.stderr, r.stderr
+    assert message == (
+        f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so this "
+        f"process is not hooked. Fix: `{removal(pth)}` (nothing records where this copy came from: to hook {python} "
+        f"again, install tms-autopreload for it from your wheel or checkout, with pip's --force-reinstall; it is not "
+        f"on the package index)"), message
+    assert_pasted_removal_works(scn, removal(pth), {"SLIME_OFFLOAD_TRAIN": "1"})
+    run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--disable-pip-version-check", "--no-deps",
+         "--no-index", "--force-reinstall", str(scn.parts.own_wheel)], env=clean_env())
+    r = scn.flagged(HOOKED)
+    assert r.returncode == 0 and json.loads(r.stdout) == [True, [str(scn.site / CU13)]], r.stderr
+
+
+# What gone leaves: the start module alone, or the package with the fallback its start module imports.
+GONE = {"start-module": ("_tms_autopreload_start.py",), "package-and-fallback": ("tms_autopreload",
+                                                                                "_tms_autopreload_left_over.py")}
+
+
+@pytest.mark.parametrize("python", [DEFAULT_PYTHON, "3.10", "sid/3.15"])
+@pytest.mark.parametrize("gone", list(GONE))
+def test_a_pth_whose_start_up_files_are_gone_fails_closed(scenario, tmp_path, python, gone):
+    """The ``.pth`` kept, what its line imports gone (the start module; or the package and the fallback the
+    start module imports): site.py would print ``ModuleNotFoundError`` (twice in a venv) and a flagged start
+    would run unhooked. Its line catches that itself: without a flag on, or with the kill switch on, nothing
+    is said; pip (by its name) and uv's interpreter query run, and pass the kill switch on; a flagged start
+    stops with 78 and one message whose fix, pasted into the flagged shell, lets the next start run; with
+    TMS_AUTOPRELOAD_ON_ERROR=warn it is said once and the program runs."""
+    scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python,
+                   tag=f"start-gone-{gone}")
+    for name in GONE[gone]:
+        (shutil.rmtree if name == "tms_autopreload" else Path.unlink)(scn.site / name)
+    pth, python_path = scn.site / "tms_autopreload.pth", str(scn.venv.python)
+    for env in ({}, {"TMS_AUTOPRELOAD": "0"}, {"SLIME_OFFLOAD_TRAIN": "maybe"},
+                {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": "1"},
+                {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": " Ture"}):
+        r = scn.run(USER, env)
+        assert (r.returncode, r.stdout, r.stderr) == (0, "user code ran\n", ""), (env, r.returncode, r.stderr)
+    # The repair tools, by the names pip's launcher and uv's query give them; each passes the kill switch on.
+    shown = "import os; print(os.environ.get('TMS_AUTOPRELOAD_DISABLE'))"
+    (tmp_path / "pip3.12").write_text(shown + "\n")
+    (tmp_path / "python").mkdir()
+    (tmp_path / "python" / "get_interpreter_info.py").write_text(f"def main():\n    {shown}\n")
+    query = f"import sys; sys.path = [{str(tmp_path)!r}]; from python.get_interpreter_info import main; main()"
+    for args in ([str(tmp_path / "pip3.12")], ["-I", "-B", "-c", query]):
+        r = scn.run(args, {"TMS_AUTOPRELOAD": "1"})
+        assert (r.returncode, r.stdout, r.stderr) == (0, "1\n", ""), (args, r.returncode, r.stderr)
+    error = "No module named " + repr("_tms_autopreload_start" if gone == "start-module" else
+                                      "_tms_autopreload_left_over")
+    said = (f"tms-autopreload: {pth} is left over: {error}, so this process is not hooked. Fix: `{removal(pth)}` "
+            f"(then install tms-autopreload for {python_path} again from your wheel or checkout, with pip's "
+            f"--force-reinstall, to hook it)")
+    r = scn.run(USER, {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_ON_ERROR": "Warn"})
+    assert (r.returncode, r.stdout) == (0, "user code ran\n"), r.stderr
+    assert r.stderr == f"{said}; continuing without the hook (TMS_AUTOPRELOAD_ON_ERROR=warn)\n", r.stderr
+    r = scn.run(USER, {"SLIME_OFFLOAD_TRAIN": "1"})
+    assert (r.returncode, r.stdout) == (78, ""), r.stderr
+    assert r.stderr == (f"{said}\nTo run a command here without the hook: `env TMS_AUTOPRELOAD_DISABLE=1 COMMAND` "
+                        f"(every printed fix starts so), or `unset SLIME_OFFLOAD_TRAIN` (or export "
+                        f"TMS_AUTOPRELOAD_DISABLE=1) for the rest of this shell.\n"), r.stderr
+    assert_pasted_removal_works(scn, removal(pth), {"SLIME_OFFLOAD_TRAIN": "1"})
+
+
+def test_the_lines_own_fallback_decides_as_the_package_does(tmp_path, monkeypatch, capfd):
+    """:func:`tms_autopreload.leftover.start_gone`, which the ``.pth``'s second line runs where what its line
+    imports is gone, stops a start (exit 78) where the package would hook it, and nowhere else: for every
+    flag and kill-switch word (``flags()`` is the judge) and every program the package never hooks, as
+    site.py leaves ``sys.argv`` for it (``unhooked_program`` and its tables are the judge), each of which it
+    leaves with the kill switch on for its children. The one difference, by design: its own command, which
+    can repair nothing where the start module is gone, is stopped too; ``TMS_AUTOPRELOAD_ON_ERROR=warn`` goes
+    on. In this process, as the real starts above run it written into the file."""
+    import os
+    from unittest import mock
+
+    import tms_autopreload as package
+    from tms_autopreload import leftover
+
+    class Stopped(Exception):
+        pass
+
+    def stop(code):
+        raise Stopped(code)
+
+    monkeypatch.setattr(os, "_exit", stop)
+    pth = str(tmp_path / "tms_autopreload.pth")
+
+    def start(env: dict[str, str], argv: list[str], orig: list[str]) -> tuple[str, str | None]:
+        """(what start_gone did, the kill switch it leaves) for a start whose start module is gone."""
+        monkeypatch.setattr(sys, "argv", argv)
+        monkeypatch.setattr(sys, "orig_argv", orig)
+        with mock.patch.dict(os.environ, env, clear=True):
+            if hasattr(sys, "tms_autopreload_left_over"):
+                del sys.tms_autopreload_left_over
+            try:
+                raise ModuleNotFoundError("No module named '_tms_autopreload_start'", name="_tms_autopreload_start")
+            except ImportError:
+                try:
+                    leftover.start_gone(pth)
+                except Stopped as code:
+                    assert code.args == (78,)
+                    return "stopped", os.environ.get("TMS_AUTOPRELOAD_DISABLE")
+                finally:
+                    if hasattr(sys, "tms_autopreload_left_over"):
+                        del sys.tms_autopreload_left_over
+            return "ran", os.environ.get("TMS_AUTOPRELOAD_DISABLE")
+
+    python = sys.executable
+    programs = [([str(tmp_path / "train.py")], [python, str(tmp_path / "train.py")]), (["-c"], [python, "-c", "pass"]),
+                (["-m", "a"], [python, "-m", "mymod", "a"]), ([""], [python])]
+    for name, markers in (*package._SCRIPTS.items(), ("pip3.12", package._SCRIPTS["pip"])):
+        script = tmp_path / name
+        script.write_bytes(markers[0] + b" main\n")
+        programs.append(([str(script), "install"], [python, "-E", str(script), "install"]))
+    for module in package._MODULES:
+        programs += [(["-m", "install"], [python, "-m", module, "install"]), (["-m"], [python, f"-Im{module}"])]
+    for name in package._SCRIPT_FILES:
+        programs.append(([str(tmp_path / name), "install"], [python, str(tmp_path / name), "install"]))
+    for text in package._COMMANDS:
+        programs.append((["-c"], [python, "-I", "-B", "-c", f"import sys; sys.path = ['/x']; {text}"]))
+    for argv, orig in programs:
+        tool = package.unhooked_program(argv, orig)
+        want = ("stopped", None) if tool in (None, package.COMMAND) else ("ran", "1")
+        assert start({"TMS_AUTOPRELOAD": "1"}, argv, orig) == want, (orig, tool)
+    words = sorted(package.TRUE_WORDS | package.FALSE_WORDS) + [" On ", "maybe", "ture"]
+    hooked = programs[0]
+    for name in (*package.FLAG_VARS, package.DISABLE_VAR):
+        for word in words:
+            env = {name: word} if name != package.DISABLE_VAR else {"SLIME_OFFLOAD_TRAIN": "1", name: word}
+            want = "stopped" if package.flags(env, warn=False)[0] else "ran"
+            assert start(env, *hooked)[0] == want, env
+    assert start({"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_ON_ERROR": " warn"}, *hooked)[0] == "ran"
+    err = capfd.readouterr().err
+    assert "continuing without the hook (TMS_AUTOPRELOAD_ON_ERROR=warn)" in err and "Traceback" not in err
 
 
 def test_the_left_over_fallback_says_it_once_per_process(tmp_path, monkeypatch, capfd):

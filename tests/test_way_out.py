@@ -1,5 +1,6 @@
 """The way out works from where the user stands: every fix, pasted into the shell that printed it, changes
-the environment the message is about, and the retried command goes further.
+the environment the message is about, and the retried command goes further, with every package where the world
+put it.
 
 A property over worlds x failures x shells. Each cell builds its world, provokes the message the way a user
 meets it (a flagged ``python -c pass`` that stops with exit 78, or ``doctor`` in a shell with no flag), takes
@@ -8,7 +9,9 @@ the fix out of it exactly as printed (the first command in backticks after ``Fix
 activated or not. Installs are real and offline, from the suite's wheel cache, through the variables pip and
 uv read (``PIP_NO_INDEX``/``PIP_FIND_LINKS``; uv 0.13 has no variable for ``--no-index``, so ``UV_CONFIG_FILE``
 names a ``uv.toml`` that says it, with ``UV_FIND_LINKS``; a fresh ``UV_CACHE_DIR`` per cell). Every retry here
-then passes: the start is hooked, or ``doctor`` has a plan.
+then passes: the start is hooked, or ``doctor`` has a plan; and torch, torch_memory_saver and this package are
+found where the world put them, torch_memory_saver where it put none beside torch (in the user site where torch
+lies there: pip's ``--user``).
 
 Worlds (where torch, torch_memory_saver and this package live):
 
@@ -18,18 +21,24 @@ Worlds (where torch, torch_memory_saver and this package live):
 * ``without-pip``: a venv made ``--without-pip``, everything in it; another venv's ``pip`` first on ``PATH``;
 * ``uv-venv``: a venv uv made (no pip), everything installed by uv; ``uv`` on ``PATH``;
 * ``uv-venv-without-uv``: the same, ``uv`` not on ``PATH`` (a venv made by a uv the shell does not have);
-* ``user-site``: an interpreter's own prefix with no pip, everything in the user site under ``HOME``;
+* ``user-site``: an interpreter's own prefix with no pip, everything in the user site under ``HOME``; ``uv`` on
+  ``PATH`` (which installs nothing into a user site);
+* ``debian-user-site``: Debian trixie's own ``python3`` with Debian's ``python3-pip``, marked externally
+  managed (PEP 668) as Debian ships it, everything installed ``--user`` with that pip (told
+  ``--break-system-packages``, as its users are), run in a Debian root file system (``tools/rootfs.py``);
 * ``target``: torch and this package in a venv with pip, torch_memory_saver in a ``pip install --target``
   folder on ``PYTHONPATH`` (site.py never reads a ``.pth`` file from there).
 
 Failures: no torch_memory_saver; 0.0.10 with its cu13 build deleted; 0.0.9 (a CUDA 12 build only) under a
-CUDA 13 torch; this package's directory removed (its ``.pth`` left over); ``TMS_AUTOPRELOAD_PATH`` naming
-no file; ``TMS_AUTOPRELOAD_CUDA_MAJOR=12`` under a CUDA 13 torch. Shells: ``TMS_AUTOPRELOAD=1``,
+CUDA 13 torch; this package's directory removed (its ``.pth`` left over), with the record of where pip
+installed it from or without it (as from an index: no command can name the source then, and the fix
+removes the start-up files); the start module the ``.pth`` line imports removed; ``TMS_AUTOPRELOAD_PATH``
+naming no file; ``TMS_AUTOPRELOAD_CUDA_MAJOR=12`` under a CUDA 13 torch. Shells: ``TMS_AUTOPRELOAD=1``,
 ``SLIME_OFFLOAD_TRAIN=1``, dlopen mode, and no flag (``doctor`` provokes the message; not for a left-over
 ``.pth``, where no command of the package can run and nothing is said without a flag).
 
 The host has the driver and CUDA 13 in its loader cache, and torch is the CUDA 13 stand-in. The fast lane
-runs the cells of :data:`FAST`; ``make test`` every one.
+runs the cells of :data:`FAST`; ``make test`` every one (a class per world).
 """
 
 from __future__ import annotations
@@ -45,35 +54,42 @@ from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_PYTHON, need
+from rootfs import RootfsHost
 from support import (MAPPED, Host, Venv, assert_stopped, base_python, clean_env, locate_python, private_copy, run,
                      tms_wheel, uv, write_torch_standin)
 
 WORLDS = ["pip-venv-activated", "pip-venv-by-path", "without-pip", "uv-venv", "uv-venv-without-uv", "user-site",
-          "target"]
-FAILURES = ["no-tms", "deleted-build", "cu12-only-release", "package-removed", "bad-path", "cuda12-override"]
+          "debian-user-site", "target"]
+FAILURES = ["no-tms", "deleted-build", "cu12-only-release", "package-removed", "package-removed-unrecorded",
+            "start-removed", "bad-path", "cuda12-override"]
+# Where no command of the package can run, and nothing is said without a flag.
+LEFT_OVER = ("package-removed", "package-removed-unrecorded", "start-removed")
 SHELLS = {"TMS_AUTOPRELOAD": {"TMS_AUTOPRELOAD": "1"}, "SLIME_OFFLOAD_TRAIN": {"SLIME_OFFLOAD_TRAIN": "1"},
           "dlopen": {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_MODE": "dlopen"}, "no-flag": {}}
-# At most five cells in the fast lane, the cheapest: a uv venv is made and filled in a second, for five failures
-# and each shell; make test runs every world.
+# Six cells in the fast lane: five of the cheapest (a uv venv is made and filled in a second), for five failures
+# and each shell; and the one world where a fix for what is not installed must say where: the user site (about
+# 15 s here, most of it ensurepip). make test runs every world.
 FAST = {("uv-venv", "deleted-build", "TMS_AUTOPRELOAD"), ("uv-venv", "package-removed", "SLIME_OFFLOAD_TRAIN"),
         ("uv-venv", "no-tms", "dlopen"), ("uv-venv", "cuda12-override", "no-flag"),
-        ("uv-venv", "cu12-only-release", "SLIME_OFFLOAD_TRAIN")}
+        ("uv-venv", "cu12-only-release", "SLIME_OFFLOAD_TRAIN"), ("user-site", "no-tms", "SLIME_OFFLOAD_TRAIN")}
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+DEBIAN = "trixie"  # the Debian root of debian-user-site (tools/rootfs.py: its python3 with python3-pip)
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def _cells(fast: bool, world: str | None = None):
     """The cells of the fast lane (``fast``), or the others of ``world``."""
     for w, failure, shell in itertools.product(WORLDS, FAILURES, SHELLS):
-        if shell == "no-flag" and failure == "package-removed":
+        if shell == "no-flag" and failure in LEFT_OVER:
             continue  # no command of the package can run, and without a flag nothing is said
         if ((w, failure, shell) in FAST) is fast and (fast or w == world):
             yield pytest.param(w, failure, shell, id=f"{w}-{failure}-{shell}")
 
 
 @pytest.fixture(scope="module")
-def kit(parts, tmp_path_factory):
-    """What every cell builds from: the wheels (offline, one folder), the host, and built-once templates."""
+def kit(parts, rootfs, tmp_path_factory):
+    """What every cell builds from: the wheels (offline, one folder), the host, and built-once templates (the
+    Debian root and its host among them, made where a world asks)."""
     root = tmp_path_factory.mktemp("way-out")
     links = root / "wheels"
     links.mkdir()
@@ -86,7 +102,9 @@ def kit(parts, tmp_path_factory):
     (uvbin / "uv").symlink_to(need(_uv))
     return {"root": root, "links": links, "uvbin": uvbin, "python": need(locate_python, DEFAULT_PYTHON),
             "host": need(Host, root / "host", parts.host_dirs(("driver", "cuda13"))), "templates": {},
-            "deps": parts.global_deps("cu13-sys"), "own": parts.own_wheel}
+            "deps": parts.global_deps("cu13-sys"), "own": parts.own_wheel,
+            "debian": lambda: need(RootfsHost, rootfs(DEBIAN), root / "debian-host",
+                                   parts.host_dirs(("driver", "cuda13")))}
 
 
 def _uv() -> str:
@@ -112,8 +130,9 @@ def _pip(kit, python: Path, *args: str, env: dict[str, str] | None = None) -> No
         env=clean_env(**(env or {})))
 
 
-def _template(kit, name: str, make) -> Venv:
-    """A venv made once per module by ``make(path)``, which cells copy (scripts rewritten to the copy)."""
+def _template(kit, name: str, make):
+    """A venv made once per module by ``make(path)``, which cells copy (scripts rewritten to the copy); or
+    another thing cells share (the Debian root's host)."""
     if name not in kit["templates"]:
         kit["templates"][name] = make(kit["root"] / "templates" / name)
     return kit["templates"][name]
@@ -125,12 +144,14 @@ def _pip_venv(kit, path: Path) -> Venv:
 
 
 class World:
-    """One cell's world: how its shell starts the interpreter (``python``), that shell's variables
-    (``env``), and where this package and torch_memory_saver lie."""
+    """One cell's world: the machine it runs on (``host``: this one, or a Debian root), how its shell starts the
+    interpreter (``python``), that shell's variables (``env``), and where this package (``site``), torch
+    (``torch_site``) and torch_memory_saver (``tms_site``) lie."""
 
     def __init__(self, kit, cell: Path, world: str, tms: str | None) -> None:
         self.home = cell / "home"
         self.home.mkdir(parents=True)
+        self.host = kit["host"]
         env = {"HOME": str(self.home), "PATH": SYSTEM_PATH}
         wheels = [str(kit["own"])] + ([f"torch-memory-saver=={tms}"] if tms and world != "target" else [])
         if world in ("pip-venv-activated", "pip-venv-by-path", "target"):
@@ -164,12 +185,20 @@ class World:
                 env=clean_env(**build))
             env["PATH"] = f"{kit['uvbin']}:{SYSTEM_PATH}" if world == "uv-venv" else SYSTEM_PATH
             self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
-        else:  # user-site
+        elif world == "user-site":
             base = base_python(kit["python"], cell / "base")
             _pip(kit, base.python, "--user", *wheels, env={"HOME": str(self.home)})
             user = run([str(base.python), "-c", "import site; print(site.getusersitepackages())"],
                        env=clean_env(HOME=str(self.home))).stdout.strip()
+            env["PATH"] = f"{kit['uvbin']}:{SYSTEM_PATH}"
             self.python, self.site, self.tms_site = str(base.python), Path(user), Path(user)
+        else:  # debian-user-site: Debian's pip, run in the root, installs as its users do (pip says which option)
+            self.host = _template(kit, "debian-host", lambda _: kit["debian"]())
+            fs, home = self.host.rootfs, clean_env(HOME=str(self.home))
+            fs.run(["python3", "-m", "pip", "install", "-q", "--user", "--break-system-packages", "--no-deps",
+                    "--no-index", "--find-links", str(kit["links"]), *wheels], home)
+            user = fs.run(["python3", "-c", "import site; print(site.getusersitepackages())"], home).stdout.strip()
+            self.python, self.site, self.tms_site = "python3", Path(user), Path(user)
         self.torch_site = self.site
         write_torch_standin(self.torch_site, cuda="13.0", hip=None, deps_lib=kit["deps"])
         self.env = env
@@ -184,8 +213,13 @@ def _broken(kit, cell: Path, world: str, failure: str) -> tuple[World, dict[str,
     added: dict[str, str] = {}
     if failure == "deleted-build":
         (w.tms_site / CU13).unlink()
-    elif failure == "package-removed":
+    elif failure in ("package-removed", "package-removed-unrecorded"):
         shutil.rmtree(w.site / "tms_autopreload")
+        if failure == "package-removed-unrecorded":  # as from an index: pip records only a direct install
+            for record in w.site.glob("tms_autopreload-*.dist-info/direct_url.json"):
+                record.unlink()
+    elif failure == "start-removed":
+        (w.site / "_tms_autopreload_start.py").unlink()
     elif failure == "bad-path":
         added["TMS_AUTOPRELOAD_PATH"] = str(cell / "gone" / "torch_memory_saver_hook_mode_preload_cu13.abi3.so")
     elif failure == "cuda12-override":
@@ -203,20 +237,55 @@ def the_fix(said: str) -> str:
 
 
 @pytest.mark.parametrize("world, failure, shell", list(_cells(fast=True)))
-def test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_path, world, failure, shell):
+def test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_path, world, failure, shell, said):
+    """What the stop (or ``doctor``) says is on record too (``said``: tests/words.py)."""
     w, added = _broken(kit, tmp_path, world, failure)
     env = {**w.env, **added, **SHELLS[shell], **_offline(kit, tmp_path)}
     retry = [w.python, "-m", "tms_autopreload", "doctor"] if shell == "no-flag" else [w.python, "-c", "pass"]
-    before = kit["host"].run(retry, env, timeout=300)
-    said = before.stdout if shell == "no-flag" else before.stderr
+    before = w.host.run(retry, env, timeout=300)
+    record, said = said, before.stdout if shell == "no-flag" else before.stderr
     assert before.returncode == (1 if shell == "no-flag" else 78), (before.returncode, said)
+    assert _on_record(kit, w, tmp_path, f"$ {shlex.join(retry)}\n{said}--- exit {before.returncode}\n") == record
     fix = the_fix(said)
     assert fix.startswith(("env TMS_AUTOPRELOAD_DISABLE=1 ", "unset ")), (fix, said)
-    after = kit["host"].run(["sh", "-c", f"{fix}; {shlex.join(retry)}"], env, timeout=600)
+    after = w.host.run(["sh", "-c", f"{fix}; {shlex.join(retry)}"], env, timeout=600)
     headline = next(line for line in said.splitlines() if line.startswith(("NO PLAN:", "tms-autopreload: "))
                     and not line.startswith("tms-autopreload: warning:"))
     assert after.returncode == 0, (fix, after.stdout[-2000:], after.stderr[-3000:])
     assert headline not in after.stdout + after.stderr, (fix, headline)
+    found = w.host.run([w.python, "-c", WHERE], w.env)  # the world's shell without the flag: nothing hooked
+    assert found.returncode == 0, found.stderr
+    placed = {name: os.path.realpath(site / name) for name, site in _placed(w, failure).items()}
+    assert {n: os.path.realpath(d) for n, d in json.loads(found.stdout).items() if d} == placed, (fix, found.stdout)
+
+
+def _on_record(kit, w: World, cell: Path, text: str) -> str:
+    """``text`` as the snapshot holds it: this cell's paths named (tests/words.py)."""
+    from words import normalise
+
+    python = os.path.realpath(kit["python"])
+    driver, cuda13 = kit["host"].dirs
+    return normalise(text, {"<site>": w.site, "<tms-site>": w.tms_site, "<home>": w.home, "<cell>": cell,
+                            "<kit>": kit["root"], "<own-wheel>": kit["own"], "<driver-dir>": driver,
+                            "<cuda13-dir>": cuda13, "<base-python>": python,
+                            "<base-prefix>": Path(python).parent.parent})
+
+
+# Where the interpreter finds each package, without importing it (torch's stand-in raises on import).
+WHERE = ("import importlib.util, json; specs = {n: importlib.util.find_spec(n) for n in "
+         "('torch', 'torch_memory_saver', 'tms_autopreload')}; "
+         "print(json.dumps({n: s.submodule_search_locations[0] for n, s in specs.items() if s}))")
+
+
+def _placed(w: World, failure: str) -> dict[str, Path]:
+    """The site directory each package must be found in after the fix: where the world put it; torch_memory_saver,
+    which no-tms leaves out, beside torch (in the user site where torch lies there); this package nowhere where it
+    is gone and no record names its source (the fix removes its start-up files and says how to install it)."""
+    placed = {"torch": w.torch_site, "torch_memory_saver": w.torch_site if failure == "no-tms" else w.tms_site,
+              "tms_autopreload": w.site}
+    if failure == "package-removed-unrecorded":
+        del placed["tms_autopreload"]
+    return placed
 
 
 def _world_class(world: str) -> type:
@@ -224,8 +293,8 @@ def _world_class(world: str) -> type:
     ``--dist loadscope`` gives each world to a worker (one module would run every cell on one)."""
     @pytest.mark.slow
     @pytest.mark.parametrize("world, failure, shell", list(_cells(False, world)))
-    def test(self, kit, tmp_path, world, failure, shell):
-        test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_path, world, failure, shell)
+    def test(self, kit, tmp_path, world, failure, shell, said):
+        test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_path, world, failure, shell, said)
 
     return type(f"TestWorld_{world.replace('-', '_')}", (), {
         "__doc__": f"The way out in the world {world}.",

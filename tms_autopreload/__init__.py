@@ -304,9 +304,12 @@ def kill_switch(env: "Mapping[str, str] | None" = None) -> "tuple[bool, str | No
 
 
 def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
-    """(hook on, slime mode) for ``env`` (default: this process's); one warning per unrecognised value."""
+    """(hook on, slime mode) for ``env`` (default: this process's); one warning per unrecognised value of the
+    booleans a start reads: the flags, the kill switch and :data:`VERBOSE_VAR` (read where a decision is said,
+    by :func:`parse_flag` alone: its warning is said here, once per start, as the others')."""
     env = os.environ if env is None else env
-    values = {DISABLE_VAR: kill_switch(env), **{name: parse_flag(name, env.get(name)) for name in FLAG_VARS}}
+    values = {DISABLE_VAR: kill_switch(env),
+              **{name: parse_flag(name, env.get(name)) for name in (*FLAG_VARS, VERBOSE_VAR)}}
     for _, warning in values.values():
         if warning and warn:
             say("warning: " + warning)
@@ -364,6 +367,10 @@ def _inherited(mapped: "list[str]", planned: "str | None") -> "tuple[str, str] |
 
 
 COMMAND = "tms-autopreload"  # the console script (pyproject.toml); also ``python -m tms_autopreload``
+# How a shell takes the plan's variables, as every message prints it: ``env`` prints nothing and fails where it
+# finds no plan (or where the loader kills it: a bad LD_PRELOAD exported), and a bare ``eval "$(...)"`` would hide
+# that and return 0; so the status is checked before anything is evaluated.
+APPLY_ENV = f'v="$({COMMAND} env)" && eval "$v"'
 # The programs a flagged start never hooks, by what site.py leaves in sys.argv while the .pth line runs.
 # This package's own command: it answers for its caller's environment, which the hook would change before
 # its code runs, or stop (exit 78) on the very node ``doctor`` is for. The tools a user repairs an
@@ -458,7 +465,9 @@ def process_startup() -> None:
                 env["LD_PRELOAD"] = preload
             env.pop(EXEC_VAR, None)
             if parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]:
-                say(f"{path} is mapped (resolved for this interpreter); "
+                from .builds import shown_path  # said of a link to a file of another name as the start said it
+
+                say(f"{shown_path(path)} is mapped (resolved for this interpreter); "
                     + (f"LD_PRELOAD rewritten as {preload}" if rewritten else "nothing to do"))
             return
     except Exception:  # noqa: BLE001 - the full path below reports anything, without a traceback

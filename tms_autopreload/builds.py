@@ -11,8 +11,8 @@ from .elf import MACHINE_NAMES, DynamicInfo, ElfError, UnreadableFile, read_dyna
 from .gpu_libraries import CUDA, DRIVER_ONLY, DRIVER_SONAME, HIP, UNUSABLE, runtime_name, runtime_of, runtime_soname
 from .trust import Refusal, Trusted, refusal
 
-__all__ = ["Build", "read_build", "find_builds", "interposed", "is_preload_name", "named_major", "PRELOAD_PREFIXES",
-           "DRIVER_ONLY_PREFIX"]
+__all__ = ["Build", "read_build", "find_builds", "interposed", "is_preload_name", "named_major", "shown_build",
+           "shown_path", "is_renamed", "PRELOAD_PREFIXES", "DRIVER_ONLY_PREFIX"]
 
 # The file names of the preload builds torch_memory_saver's releases ship: the hook modes' (a ``_cu<major>``
 # suffix before the extension where a release ships one per major, none where one build is all there is), and
@@ -73,13 +73,63 @@ class Build:
     def name(self) -> str:
         return os.path.basename(self.path)
 
+    @property
+    def file(self) -> str:
+        """The file its path names, every symbolic link resolved: the file the loader maps."""
+        return os.path.realpath(self.path)
+
     def target(self) -> str:
         """What it was built for, in words."""
-        if self.kind in (CUDA, HIP) and self.major is not None:  # read_build gives both kinds their major
-            return f"{runtime_name(self.kind, self.major)} (needs {runtime_soname(self.kind, self.major)})"
-        if self.kind == DRIVER_ONLY:
-            return f"any CUDA runtime (needs only the driver, {DRIVER_SONAME})"
-        return "nothing loadable"
+        need = _need(self.kind, self.major)
+        if need is None:
+            return "nothing loadable"
+        return f"{runtime_name(self.kind, self.major)} (needs {need})" if self.kind in (CUDA, HIP) else (
+            f"any CUDA runtime (needs {need})")
+
+    def shown(self) -> str:
+        """This build as a reader is shown it (:func:`shown_build`)."""
+        return shown_build(self.path, self.file, self.kind, self.major)
+
+
+def _need(kind: str, major: "int | None") -> "str | None":
+    """What a build of this kind links, in words: its runtime library, or only the driver's; None: nothing
+    loadable."""
+    if kind in (CUDA, HIP) and major is not None:  # read_build gives both kinds their major
+        return runtime_soname(kind, major)
+    return f"only the driver, {DRIVER_SONAME}" if kind == DRIVER_ONLY else None
+
+
+def shown_path(path: str) -> str:
+    """:func:`shown_build` for a build known by its path alone (a child that inherits a plan): what its file
+    needs is read from that file's dynamic section, and only where the path names it under another name."""
+    file = os.path.realpath(path)
+    if not is_renamed(path, file):
+        return path
+    try:
+        kind, major = _classify(read_dynamic(file))
+    except ElfError:
+        kind, major = UNUSABLE, None
+    return shown_build(path, file, kind, major)
+
+
+def shown_build(path: str, file: str, kind: str, major: "int | None", found: "str | None" = None) -> str:
+    """A chosen build as every command shows it to a reader (doctor, a node's row, which's and env's note, the
+    verbose start): its path, or where that path is a symbolic link to a file of another name, the link, the
+    file it names and what that file needs (``kind``, ``major``: what read_build found in it). LD_PRELOAD
+    keeps the link, whose name torch_memory_saver's check reads, but a name may say another CUDA major than
+    the file links: the field links the cu12 name to the cu13 build, so that a launcher that picks by name
+    gets it. ``found``: the search rule by which that need is found, where known."""
+    need = _need(kind, major)
+    if not is_renamed(path, file):
+        return path + (f" ({need} found through {found})" if found and need else "")
+    said = [f"needs {need}"] if need else []
+    return f"{path} -> {file}" + (f" ({', '.join(said + ([f'found through {found}'] if found else []))})"
+                                  if said or found else "")
+
+
+def is_renamed(path: str, file: str) -> bool:
+    """Whether ``path`` reaches ``file`` (its real file) under another name: a symbolic link named otherwise."""
+    return os.path.basename(path) != os.path.basename(file)
 
 
 def _classify(info: DynamicInfo) -> tuple[str, int | None]:

@@ -68,6 +68,11 @@ class Report:
         """Why there is no plan, as a person reads it (the message and its fix), or None."""
         return None if self.failure is None else str(self.failure)
 
+    @property
+    def chosen(self) -> Build | None:
+        """The build the plan preloads (None: no plan)."""
+        return next((v.build for v in self.verdicts if v.status == CHOSEN), None)
+
     def __repr__(self) -> str:
         told = f"plan={self.plan!r}" if self.failure is None else f"cause={self.failure.cause!r}"
         return f"Report({told}, verdicts={list(self.verdicts)!r})"
@@ -95,10 +100,11 @@ def _code_writers(program: Object, package_dir: str | None) -> Trusted:
                     os.path.dirname(package_dir) if package_dir else None))
 
 
-def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, program: Object,
+def _candidates(env: "Mapping[str, str]", package_dir: str | None, torch_dir: str | None, exe: str, program: Object,
                 warnings: list[str]) -> "tuple[list[Build], str | None]":
     """Step 1: (the builds to consider, the path TMS_AUTOPRELOAD_PATH forces or None); raises ResolveError
-    when there are none. ``exe`` is the interpreter as named, ``program`` the loader's executable."""
+    when there are none. ``exe`` is the interpreter as named, ``program`` the loader's executable;
+    ``torch_dir``: torch's directory (None: no torch), beside which a missing torch_memory_saver goes."""
     trusted = _code_writers(program, package_dir)
     want = program.info
     forced = env.get(PATH_VAR, "").strip() or None
@@ -134,7 +140,7 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, exe: str, pro
         from .releases import install_fix
 
         raise ResolveError(f"torch_memory_saver is not installed for {exe}", cause=CAUSE_NO_PACKAGE,
-                           fix=f"{install_fix()} (or set {PATH_VAR}=/abs/path/to/build.so)")
+                           fix=f"{install_fix(torch_dir)} (or set {PATH_VAR}=/abs/path/to/build.so)")
     builds = find_builds(package_dir, want, trusted)
     if not builds:
         from .releases import REINSTALL, reinstall_hint
@@ -282,6 +288,8 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
     env = dict(os.environ if environ is None else environ)
     exe = executable or sys.executable
     package_dir = sitepath.package_dir("torch_memory_saver")
+    # Found once, here: the runtime is torch's (step 2), and a missing torch_memory_saver is installed beside it.
+    torch_dir = sitepath.package_dir("torch")
     warnings: list[str] = []
     loader: Loader | None = None
 
@@ -299,12 +307,13 @@ def survey(environ: "Mapping[str, str] | None" = None, *, executable: str | None
         return fail(ResolveError(f"cannot read the interpreter {exe} ({exc})", cause=CAUSE_UNREADABLE_INTERPRETER,
                                  fix="set LD_PRELOAD by hand with `tms-autopreload env` from a normal Python"))
     try:
-        builds, forced = _candidates(env, package_dir, exe, loader.executable, warnings)
+        builds, forced = _candidates(env, package_dir, torch_dir, exe, loader.executable, warnings)
     except ResolveError as exc:
         return fail(exc)
     runtime_error: ResolveError | None = None
     try:
-        runtime: Runtime | None = detect(env, loader, [b.major for b in builds if b.kind == CUDA and b.major])
+        majors = [b.major for b in builds if b.kind == CUDA and b.major]
+        runtime: Runtime | None = detect(env, loader, torch_dir, majors)
     except ResolveError as exc:
         runtime, runtime_error = None, exc
     if forced and runtime is not None:

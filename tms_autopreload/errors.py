@@ -148,9 +148,11 @@ class ResolveError(Error, RuntimeError):
 # How much of a path or a search path a message quotes: whole, as the user copies it, however deep its
 # environment (a conda env's site-packages, a cluster's module tree); a longer value is no real path.
 PATH_SHOWN = 1024
+# How much of any other value a message quotes (a version, a flag's word): more than any real one.
+VALUE_SHOWN = 60
 
 
-def shown(value: str, limit: int = 60) -> str:
+def shown(value: str, limit: int = VALUE_SHOWN) -> str:
     """``value`` as a message quotes it: repr, and cut with its length when longer than ``limit`` (a
     path's: :data:`PATH_SHOWN`), so that a garbage value cannot flood the message."""
     return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} characters)"

@@ -9,11 +9,13 @@ writes:
   that nothing it starts is hooked, whatever pip version or launcher runs it (the hook also leaves pip,
   ``venv`` and uv's interpreter query alone: :func:`tms_autopreload.unhooked_program`);
 * names the environment by its interpreter's path (``/venv/bin/python -m pip``), never a bare ``pip``;
-* where that environment has no pip: ``uv pip ... --python`` where uv is on ``PATH``, else
-  ``ensurepip`` first; where it has neither, says so;
+* where that environment has no pip: ``uv pip ... --python`` where uv is on ``PATH`` (but into the user
+  site, where uv installs nothing), else ``ensurepip`` first (into the user site too, for a ``--user``
+  install: the interpreter's prefix may be another account's); where it has neither, says so;
 * installs where the copy it is about lies: ``--user`` for the user site, ``--target DIR`` for a folder on
-  ``PYTHONPATH``, and says before the command what no command can change from here (an interpreter marked
-  externally managed, PEP 668; an environment this account cannot write).
+  ``PYTHONPATH``; a package not installed yet, into the user site where what it goes beside lies there
+  (torch_memory_saver beside torch), and says before the command what no command can change from here (an
+  interpreter marked externally managed, PEP 668; an environment this account cannot write).
 
 Every message asks here: one function decides the form, the messages only say what to install.
 """
@@ -80,7 +82,7 @@ def _not_writable(site: str) -> "str | None":
 
 
 def pip_command(verb: str, *requirements: str, site: "str | None" = None, reinstall: bool = False,
-                python: "str | None" = None) -> str:
+                python: "str | None" = None, beside: "str | None" = None) -> str:
     """The fix that runs pip's ``verb`` (``install`` or ``uninstall``) for ``requirements`` in this
     environment, or in that of ``python`` (another node's interpreter, which only its path is known of),
     from the shell that shows it: words first where something stands in the way, then the command in
@@ -88,20 +90,26 @@ def pip_command(verb: str, *requirements: str, site: "str | None" = None, reinst
 
     ``site``: the directory the package it is about lies in, where the command must put it back (the user
     site, or a ``--target`` folder on ``PYTHONPATH`` that this environment's pip does not touch);
-    ``reinstall``: install even over an installed copy of the same version (a damaged one).
+    ``reinstall``: install even over an installed copy of the same version (a damaged one); ``beside``: for
+    a package not installed yet, the site directory of what it goes beside (torch's, for torch_memory_saver).
     """
     if python is not None:
         return pip_form(python, verb, [], list(requirements), True, False, True)
-    words, options = where(verb, site, reinstall)
+    words, options = where(verb, site, reinstall, beside)
     fix = pip_form(sys.executable, verb, options, list(requirements), _has_pip(), _uv_on_path(), _has_ensurepip())
     return f"{'; '.join(words)}: {fix}" if words else fix
 
 
-def where(verb: str, site: "str | None", reinstall: bool) -> "tuple[list[str], list[str]]":
+def where(verb: str, site: "str | None", reinstall: bool,
+          beside: "str | None" = None) -> "tuple[list[str], list[str]]":
     """(what stands in the way, in words; pip's options) for ``verb`` in this interpreter's environment, the
     package lying in ``site`` (None: anywhere): forced again, into the user site or the ``--target`` folder it
     lies in, told that an externally managed interpreter may be changed; whose the environment is where this
-    account cannot write it. (Also the left-over ``.pth``'s: ``os`` and ``sys`` only, the rest imported here.)"""
+    account cannot write it. (Also the left-over ``.pth``'s: ``os`` and ``sys`` only, the rest imported here.)
+
+    A package not installed yet (``site`` None) goes beside what lies in ``beside``: into the user site where
+    that is the user site; anywhere else into this environment's own site-packages, which its search path
+    holds too (a folder on ``PYTHONPATH`` or a base's site-packages under a venv may be another account's)."""
     words: "list[str]" = []
     options: "list[str]" = ["--force-reinstall"] if reinstall and verb == "install" else []
     if verb == "install" and site is not None:
@@ -112,6 +120,8 @@ def where(verb: str, site: "str | None", reinstall: bool) -> "tuple[list[str], l
         blocked = None if "--target" in options else _not_writable(site)
         if blocked:
             words.append(blocked)
+    elif verb == "install" and beside is not None and _user_site(beside):
+        options.append("--user")
     marker = _externally_managed() if verb == "install" and "--target" not in options else None
     if marker is not None:
         options.append("--break-system-packages")
@@ -124,8 +134,9 @@ def pip_form(exe: str, verb: str, options: "list[str]", args: "list[str]", has_p
              has_ensurepip: bool) -> str:
     """The one command that runs pip's ``verb`` with ``options`` and ``args`` for the interpreter ``exe``,
     unhooked, in backticks: its own pip where it has one (``has_pip``), else uv's (``uv``: on PATH; a venv uv
-    made has no pip, but the command must find uv), else pip after ``ensurepip``; where none of them is there,
-    what to install first. (Also the left-over ``.pth``'s fix, which has only ``os`` and ``sys``.)"""
+    made has no pip, but the command must find uv; uv has no ``--user``), else pip after ``ensurepip``; where
+    none of them is there, what to install first. (Also the left-over ``.pth``'s fix, which has only ``os``
+    and ``sys``.)"""
     import shlex
 
     # pip's own variable, not its option, where the interpreter is externally managed: ensurepip obeys it too.
@@ -135,16 +146,19 @@ def pip_form(exe: str, verb: str, options: "list[str]", args: "list[str]", has_p
         return " ".join([NO_HOOK, *(unmanaged if words[0] != "uv" else []), *map(shlex.quote, words)])
 
     own = (["-y"] if verb == "uninstall" else []) + [o for o in options if o != "--break-system-packages"]
+    pip = line(exe, '-m', 'pip', verb, *own, *args)
     if has_pip:
-        return f"`{line(exe, '-m', 'pip', verb, *own, *args)}`"
+        return f"`{pip}`"
+    user = "--user" in options  # uv has no user site ("pip's `--user` is unsupported"): pip's command only
     uv_options = ["--reinstall" if o == "--force-reinstall" else o for o in options]
-    if uv:
+    if uv and not user:
         return f"`{line('uv', 'pip', verb, '--python', exe, *uv_options, *args)}`"
     if has_ensurepip and not unmanaged:  # ensurepip drops every PIP_ variable, so it obeys PEP 668's marker
-        return f"`{line(exe, '-m', 'ensurepip')} && {line(exe, '-m', 'pip', verb, *own, *args)}`"
+        # pip itself goes where the install goes: the user site is this account's, the prefix may not be.
+        return f"`{line(exe, '-m', 'ensurepip', *(['--user'] if user else []))} && {pip}`"
+    then = pip if user else line('uv', 'pip', verb, '--python', exe, *uv_options, *args)
     return (f"{exe} has neither pip nor ensurepip (a distribution's interpreter without its pip package): install "
-            f"your distribution's pip for it (Debian: python3-pip) or uv, then "
-            f"`{line('uv', 'pip', verb, '--python', exe, *uv_options, *args)}`")
+            f"your distribution's pip for it (Debian: python3-pip){'' if user else ' or uv'}, then `{then}`")
 
 
 def _uv_on_path() -> bool:

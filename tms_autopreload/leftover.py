@@ -1,32 +1,49 @@
 """What a flagged start does where ``tms_autopreload.pth`` is left over: the package it starts is gone.
 
 The package directory was deleted while the ``.pth`` stayed in site-packages, or an editable install's
-checkout moved. site.py would print a traceback for the failed import and go on unhooked; instead a
-flagged start says so in one message, with a fix that runs from the shell it is read in, and stops as the
-package stops (exit 78), or goes on under ``TMS_AUTOPRELOAD_ON_ERROR=warn``. The programs the package never
-hooks are left alone here too (a ``pip install`` of the fix, from that same shell).
+checkout moved, or the start-up files beside the ``.pth`` went too. site.py would print a traceback for the
+failed import and go on unhooked; instead a flagged start says so in one message, with a fix that runs from
+the shell it is read in, and stops as the package stops (exit 78), or goes on under
+``TMS_AUTOPRELOAD_ON_ERROR=warn``. The programs the package never hooks are left alone here too (a ``pip
+install`` of the fix, from that same shell).
 
 The package cannot import this module where it is needed, so it never does: ``tools/pthfile.py`` writes its
 functions, with every function and constant of the package they use (the flag rules, the programs never
-hooked, the fix's form, the way out), into the ``.pth`` file's ``#: `` lines, which the file's import line
-runs when ``import tms_autopreload`` fails. Those rules are so written once, and checked by ruff and mypy.
+hooked, the fix's form, the way out), into the start-up files: :func:`left_over` into
+``_tms_autopreload_left_over.py``, which the start module imports where ``import tms_autopreload`` fails, and
+:func:`start_gone` into the ``.pth`` file's second line, a comment that its import line runs where the start
+module (or that fallback) cannot be imported. Those rules are so written once, and checked by ruff and mypy.
 """
 
 import json
 import os
 import sys
 
-from . import COMMAND, DISABLE_VAR, NO_HOOK, ON_ERROR_VAR, flags, unhooked_program
+from . import (_COMMANDS, COMMAND, DISABLE_VAR, FALSE_WORDS, FLAG_VARS, NO_HOOK, ON_ERROR_VAR, TRUE_WORDS, flags,
+               unhooked_program)
 from .installer import _has_ensurepip, _uv_on_path, pip_form, where
-from .install_source import WHEEL_TEMPLATE, local_path, source_args, source_gone
+from .install_source import local_path, source_args, source_gone
 from .startup import EXIT_CONFIG, parse_choice
-from .stopped import way_out
+from .stopped import shell_way_out, way_out
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
 
-__all__ = ["left_over", "processed_pth"]
+__all__ = ["left_over", "processed_pth", "removal", "start_gone", "PTH", "START", "FALLBACK", "START_UP_FILES",
+           "REPAIR_TOOLS"]
+
+# The files the wheel puts at the root of site-packages (tools/pthfile.py writes them, setup.py ships them): the
+# .pth, the start module its line imports where a flag is set, and the fallback that imports where the package
+# is gone.
+PTH = "tms_autopreload.pth"
+START = "_tms_autopreload_start"
+FALLBACK = "_tms_autopreload_left_over"
+START_UP_FILES = (PTH, f"{START}.py", f"{FALLBACK}.py")
+# The repair tools start_gone leaves alone, by their names alone (the package also reads a console script's first
+# lines: unhooked_program): pip's scripts (pip3.12 is pip), -m pip and pip's runner, ensurepip, venv, virtualenv;
+# and uv's interpreter query, by its -c text (_COMMANDS).
+REPAIR_TOOLS = ("pip", "__pip-runner__", "ensurepip", "venv", "virtualenv")
 
 
 def _record(site: str) -> "dict[str, object] | None":
@@ -54,24 +71,46 @@ def _pip_found(site: str) -> bool:
     return any(os.path.isdir(os.path.join(d, "pip")) for d in dirs if d)
 
 
+def removal(pth: str) -> str:
+    """The command that removes the start-up files the wheel put beside ``pth`` (the ``.pth`` site.py read),
+    from any shell, flagged or not: after it every start of the environment is unhooked, and says nothing.
+    ``rm -f``: whichever is gone already, and without asking where one is write-protected."""
+    import shlex
+
+    site = os.path.dirname(pth)
+    files = [pth, *(os.path.join(site, name) for name in START_UP_FILES[1:])]
+    return " ".join([NO_HOOK, "rm", "-f", "--", *map(shlex.quote, files)])
+
+
+def _again(python: str, options: "list[str]", editable: bool) -> str:
+    """What hooks ``python`` again once the start-up files are removed, in words: no command can name a source
+    that no record names or that is gone, and tms-autopreload is not on the package index (install_source), so
+    installing it by name would fail."""
+    source = "from where its checkout is now, in editable mode (pip's -e)" if editable else \
+        "from your wheel or checkout"
+    return (f"to hook {python} again, install tms-autopreload for it {source}, with pip's {' '.join(options)}; "
+            f"it is not on the package index")
+
+
 def _fix(pth: str) -> str:
-    """What puts the package back for this interpreter, from the shell this is read in."""
+    """What puts the package back for this interpreter, from the shell this is read in: the ``pip install`` of
+    the source pip recorded, where it is still there, or else the removal of the start-up files, with what
+    hooks it again in words; each after what stands in the way (:func:`tms_autopreload.installer.where`)."""
     site = os.path.dirname(pth)
     words, options = where("install", site, True)
-    facts = (_pip_found(site), _uv_on_path(), _has_ensurepip())
     record = _record(site)
     args = source_args(record) if record is not None else None
+    editable = args is not None and args[:1] == ["-e"]
     if record is not None and args and not source_gone(record):
-        fix = pip_form(sys.executable, "install", options, args, *facts)
-    elif record is not None and args and args[0] == "-e":
-        editable = pip_form(sys.executable, "install", [o for o in options if o != "--force-reinstall"] + ["-e"],
-                            ["/path/to/checkout"], *facts)
-        fix = (f"its editable checkout {local_path(record)} is gone (moved or deleted): install it again from where "
-               f"the checkout is now, {editable} with that path")
+        facts = (_pip_found(site), _uv_on_path(), _has_ensurepip())
+        fix = (f"{pip_form(sys.executable, 'install', options, args, *facts)}; or remove the start-up files "
+               f"(`{removal(pth)}`)")
     else:
-        gone = f"the source it was installed from, {local_path(record)}, is gone; " if record is not None else ""
-        fix = (f"{gone}install it again from its wheel or checkout, "
-               f"{pip_form(sys.executable, 'install', options, [WHEEL_TEMPLATE], *facts)} with that file's path")
+        why = ("nothing records where this copy came from" if record is None else
+               "its record names no source pip installs from" if not args else
+               f"its editable checkout {local_path(record)} is gone (moved or deleted)" if editable else
+               f"the source it was installed from, {local_path(record)}, is gone")
+        fix = f"`{removal(pth)}` ({why}: {_again(sys.executable, options, editable)})"
     return f"{'; '.join(words)}: {fix}" if words else fix
 
 
@@ -103,12 +142,47 @@ def left_over(pth: str) -> None:
     if not flags(warn=False)[0]:
         return  # a misspelt flag is the package's to warn about, where it is installed
     sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start, read above
-    import shlex
-
     warn = parse_choice(ON_ERROR_VAR, os.environ.get(ON_ERROR_VAR), ("exit", "warn"))[0] == "warn"
     message = (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so "
-               f"this process is not hooked. Fix: {_fix(pth)}; or remove it (`{NO_HOOK} rm -- {shlex.quote(pth)}`)"
+               f"this process is not hooked. Fix: {_fix(pth)}"
                + (f"; continuing without the hook ({ON_ERROR_VAR}=warn)" if warn else f"\n{way_out()}") + "\n")
     os.write(2, message.encode("utf-8", "surrogateescape"))
     if not warn:
         os._exit(EXIT_CONFIG)  # EX_CONFIG, as the package stops; a SystemExit here would abort start-up
+
+
+def start_gone(pth: str) -> None:
+    """What the line of ``pth`` does where importing the start module failed: it is gone, or the package and
+    the fallback that module imports are. The line cannot import anything of this package's then, so
+    ``tools/pthfile.py`` writes this function, with what it uses, into the file's second line (a comment, which
+    site.py skips at every other start), and the line's ``except`` runs it, with ``os``, ``sys`` and ``shlex``
+    alone, in as few words as every start can afford to skip (docs/design.md says what they leave out): the
+    package's flag words and kill switch, the repair tools by their names alone (:data:`REPAIR_TOOLS`, uv's
+    query), and one message with the removal of the start-up files and the way out of this shell; then
+    :data:`ON_ERROR_VAR`'s exit 78, or with ``warn`` the start goes on, said once as :func:`left_over` says it."""
+    error = sys.exc_info()[1]
+    if not isinstance(error, ImportError):
+        raise  # the start module failed otherwise: site.py says how, as it did before the line caught it
+    env = os.environ
+    word = {name: env.get(name, "").strip().lower() for name in (DISABLE_VAR, ON_ERROR_VAR, *FLAG_VARS)}
+    if word[DISABLE_VAR] not in FALSE_WORDS or TRUE_WORDS.isdisjoint(word[name] for name in FLAG_VARS) \
+            or hasattr(sys, "tms_autopreload_left_over"):
+        return  # the kill switch on (any word but an off word), no flag on, or said already
+    # What this interpreter runs, as sys.orig_argv names it: a script, the module of -m (-mpip, -Impip: what
+    # follows the m), the text of -c.
+    program = sys.orig_argv[-len(sys.argv)] if 0 < len(sys.argv) <= len(sys.orig_argv) else ""
+    if program[:1] == "-":
+        program = program[program.find("m") + 1:]
+    if os.path.basename(program).split(".")[0].rstrip("0123456789") in REPAIR_TOOLS or program.endswith(
+            tuple(_COMMANDS)):
+        env[DISABLE_VAR] = "1"  # for its children, as the package does
+        return
+    sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # read above, and by left_over
+    warn = word[ON_ERROR_VAR] == "warn"
+    os.write(2, (f"tms-autopreload: {pth} is left over: {error}, so this process is not hooked. Fix: `{removal(pth)}` "
+                 f"(then install tms-autopreload for {sys.executable} again from your wheel or checkout, with pip's "
+                 f"--force-reinstall, to hook it)"
+                 + (f"; continuing without the hook ({ON_ERROR_VAR}=warn)" if warn else f"\n{shell_way_out()}")
+                 + "\n").encode("utf-8", "surrogateescape"))
+    if not warn:
+        os._exit(EXIT_CONFIG)

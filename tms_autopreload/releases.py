@@ -82,11 +82,13 @@ def _first_for(major: int) -> Release:
     return next(r for r in RELEASES if major in r.majors)
 
 
-def install_fix() -> str:
-    """The command that installs torch_memory_saver into this environment."""
+def install_fix(torch_dir: "str | None") -> str:
+    """The command that installs torch_memory_saver into this environment, beside torch where the survey
+    found it (``torch_dir``; None: no torch): the installer decides what that asks of pip (the user site)."""
     from .installer import pip_command
 
-    return pip_command("install", TMS_DISTRIBUTION)
+    return pip_command("install", TMS_DISTRIBUTION,
+                       beside=os.path.dirname(os.path.abspath(torch_dir)) if torch_dir else None)
 
 
 def splitting_install(package_dir: "str | None") -> str:
@@ -123,11 +125,25 @@ def _distribution(package_dir: str) -> "tuple[metadata.Distribution, str] | None
     return None
 
 
+def _recorded(dist: "metadata.Distribution") -> "list[tuple[str, str, int | None]]":
+    """(file name, its path, the size pip recorded or None) of each file ``dist``'s RECORD lists, gone ones too:
+    from Python 3.12 on, ``Distribution.files`` leaves out the files that are gone, the very ones a damaged
+    install lacks."""
+    import csv
+
+    out = []
+    for row in csv.reader((dist.read_text("RECORD") or "").splitlines()):
+        if row and row[0]:
+            size = row[2] if len(row) > 2 else ""
+            out.append((os.path.basename(row[0]), str(dist.locate_file(row[0])), int(size) if size.isdigit() else None))
+    return out
+
+
 def _unlike(dist: "metadata.Distribution") -> int:
     """How many of the files ``dist``'s RECORD lists, preload builds aside (they may be what is damaged), are
     gone or not the size it recorded: 0 for the release whose files are there."""
-    return sum(1 for f in dist.files or () if f.size is not None and not is_preload_name(f.name) and
-               (not os.path.isfile(path := str(dist.locate_file(f))) or os.path.getsize(path) != f.size))
+    return sum(1 for name, path, size in _recorded(dist) if size is not None and not is_preload_name(name) and
+               (not os.path.isfile(path) or os.path.getsize(path) != size))
 
 
 def _editable(record: "dict[str, Any]") -> bool:
@@ -139,14 +155,13 @@ def _damage(dist: "metadata.Distribution") -> "list[tuple[str, str]]":
     """(file name, what is wrong with it) of each preload build pip's RECORD lists that is gone or not the
     size it recorded."""
     out = []
-    for f in dist.files or ():
-        if not is_preload_name(f.name):
+    for name, path, size in _recorded(dist):
+        if not is_preload_name(name):
             continue
-        path = str(dist.locate_file(f))
         if not os.path.lexists(path):
-            out.append((f.name, "is missing"))
-        elif f.size is not None and os.path.getsize(path) != f.size:
-            out.append((f.name, f"is damaged ({os.path.getsize(path)} bytes, where pip installed {f.size})"))
+            out.append((name, "is missing"))
+        elif size is not None and os.path.getsize(path) != size:
+            out.append((name, f"is damaged ({os.path.getsize(path)} bytes, where pip installed {size})"))
     return out
 
 

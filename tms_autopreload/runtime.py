@@ -251,14 +251,16 @@ def split_from_torch(runtime: "Runtime") -> "str | None":
     return None if not links or runtime.soname in links else links[0]
 
 
-def detect(environ: "Mapping[str, str]", loader: Loader, majors: "Iterable[int]" = ()) -> Runtime:
+def detect(environ: "Mapping[str, str]", loader: Loader, torch_dir: "str | None",
+           majors: "Iterable[int]" = ()) -> Runtime:
     """Decide the runtime for this process; raise ResolveError with the fix when it cannot.
 
-    ``majors``: CUDA majors the installed builds target, probed when there is no torch.
+    ``torch_dir``: torch's package directory as ``import torch`` would find it (the survey's, found once:
+    :func:`tms_autopreload.sitepath.package_dir`), None where there is no torch; ``majors``: CUDA majors the
+    installed builds target, probed when there is no torch.
     """
     override_text = environ.get(CUDA_MAJOR_VAR, "").strip()
     override = _major(override_text, CUDA_MAJOR_VAR) if override_text else None
-    torch_dir = sitepath.package_dir("torch")
     torch = None
     if torch_dir is not None:
         try:

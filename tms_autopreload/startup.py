@@ -23,12 +23,12 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from . import (EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, mapped_hooks, parse_flag,
-               reexecuted, say, state_build, unrecognised)
+from . import (APPLY_ENV, EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, mapped_hooks,
+               parse_flag, reexecuted, say, state_build, unrecognised)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
-    from .attempt import Plan
+    from .decision import Report
 
 __all__ = ["run", "parse_choice", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
 
@@ -115,25 +115,25 @@ def _apply(maps: "bytes | None") -> None:
         env.update(plan.environment())
         env.pop(EXEC_VAR, None)
         if verbose:
-            say(f"{plan.build} is already mapped; {plan.runtime.describe()}")
+            say(f"{_chosen(report)} is already mapped; {plan.runtime.describe()}")
         return
     if embedded:
         raise _Stop(f"{embedded}, so it cannot be restarted with the hook, and loading the hook in-process "
                     f"would not bind as LD_PRELOAD does: {why_not}. Set it before the program starts: "
-                    f"eval \"$(tms-autopreload env)\" (would set LD_PRELOAD={plan.ld_preload}).")
+                    f"`{APPLY_ENV}` (would set LD_PRELOAD={plan.ld_preload}).")
     if in_process and verbose:
         say(f"dlopen mode: {why_not}; falling back to exec")
     new_env = dict(env)
     new_env.update(plan.environment())
     new_env[EXEC_VAR] = str(os.getpid())
     if verbose:
-        _say_plan(plan, "chose", "", "; re-executing with")
+        _say_plan(report, "chose", "", "; re-executing with")
     _flush()
     try:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], new_env)
     except OSError as exc:
         raise _Stop(f"cannot re-execute {sys.executable} ({exc.strerror or exc}); set the environment "
-                    f"before start instead: eval \"$(tms-autopreload env)\"") from None
+                    f"before start instead: `{APPLY_ENV}`") from None
 
 
 def _load_in_process(env: "os._Environ[str]", verbose: bool) -> "str | None":
@@ -158,15 +158,24 @@ def _load_in_process(env: "os._Environ[str]", verbose: bool) -> "str | None":
         say("warning: " + warning)
     env.pop(EXEC_VAR, None)
     if verbose:
-        _say_plan(plan, "loaded", " in-process", " (no exec); children get")
+        _say_plan(report, "loaded", " in-process", " (no exec); children get")
     return None
 
 
-def _say_plan(plan: "Plan", done: str, how: str, then: str) -> None:
+def _say_plan(report: "Report", done: str, how: str, then: str) -> None:
     """The verbose message of an applied plan, in exec and dlopen mode alike: what was ``done`` with
     which build, ``how``, for which runtime, ``then`` the variables the plan sets."""
+    plan = report.plan
+    assert plan is not None  # said only of a plan that was applied
     variables = " ".join(f"{name}={value}" for name, value in plan.changes().items())
-    say(f"{done} {plan.build}{how} for {plan.runtime.describe()}{then} {variables}")
+    say(f"{done} {_chosen(report)}{how} for {plan.runtime.describe()}{then} {variables}")
+
+
+def _chosen(report: "Report") -> str:
+    """The plan's build as the verbose messages name it (:meth:`tms_autopreload.builds.Build.shown`)."""
+    build = report.chosen
+    assert build is not None  # a report with a plan has its chosen build
+    return build.shown()
 
 
 def run(maps: "bytes | None" = None) -> None:

@@ -10,7 +10,7 @@ import sys
 
 from . import DISABLE_VAR, EXEC_VAR, FLAG_VARS, NO_HOOK, split_preload, state_build
 
-__all__ = ["not_taken", "way_out"]
+__all__ = ["not_taken", "shell_way_out", "way_out"]
 
 
 def not_taken(mapped: "list[str]") -> str:
@@ -36,12 +36,18 @@ def not_taken(mapped: "list[str]") -> str:
     return f"{done}, but {why}; not trying again. Run `tms-autopreload doctor`."
 
 
+def shell_way_out() -> str:
+    """How to run any command from this shell without the hook: the first line of :func:`way_out`, and all of it
+    that a ``.pth`` whose start module is gone says (``tools/pthfile.py`` writes this into the file)."""
+    flags = " ".join(name for name in FLAG_VARS if name in os.environ)
+    return (f"To run a command here without the hook: `{NO_HOOK} COMMAND` (every printed fix starts so), or "
+            f"`unset {flags}` (or export {DISABLE_VAR}=1) for the rest of this shell.")
+
+
 def way_out() -> str:
     """What a stopped process's message ends with: how to run any command from this shell without the hook,
     and, where the message is read off the node (a Ray worker's or a Slurm step's log), where to run it."""
-    flags = " ".join(name for name in FLAG_VARS if name in os.environ)
-    lines = [f"To run a command here without the hook: `{NO_HOOK} COMMAND` (every printed fix starts so), or "
-             f"`unset {flags}` (or export {DISABLE_VAR}=1) for the rest of this shell."]
+    lines = [shell_way_out()]
     node = os.uname().nodename
     if os.path.basename(sys.argv[0] if sys.argv else "") == "default_worker.py":
         lines.append(f"This process is a Ray worker on node {node}: run the fix there, for {sys.executable} (the "

@@ -27,24 +27,27 @@ PACKAGE = "tms_autopreload"
 # Each module of the package, by the first group whose patterns match it, and the test files that cover
 # that group, cheapest first (a run stops at the first failure). A module no group names is an error.
 GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("aliases", ("__main__.py", "cli.py"), ("tests/test_cli.py",)),
+    ("aliases", ("__main__.py", "cli.py"), ("tests/test_cli.py", "tests/test_calls.py")),
     ("loader", ("elf.py", "symbols.py", "ldcache.py", "glibc_hwcaps.py", "ldso.py", "trace.py"),
      ("tests/test_ldso.py", "tests/test_runpath_model.py", "tests/test_symbols.py", "tests/test_ldso_property.py",
-      "tests/test_fuzz.py", "tests/test_mutant_kinds.py", "tests/test_resolver.py")),
+      "tests/test_fuzz.py", "tests/test_mutant_kinds.py", "tests/test_resolver.py", "tests/test_edges.py")),
     ("decision", ("decision.py", "no_plan.py", "attempt.py", "runtime.py", "builds.py", "gpu_libraries.py",
                   "releases.py", "wheels.py", "install_source.py", "errors.py", "installer.py"),
      ("tests/test_plan_steps.py", "tests/test_install_commands.py", "tests/test_mutant_kinds.py",
       "tests/test_conda.py", "tests/test_forced_path.py", "tests/test_second_runtime.py", "tests/test_misuse.py",
-      "tests/test_inputs.py", "tests/test_cli.py", "tests/test_resolver.py")),
+      "tests/test_inputs.py", "tests/test_cli.py", "tests/test_resolver.py", "tests/test_words.py",
+      "tests/test_edges.py", "tests/test_outcomes.py")),
     ("start", ("__init__.py", "startup.py", "stopped.py", "trust.py", "sitepath.py", "leftover.py",
                "subprocesses.py", "inprocess.py"),
      ("tests/test_sitepath.py", "tests/test_startup_files.py", "tests/test_inputs.py", "tests/test_misuse.py",
-      "tests/test_fuzz.py", "tests/test_guarantees.py", "tests/test_hook.py", "tests/test_way_out.py",
-      "tests/test_launchers.py", "tests/test_inprocess.py")),
+      "tests/test_fuzz.py", "tests/test_guarantees.py", "tests/test_hook.py", "tests/test_words.py",
+      "tests/test_way_out.py", "tests/test_launchers.py", "tests/test_inprocess.py", "tests/test_edges.py",
+      "tests/test_outcomes.py")),
     ("commands", ("commands/*.py",),
-     ("tests/test_cli.py", "tests/test_caller.py", "tests/test_forced_path.py", "tests/test_misuse.py",
-      "tests/test_way_out.py", "tests/test_troubleshooting.py", "tests/test_driver.py", "tests/test_docs.py",
-      "tests/test_preflight.py")),
+     ("tests/test_cli.py", "tests/test_words_nodes.py", "tests/test_caller.py", "tests/test_forced_path.py",
+      "tests/test_misuse.py", "tests/test_words.py", "tests/test_way_out.py", "tests/test_troubleshooting.py",
+      "tests/test_driver.py", "tests/test_edges.py", "tests/test_calls.py", "tests/test_docs.py",
+      "tests/test_preflight.py", "tests/test_outcomes.py")),
 )
 
 # The operators kept, by cosmic-ray's names. Left out, as the upstream guide suggests for a first scope:

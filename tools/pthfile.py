@@ -1,11 +1,13 @@
 """Write the start-up files from the package's own checked code: ``python tools/pthfile.py`` (``--check``: exit
 1 where a file in the tree differs from what this writes).
 
-Three files at the root of site-packages, shipped by setup.py:
+Three files at the root of site-packages, shipped by setup.py (their names: ``tms_autopreload.leftover``):
 
 * ``tms_autopreload.pth``: one import line, which site.py runs in every start of the environment. It reads
-  the two flags and nothing else, and imports :data:`START` only where one is set: its cost over a ``.pth``
-  of one ``import os`` line is the line's own compile (docs/performance.md).
+  the two flags and nothing else, and only where one is set runs a ``try`` that imports :data:`START`; its
+  ``except`` runs the file's second line, a comment site.py skips: :func:`tms_autopreload.leftover.start_gone`,
+  with what it uses, for a start whose start module (or the fallback and the package) is gone. Its cost over a
+  ``.pth`` of one ``import os`` line is the line's own compile and the comment's read (docs/performance.md).
 * ``_tms_autopreload_start.py`` (:data:`START`): imports the package and runs its entry; where the package
   is gone (the ``.pth`` left over: its directory deleted, or an editable checkout moved), imports
   :data:`LEFT_OVER` instead of letting site.py print a traceback.
@@ -13,6 +15,12 @@ Three files at the root of site-packages, shipped by setup.py:
   every function and constant of the package it uses, copied here from the package's source by name, each
   top-level definition whole. So the fallback obeys the same flag rules, kill switch and unhooked programs
   as the package, from one source that ruff and mypy check. It is compiled only where it runs.
+
+What the second line runs is copied the same way, then made short by python-minifier (pinned in
+tests/requirements.txt: names the code binds renamed to a letter or two, annotations, docstrings and spaces
+dropped), since every start reads it: the same program in about half the characters of the code copied. Every
+Python from 3.10 writes the same files (python-minifier prints the tree itself, whatever Python parsed it).
+Run it with the test venv's interpreter, which has python-minifier: ``.venv-test/bin/python tools/pthfile.py``.
 
 tests/test_packaging.py holds this output, the files in the tree, the sdist's and the wheel's members
 identical.
@@ -28,12 +36,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tms_autopreload import FLAG_VARS  # noqa: E402 - the checkout's package, on the path just above
+from tms_autopreload.leftover import FALLBACK as LEFT_OVER  # noqa: E402
+from tms_autopreload.leftover import PTH, START  # noqa: E402
+
+from python_minifier import minify  # noqa: E402 - a test and tool dependency, never the package's
+
 PACKAGE = "tms_autopreload"
-PTH = f"{PACKAGE}.pth"
-START = f"_{PACKAGE}_start"
-LEFT_OVER = f"_{PACKAGE}_left_over"
-FILES = (PTH, f"{START}.py", f"{LEFT_OVER}.py")
 ENTRY = ("leftover", "left_over")  # (module, function) the fallback calls with the .pth file's path
+GONE = ("leftover", "start_gone")  # (module, function) the .pth's second line calls with the .pth file's path
+GIVEN = ("fullname",)  # the names that code is run with: site.py's name for the .pth file it reads
 GENERATED = "# Written by tools/pthfile.py from the tms_autopreload package's source; do not edit.\n"
 START_TEXT = f'''{GENERATED}"""tms_autopreload's start-up entry, imported by tms_autopreload.pth where a flag is set."""
 
@@ -91,9 +105,10 @@ class _Module:
         return "\n".join(lines)
 
 
-def fallback() -> str:
-    """The fallback's code: every definition :data:`ENTRY` reaches, each module's in its source order, the
-    package's front door first, then the standard library imports they use, then the call."""
+def definitions(*entries: tuple[str, str]) -> tuple[list[str], list[str], list[tuple[_Module, ast.stmt]]]:
+    """What ``entries`` (module, function) reach: the standard library imports they use, the ``TYPE_CHECKING``
+    imports of their modules, and every definition, each once, each module's in its source order, the
+    package's front door first and the entries' module last."""
     modules: dict[str, _Module] = {}
 
     def module(name: str) -> _Module:
@@ -103,7 +118,7 @@ def fallback() -> str:
 
     wanted: dict[str, tuple[str, ast.stmt]] = {}  # name -> (module, definition)
     imports: set[str] = set()
-    todo = [ENTRY, (ENTRY[0], "processed_pth")]
+    todo = list(entries)
     while todo:
         mod_name, name = todo.pop()
         mod = module(mod_name)
@@ -122,31 +137,60 @@ def fallback() -> str:
             continue
         wanted[name] = (mod_name, node)
         todo.extend((mod_name, n.id) for n in ast.walk(node) if isinstance(n, ast.Name))
-    order = sorted(wanted.values(), key=lambda item: (item[0] != "", item[0] == ENTRY[0], item[0], item[1].lineno))
+    last = entries[0][0]
+    order = sorted({(m, id(node)): (m, node) for m, node in wanted.values()}.values(),  # one assignment, many names
+                   key=lambda item: (item[0] != "", item[0] == last, item[0], item[1].lineno))
     typing = sorted({i for m in {m for m, _ in order} for i in module(m).typing})
-    head = "".join(f"{i}\n" for i in sorted(imports, key=lambda i: (i.startswith("from"), i)))
-    head += "\nTYPE_CHECKING = False\nif TYPE_CHECKING:\n" + "".join(f"    {i}\n" for i in typing)
+    return sorted(imports, key=lambda i: (i.startswith("from"), i)), typing, [(module(m), n) for m, n in order]
+
+
+def _body(order: list[tuple[_Module, ast.stmt]]) -> str:
+    """The definitions as written, two blank lines apart, a module's constants together."""
     body, last = "", None
-    for m, node in order:  # definitions two blank lines apart, a module's constants together
+    for mod, node in order:
         plain = isinstance(node, (ast.Assign, ast.AnnAssign))
-        sep = "\n\n" if last is None else "\n" if plain and last == (m, True) else "\n\n\n"
-        body += sep + module(m).segment(node)
-        last = (m, plain)
+        sep = "\n\n" if last is None else "\n" if plain and last == (mod.name, True) else "\n\n\n"
+        body += sep + mod.segment(node)
+        last = (mod.name, plain)
+    return body
+
+
+def fallback() -> str:
+    """The fallback's code: every definition :data:`ENTRY` reaches, each module's in its source order, the
+    package's front door first, then the standard library imports they use, then the call."""
+    imports, typing, order = definitions(ENTRY, (ENTRY[0], "processed_pth"))
+    head = "".join(f"{i}\n" for i in imports)
+    head += "\nTYPE_CHECKING = False\nif TYPE_CHECKING:\n" + "".join(f"    {i}\n" for i in typing)
     call = f"{ENTRY[1]}(processed_pth(os.path.join(os.path.dirname(__file__), {PTH!r})))"
-    return f"{head}{body}\n\n\n{call}\n"
+    return f"{head}{_body(order)}\n\n\n{call}\n"
+
+
+def gone() -> str:
+    """The ``.pth`` file's second line after its ``#``: one statement that runs :data:`GONE` with every definition it
+    reaches, made short (python-minifier), in a namespace of its own that knows the ``.pth`` file's path."""
+    imports, _, order = definitions(GONE)
+    code = minify("".join(f"{i}\n" for i in imports) + _body(order) + f"\n{GONE[1]}(fullname)\n",
+                  rename_globals=True, preserve_globals=list(GIVEN), remove_annotations=True, hoist_literals=False)
+    compile(code, PTH, "exec")
+    return f"exec({code!r},{{'fullname':fullname}})"
+
+
+def pth() -> str:
+    """The ``.pth`` file: the import line, then the comment its ``except`` runs (the file's second line, after
+    its ``#``). Where a flag is set the line runs a ``try`` that imports the start module, a string with ``%c``
+    where its line break goes, formatted with 10 where it runs: an escape (``\\n``) in the line would cost every
+    start its decoding, flag or not, when site.py compiles the line."""
+    flags = " or".join(f'"{name}"in os.environ' for name in FLAG_VARS)
+    attempt = f"try:import {START}%cexcept:exec([*open(fullname)][1][1:])"
+    return f'import os;({flags})and exec("exec({attempt!r}%10)")\n#{gone()}\n'
 
 
 def texts() -> dict[str, str]:
     """Each file's text, by its name."""
-    sys.path.insert(0, str(ROOT))
-    from tms_autopreload import FLAG_VARS
-
     code = fallback()
     compile(code, LEFT_OVER, "exec")  # what the start imports where the package is gone must compile
-    flags = " or".join(f'"{name}"in os.environ' for name in FLAG_VARS)
     doc = '"""The start of a process whose tms_autopreload package is gone (tms_autopreload/leftover.py)."""'
-    return {PTH: f'import os;({flags})and __import__("{START}")\n', f"{START}.py": START_TEXT,
-            f"{LEFT_OVER}.py": f"{GENERATED}{doc}\n\n{code}"}
+    return {PTH: pth(), f"{START}.py": START_TEXT, f"{LEFT_OVER}.py": f"{GENERATED}{doc}\n\n{code}"}
 
 
 def main() -> int:
@@ -154,7 +198,8 @@ def main() -> int:
     if sys.argv[1:] == ["--check"]:
         stale = [name for name, text in want.items() if (ROOT / name).read_text() != text]
         for name in stale:
-            print(f"{name} is not what tools/pthfile.py writes: run `python tools/pthfile.py`", file=sys.stderr)
+            print(f"{name} is not what tools/pthfile.py writes: run `.venv-test/bin/python tools/pthfile.py`",
+                  file=sys.stderr)
         return 1 if stale else 0
     for name, text in want.items():
         (ROOT / name).write_text(text)

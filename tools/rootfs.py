@@ -31,6 +31,9 @@ from sandbox import Venv, ld_cache, unshare_mounts
 # The Debian suites the tests use, and the CPython packages each brings (with its venv module).
 # ``<suite>-<arch>`` is that suite for another Debian architecture, run under emulation.
 SUITES: dict[str, tuple[str, ...]] = {"trixie": ("3.13",), "sid": ("3.14", "3.15"), "trixie-arm64": ("3.13",)}
+# What a suite's root holds beyond them: trixie's ``python3`` with Debian's own pip (``python3-pip``), the
+# distribution's interpreter as a user of it installs with ``pip install --user`` under PEP 668.
+EXTRA: dict[str, tuple[str, ...]] = {"trixie": ("python3-pip",)}
 SOURCES = ("/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*.list")),
            *sorted(glob.glob("/etc/apt/sources.list.d/*.sources")))
 
@@ -108,21 +111,29 @@ def bootstrap(suite: str, target: Path, packages: list[str]) -> list[str]:
             _APT_DATE_UNCHECKED, f"--architectures={foreign}", include, release, str(target), mirror()]
 
 
+def packages(suite: str) -> list[str]:
+    """The Debian packages ``suite``'s root is built with: its CPython releases with their venv module, and
+    :data:`EXTRA`."""
+    return [f"python{v}{s}" for v in SUITES[suite] for s in ("", "-venv")] + list(EXTRA.get(suite, ()))
+
+
 def build(suite: str) -> Path:
     """The cached root file system of ``suite`` (built on first use: about a minute, ten under emulation;
-    under a lock, so that parallel runs build it once). Delete ``$TMS_TEST_CACHE/rootfs/<suite>`` to take a
-    newer one."""
+    under a lock, so that parallel runs build it once). Its ``.complete`` marker lists the packages it was
+    built with: a root that lacks one :func:`packages` names now is built again. Delete
+    ``$TMS_TEST_CACHE/rootfs/<suite>`` to take a newer one."""
     root = CACHE / "rootfs" / suite
+    wanted = packages(suite)
     with cache_lock(f"rootfs-{suite}"):
-        if not (root / ".complete").exists():
-            packages = [f"python{v}{s}" for v in SUITES[suite] for s in ("", "-venv")]
+        done = root / ".complete"
+        if not done.exists() or not set(wanted) <= set(done.read_text().split()):
             tmp = root.with_name(suite + ".partial")
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(root, ignore_errors=True)
             tmp.parent.mkdir(parents=True, exist_ok=True)
-            run(bootstrap(suite, tmp, packages), timeout=3600)
+            run(bootstrap(suite, tmp, wanted), timeout=3600)
             tmp.rename(root)
-            (root / ".complete").touch()
+            done.write_text("".join(f"{p}\n" for p in wanted))
     return root
 
 

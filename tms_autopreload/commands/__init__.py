@@ -14,15 +14,34 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["command"]
+    from ..decision import Report
+    from typing import TypeVar
+
+    Parser = TypeVar("Parser", bound=argparse.ArgumentParser)  # a subcommand's parser is of its parent's class
+
+__all__ = ["command", "note_link"]
 
 
-def command(parent: "argparse._SubParsersAction[argparse.ArgumentParser]", name: str,
+def command(parent: "argparse._SubParsersAction[Parser]", name: str,
             func: "Callable[[argparse.Namespace], int] | None", help: str,
-            check: "Callable[[argparse.Namespace], None] | None" = None) -> argparse.ArgumentParser:
+            check: "Callable[[argparse.Namespace], None] | None" = None) -> "Parser":
     """A command's subparser (or a subcommand's), with what runs it (``func``) and what refuses option
     combinations after parsing (``check``, a usage error) as its defaults: what each command module's
     ``configure_parser`` makes its parser with."""
     p = parent.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".")
     p.set_defaults(func=func, parser=p, check=check)
     return p
+
+
+def note_link(report: "Report", name: str) -> None:
+    """Command ``name``'s note on stderr where the chosen build's path is a symbolic link to a file of another
+    name: its stdout stays what scripts read (the link's path, the variables naming it), and the note shows the
+    reader the link, the file it names and what that file needs (:meth:`tms_autopreload.builds.Build.shown`),
+    where the link's name alone would say another CUDA major."""
+    import sys
+
+    from ..builds import is_renamed
+
+    build = report.chosen
+    if build is not None and is_renamed(build.path, build.file):
+        print(f"tms-autopreload {name}: {build.shown()}", file=sys.stderr)

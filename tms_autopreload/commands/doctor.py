@@ -10,9 +10,10 @@ import os
 import sys
 import time
 
+from .. import APPLY_ENV, is_tms_entry, same_file, split_preload
 from ..decision import survey
 from .caller_env import before_plan
-from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE
+from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE, say_warnings
 from . import command
 
 TYPE_CHECKING = False
@@ -94,8 +95,25 @@ def execute(args: argparse.Namespace) -> int:
 
     env = before_plan()
     doc = report.document(survey(env, check_all=True), env)
+    named = _named_elsewhere(doc["plan"]["build"] if doc["plan"] else None)
+    if named:
+        doc["warnings"].append(named)
     print(json.dumps(doc, indent=2) if args.json else report.text(doc))
     return EXIT_OK if doc["ok"] else EXIT_NO_PLAN
+
+
+def _named_elsewhere(chosen: "str | None") -> "str | None":
+    """The warning where this shell's own ``LD_PRELOAD`` names a torch_memory_saver build other than the one
+    chosen for it (a launcher's pick by file name, exported): every unflagged program the shell starts
+    preloads that build, which dies in the loader where its runtime is missing and forwards to another
+    runtime where it is not. The fix starts with the shell's builtin, as it must where programs die."""
+    preload = split_preload(os.environ.get("LD_PRELOAD", ""))
+    others = [e for e in preload if is_tms_entry(e) and not same_file(e, chosen)]
+    if not others:
+        return None
+    return (f"this shell's LD_PRELOAD names {', '.join(others)}, not the build chosen here"
+            f"{f' ({chosen})' if chosen else ''}: every program started from it without the flag preloads that "
+            f"build. Fix: `unset LD_PRELOAD`, then set the flag, or `{APPLY_ENV}`")
 
 
 def _ray(args: argparse.Namespace) -> int:
@@ -179,6 +197,7 @@ def _deep(args: argparse.Namespace) -> int:
         else:
             print(f"tms-autopreload: {ev.error}", file=sys.stderr)
         return EXIT_NO_PLAN
+    say_warnings(report)
     env, hook, under = under_test(report.plan, args.mode, args.as_is, None if args.as_is else env)
     ev = check(env, hook, report.runtime.library, module=args.import_, executable=report.executable,
                in_process=args.mode == "dlopen" and not args.as_is, bound_fix=_bound_fix(report, args.as_is))
@@ -195,5 +214,5 @@ def _bound_fix(report: Report, as_is: bool) -> "str | None":
     if report.runtime is not None and split_from_torch(report.runtime):
         return split_fix(os.environ)
     if as_is:
-        return "start with the plan instead of this environment: set the flag, or eval \"$(tms-autopreload env)\""
+        return f"start with the plan instead of this environment: set the flag, or `{APPLY_ENV}`"
     return None

@@ -14,7 +14,7 @@ from ..decision import survey
 from ..decision import Report
 from .caller_env import before_plan, own_plan
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, plan_or_fail
-from . import command
+from . import command, note_link
 
 __all__ = ["configure_parser", "execute"]
 
@@ -48,6 +48,7 @@ def execute(args: argparse.Namespace) -> int:
     else:
         for k, v in plan.environment().items():
             print(f"export {k}={shlex.quote(v)}")
+    note_link(report, "env")
     return EXIT_OK
 
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..decision import Report
 
 __all__ = ["WriteError", "guarded_stdout", "Interrupted", "INTERRUPTS", "unwinding_signals", "signal_of",
-           "plan_or_fail", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_USAGE", "EXIT_CODES"]
+           "plan_or_fail", "say_warnings", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_USAGE", "EXIT_CODES"]
 
 EXIT_OK = 0
 EXIT_NO_PLAN = 1
@@ -56,9 +56,14 @@ def plan_or_fail(report: "Report") -> "Plan | None":
     if report.plan is None:
         print(f"tms-autopreload: {report.error}", file=sys.stderr)
         return None
-    for w in report.warnings + report.plan.warnings:
-        print(f"tms-autopreload: warning: {w}", file=sys.stderr)
+    say_warnings(report)
     return report.plan
+
+
+def say_warnings(report: "Report") -> None:
+    """The survey's warnings, and its plan's, on stderr: stdout keeps what scripts read."""
+    for w in report.warnings + (report.plan.warnings if report.plan else ()):
+        print(f"tms-autopreload: warning: {w}", file=sys.stderr)
 
 
 class WriteError(Exception):

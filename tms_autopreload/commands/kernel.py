@@ -20,7 +20,7 @@ def configure_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     from .kernelspec import DEFAULT_NAME
 
     p = command(sub, "kernel", None, "install or remove a Jupyter kernel of this interpreter that starts hooked")
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=_KernelParser)
     install = command(actions, "install", _install,
                       "write a kernelspec that runs this interpreter with TMS_AUTOPRELOAD=1 (never over a "
                       "kernel this command did not write)")
@@ -37,6 +37,36 @@ def configure_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
         where.add_argument("--user", action="store_true", help="this user's Jupyter data directory")
         where.add_argument("--sys-prefix", action="store_true", help="this environment (sys.prefix)")
         where.add_argument("--prefix", type=_directory, help="PREFIX/share/jupyter/kernels")
+
+
+class _KernelParser(argparse.ArgumentParser):
+    """``kernel install``'s and ``uninstall``'s parser: its help ends with where the kernel is without a
+    location option (:func:`_without_location`), asked of jupyter_client only when the help is printed (every
+    command line builds this parser, and importing jupyter_client would cost each of them its import)."""
+
+    def format_help(self) -> str:
+        """argparse's help, then where the kernel is, wrapped at spaces only: a path keeps its hyphens."""
+        import shutil
+        import textwrap
+
+        where = textwrap.fill(_without_location(self.get_default("func")), shutil.get_terminal_size().columns - 2,
+                              break_long_words=False, break_on_hyphens=False)
+        return f"{super().format_help()}\n{where}\n"
+
+
+def _without_location(action: object) -> str:
+    """Where ``action`` (install or uninstall) looks without --user, --sys-prefix or --prefix."""
+    if action is not _install:
+        return ("Without --user, --sys-prefix or --prefix: the kernel of that name that Jupyter finds "
+                "(`jupyter kernelspec list` shows each kernel and where it is).")
+    from . import kernelspec
+
+    try:
+        where = kernelspec.system_kernels()
+    except kernelspec.MissingJupyter as exc:
+        where = f"not known here: {exc.message}"
+    return (f"Without --user, --sys-prefix or --prefix: jupyter_client's system-wide kernels folder ({where}), "
+            f"which may need root; --user writes where only you see it.")
 
 
 def _location(args: argparse.Namespace) -> dict:

@@ -21,11 +21,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["install", "uninstall", "MissingJupyter", "InvalidRequest", "KernelNotFound", "NotOurs",
-           "DEFAULT_NAME", "MARKER"]
+__all__ = ["install", "uninstall", "system_kernels", "MissingJupyter", "InvalidRequest", "KernelNotFound", "NotOurs",
+           "DEFAULT_NAME", "MARKER", "MAX_NAME_LENGTH"]
 
 DEFAULT_NAME = "python3-tms-autopreload"
 MARKER = "tms_autopreload"  # metadata key: uninstall removes only kernels this package wrote
+# MARKER's key for the folders above the kernel's own that its install made (absolute paths, nearest first):
+# the kernels folder and the Jupyter folder above it (PREFIX/share/jupyter), never one higher.
+MADE = "made"
+# A kernel's name is its directory's name: one path component, which Linux's file systems (NAME_MAX) and
+# Python's os.mkdir refuse beyond 255 bytes; a name of NAME_CHARACTERS has one byte a character.
+MAX_NAME_LENGTH = 255
 
 
 def _install_hint() -> str:
@@ -89,8 +95,8 @@ NAME_CHARACTERS = frozenset(string.ascii_letters + string.digits + "-._")
 
 def _is_valid_kernel_name(name: str) -> bool:
     """True when Jupyter accepts ``name`` for a kernel and it names a directory of its own: one path
-    component (not "." or "..", at most 255 bytes) of :data:`NAME_CHARACTERS`."""
-    return bool(name) and set(name) <= NAME_CHARACTERS and name not in (".", "..") and len(name) <= 255
+    component (not "." or "..", at most :data:`MAX_NAME_LENGTH` bytes) of :data:`NAME_CHARACTERS`."""
+    return bool(name) and set(name) <= NAME_CHARACTERS and name not in (".", "..") and len(name) <= MAX_NAME_LENGTH
 
 
 def _checked_name(name: str) -> str:
@@ -98,19 +104,86 @@ def _checked_name(name: str) -> str:
     if not _is_valid_kernel_name(name):
         raise InvalidRequest(f"{name!r} is not a kernel name Jupyter accepts",
                              "choose a name of ASCII letters and numbers and these separators only: - . _ "
-                             "(hyphen, period, underscore), at most 255 of them, other than . and ..",
+                             f"(hyphen, period, underscore), at most {MAX_NAME_LENGTH} of them, other than . and ..",
                              CAUSE_BAD_KERNEL_NAME)
     return name.lower()
 
 
-def _installed_by_us(directory: str) -> bool:
-    """True when ``directory`` holds a kernel.json this package wrote (its metadata carries :data:`MARKER`)."""
+def _our_record(directory: str) -> "dict[str, Any] | None":
+    """What this package wrote into the kernel.json in ``directory`` (its metadata's :data:`MARKER`), or None
+    where that kernel is not one this package wrote."""
     try:
         with open(os.path.join(directory, "kernel.json"), encoding="utf-8") as f:
             metadata = json.load(f).get("metadata")
-        return isinstance(metadata, dict) and isinstance(metadata.get(MARKER), dict)
+        record = metadata.get(MARKER) if isinstance(metadata, dict) else None
+        return record if isinstance(record, dict) else None
     except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _installed_by_us(directory: str) -> bool:
+    """True when ``directory`` holds a kernel.json this package wrote (its metadata carries :data:`MARKER`)."""
+    return _our_record(directory) is not None
+
+
+def _folders_above(kernel: str) -> "tuple[str, str]":
+    """The folders above a kernel's directory that an install may make and its uninstall may remove: the
+    kernels folder and the Jupyter folder that holds it (PREFIX/share/jupyter, the user's or the system's
+    Jupyter data folder), nearest first. Jupyter keeps every kernel at ``<its folder>/kernels/<name>``."""
+    kernels = os.path.dirname(kernel)
+    return kernels, os.path.dirname(kernels)
+
+
+def _to_make(kernel: str) -> "list[str]":
+    """Which of :func:`_folders_above` ``kernel`` are not there yet: the folders installing it will make."""
+    return [folder for folder in _folders_above(kernel) if not os.path.isdir(folder)]
+
+
+def _made_by_earlier(kernels: str) -> "list[str]":
+    """The folders that the installs of this package's kernels in ``kernels`` recorded as made (the kernel
+    about to be replaced among them): the record passes to the next kernel installed there, so that whichever
+    of them is uninstalled last removes those folders."""
+    try:
+        names = sorted(os.listdir(kernels))
+    except OSError:
+        return []
+    made: "list[str]" = []
+    for name in names:
+        record = _our_record(os.path.join(kernels, name))
+        folders = record.get(MADE) if record else None
+        made += [f for f in folders if isinstance(f, str) and f not in made] if isinstance(folders, list) else []
+    return made
+
+
+def _remove_made(kernel: str, made: object) -> None:
+    """Remove the folders above the removed ``kernel`` that its install made (``made``, as its record has
+    them), nearest first, each only while it is empty: never one that was there before (someone else's),
+    never one that now holds anything, never above the Jupyter folder, and none where the record names
+    other folders than the kernel's own (a kernel copied elsewhere by hand)."""
+    if not isinstance(made, list):
+        return
+    for folder in _folders_above(kernel):
+        if not any(isinstance(m, str) and _same_folder(m, folder) for m in made):
+            return
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty (another kernel, someone's file), or gone: it and those above it stay
+            return
+
+
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
         return False
+
+
+def system_kernels() -> str:
+    """The folder ``install`` writes to without --user, --sys-prefix or --prefix: jupyter_client's
+    system-wide kernels folder, as its KernelSpecManager computes it here (jupyter_core's first system
+    path: /usr/local/share/jupyter on Linux; with ``JUPYTER_PLATFORM_DIRS=1``, the first of
+    ``XDG_DATA_DIRS``). Raises :class:`MissingJupyter` without jupyter_client."""
+    return os.path.dirname(_directory(_manager(), DEFAULT_NAME, False, False, None))
 
 
 def _directory(manager: "Any", name: str, user: bool, sys_prefix: bool,  # noqa: ANN401 - a KernelSpecManager
@@ -121,14 +194,15 @@ def _directory(manager: "Any", name: str, user: bool, sys_prefix: bool,  # noqa:
     return directory
 
 
-def kernel_json(display_name: str, env: "dict[str, str]") -> "dict[str, Any]":
-    """The kernelspec: this interpreter running ipykernel, with the flag and ``env`` in its environment."""
+def kernel_json(display_name: str, env: "dict[str, str]", made: "list[str]") -> "dict[str, Any]":
+    """The kernelspec: this interpreter running ipykernel, with the flag and ``env`` in its environment, and
+    in its metadata the record that it is ours and which folders above it its install made (``made``)."""
     return {
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": display_name,
         "language": "python",
         "env": {GENERIC_FLAG: "1", **env},
-        "metadata": {"debugger": True, MARKER: {"version": __version__}},
+        "metadata": {"debugger": True, MARKER: {"version": __version__, MADE: made}},
     }
 
 
@@ -138,9 +212,11 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
 
     Never over a kernel this package did not write: a directory of that name where it would go, or a
     kernel of that name Jupyter already lists (ipykernel's ``python3``, say), is refused with
-    :class:`NotOurs`, since installing would replace it. Its own kernel is replaced. The directory is
-    0755 and kernel.json 0644, readable by everyone as ipykernel's installer leaves them, so that a
-    shared ``--prefix`` or ``--sys-prefix`` kernel is seen by other users' Jupyter.
+    :class:`NotOurs`, since installing would replace it. Its own kernel is replaced. The directory is 0755
+    and kernel.json 0644, readable by everyone as ipykernel's installer leaves them, so that a shared
+    ``--prefix`` or ``--sys-prefix`` kernel is seen by other users' Jupyter. The kernels folder and the
+    Jupyter folder above it, where this install makes them (or an earlier install of this package's kernels
+    beside it made them), are recorded in kernel.json, so that :func:`uninstall` removes them again.
     """
     manager = _manager()
     try:
@@ -149,7 +225,7 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
         raise MissingJupyter(f"ipykernel is not installed for {sys.executable}, which the kernel would run",
                              _install_hint(), CAUSE_NO_IPYKERNEL) from None
     name = _checked_name(name)
-    spec = kernel_json(display_name, env)
+    spec = kernel_json(display_name, env, [])  # the folders it makes are known once its destination is
     if not flags(spec["env"], warn=False)[0]:
         off = [f"{k}={v}" for k, v in env.items() if k in (*FLAG_VARS, DISABLE_VAR)]
         raise InvalidRequest(f"--env {' '.join(off)} turns off the hook this kernel exists for",
@@ -161,6 +237,7 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
             what = f"{existing} was not installed by tms-autopreload" if existing == destination else (
                 f"a kernel named {name!r} already exists in {existing}, not installed by tms-autopreload")
             raise NotOurs(f"{what}; installing would replace it", "choose another --name")
+    spec["metadata"][MARKER][MADE] = _to_make(destination) or _made_by_earlier(os.path.dirname(destination))
     with tempfile.TemporaryDirectory() as staging:
         source = os.path.join(staging, name)
         os.mkdir(source)
@@ -174,7 +251,8 @@ def install(name: str, display_name: str, env: "dict[str, str]", *, user: bool =
 
 
 def uninstall(name: str, *, user: bool = False, sys_prefix: bool = False, prefix: "str | None" = None) -> str:
-    """Remove a kernelspec this package installed; return its directory. Refuses any other kernel.
+    """Remove a kernelspec this package installed, then the folders above it that its install made, where
+    they are empty (:func:`_remove_made`); return its directory. Refuses any other kernel.
 
     Raises :class:`KernelNotFound` when no kernel of that name is found where asked, :class:`NotOurs`
     when the one found was not written by this package.
@@ -197,5 +275,7 @@ def uninstall(name: str, *, user: bool = False, sys_prefix: bool = False, prefix
                       f"remove it with `jupyter kernelspec uninstall {name}`")
     import shutil
 
+    made = (_our_record(directory) or {}).get(MADE)
     shutil.rmtree(directory)
+    _remove_made(directory, made)
     return directory

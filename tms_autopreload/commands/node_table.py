@@ -8,10 +8,12 @@ and ``survey``: its ``doctor --json`` document, :mod:`tms_autopreload.commands.r
 :mod:`tms_autopreload.commands.node_documents`), which says what the hook will do there.
 """
 
-from .report import VERSIONED, is_ok, table
+import os
+
+from .report import VERSIONED, chosen_build, is_ok, table
 from ..errors import Error
 from ..gpu_libraries import runtime_name
-from .nvidia_driver import FAILING
+from .nvidia_driver import FAILING, NOT_FOUND
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -133,6 +135,8 @@ def _driver(answer: "dict[str, Any]") -> str:
     version = _str(driver.get("library_version")) or _str(driver.get("module_version"))
     if driver.get("verdict") == FAILING:
         return f"{version or '?'} FAILING"
+    if driver.get("verdict") == NOT_FOUND:
+        return "NOT FOUND"
     return version or "unknown"
 
 
@@ -146,7 +150,8 @@ def render(rows: "list[dict[str, Any]]") -> str:
         torch = (f"{rt.get('torch_version') or 'no torch'} ({runtime_name(rt.get('kind') or '', rt.get('major'))})"
                  if rt else "-")
         plan = (answer.get("survey") or {}).get("plan")
-        what = plan["build"].rsplit("/", 1)[-1] if plan and r["ok"] else (r["error"] or "-").splitlines()[0]
+        what = (chosen_build(answer["survey"], name=os.path.basename) if plan and r["ok"] else
+                (r["error"] or "-").splitlines()[0])
         versions = _versions(answer)
         gpus = "-" if r.get("gpus") is None else f"{r['gpus']:g}" if r["gpus"] else "none"
         lines.append((_label(r), r.get("ip") or "-", gpus, answer.get("python") or "-",

@@ -23,15 +23,17 @@ the start-up hook never refuses on these facts; ``doctor`` reports them, with a 
 import os
 
 from .. import read_regular
+from ..errors import CAUSE_NO_DRIVER, Error
 from ..ldso import PRELOADED, Loader
 from ..gpu_libraries import CUDA_MAJORS, DRIVER_FILE_PREFIX, DRIVER_SONAME
 
 __all__ = ["MODULE_VERSION_FILE", "MINIMUM_DRIVER", "DriverFacts", "parse_module_version", "version_key",
-           "newest_major", "examine", "OK", "FAILING", "UNKNOWN"]
+           "newest_major", "examine", "OK", "FAILING", "NOT_FOUND", "UNKNOWN"]
 
-# The verdicts on a driver (``doctor --json``'s ``driver.verdict``): it runs torch's CUDA, it cannot, or
-# nothing says either way (which fails nothing).
-OK, FAILING, UNKNOWN = "ok", "failing", "unknown"
+# The verdicts on a driver (``doctor --json``'s ``driver.verdict``): it runs torch's CUDA, it cannot, the loader
+# finds no driver library and that is why the process has no plan, or nothing says either way (which fails
+# nothing).
+OK, FAILING, NOT_FOUND, UNKNOWN = "ok", "failing", "not-found", "unknown"
 
 MODULE_VERSION_FILE = "/proc/driver/nvidia/version"
 LIBCUDA = DRIVER_SONAME
@@ -133,10 +135,13 @@ class DriverFacts:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-def examine(loader: Loader, wanted: "int | None", module_file: str = MODULE_VERSION_FILE) -> DriverFacts:
+def examine(loader: Loader, wanted: "int | None", module_file: str = MODULE_VERSION_FILE,
+            stop: "Error | None" = None) -> DriverFacts:
     """The driver facts of a process whose loader view is ``loader`` (its LD_LIBRARY_PATH and LD_PRELOAD),
-    judged for CUDA major ``wanted`` (None: not a CUDA process, no verdict on majors). Never raises for
-    what it finds."""
+    judged for CUDA major ``wanted`` (None: not a CUDA process, no verdict on majors). ``stop``: why that
+    process has no plan (None: it has one); where its cause is the driver library the loader cannot find
+    (:data:`~tms_autopreload.errors.CAUSE_NO_DRIVER`), a missing ``libcuda.so.1`` is :data:`NOT_FOUND`, with
+    that error's fix, else it judges nothing. Never raises for what it finds."""
     module, module_source = _read_module_version(module_file)
     library, rule = _find_libcuda(loader)
     real = os.path.realpath(library) if library else None
@@ -152,6 +157,9 @@ def examine(loader: Loader, wanted: "int | None", module_file: str = MODULE_VERS
     if library is None:
         facts.message = (f"no {LIBCUDA} is found by the loader (LD_PRELOAD, LD_LIBRARY_PATH, /etc/ld.so.cache, "
                          f"the default directories)")
+        if stop is not None and stop.cause == CAUSE_NO_DRIVER:
+            facts.verdict, facts.fix = NOT_FOUND, stop.fix
+            facts.message += ", and every build that fits needs it: that is why there is no plan"
         return facts
     if module and lib_version and lib_version != module and not compat:
         facts.verdict = FAILING

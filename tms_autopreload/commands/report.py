@@ -18,7 +18,7 @@ from ..decision import Report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
 __all__ = ["document", "text", "table", "is_ok", "driver_facts", "runtime_rule", "versions", "second_runtime",
@@ -50,7 +50,7 @@ def _split(report: Report, environ: "Mapping[str, str]") -> "dict[str, Any] | No
     from ..decision import split_fix, split_overrides, split_warning
     from ..runtime import split_from_torch
 
-    build = next((v.build for v in report.verdicts if v.status == CHOSEN), None)
+    build = report.chosen
     rt = report.runtime
     if rt is None or build is None or split_warning(rt, build, environ) is None:
         return None
@@ -114,13 +114,14 @@ def _interposes(report: Report) -> "dict[str, list[str] | None]":
 
 def driver_facts(report: Report) -> "dict[str, Any] | None":
     """The driver facts of the surveyed process, from the survey's own loader model (None when its
-    interpreter could not be read)."""
-    from .nvidia_driver import examine
+    interpreter could not be read), judged with why it has no plan (a missing driver library may be why)."""
+    from .nvidia_driver import MODULE_VERSION_FILE, examine
 
     rt = report.runtime
     if report.loader is None:
         return None
-    return examine(report.loader, rt.major if rt is not None and rt.kind == CUDA else None).to_dict()
+    return examine(report.loader, rt.major if rt is not None and rt.kind == CUDA else None, MODULE_VERSION_FILE,
+                   report.failure).to_dict()
 
 
 def runtime_rule(report: Report) -> "str | None":
@@ -131,7 +132,7 @@ def runtime_rule(report: Report) -> "str | None":
     from ..ldso import Object
 
     plan, rt, loader = report.plan, report.runtime, report.loader
-    build = next((v.build for v in report.verdicts if v.status == CHOSEN), None)
+    build = report.chosen
     if plan is None or rt is None or rt.library is None or build is None or build.info is None or loader is None \
             or rt.soname not in build.needs:  # a driver-only build (0.0.8) links no runtime library
         return None
@@ -157,7 +158,7 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
     documents together) with their versions, the survey, what each candidate interposes, and the driver.
     ``ok`` is false when there is no plan or the driver cannot run this torch; ``error`` is why there is
     no plan as a person reads it, ``cause`` and ``fix`` its parts for code."""
-    rt, plan, failure = report.runtime, report.plan, report.failure
+    rt, plan, failure, chosen = report.runtime, report.plan, report.failure, report.chosen
     interposes = _interposes(report)
     driver = driver_facts(report)
     env = os.environ if environ is None else environ
@@ -182,8 +183,8 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
             "needs": list(v.build.needs), "loads": v.loader_ok, "status": v.status, "reason": v.reason,
             "cause": v.cause, "interposes": interposes.get(v.build.path),
         } for v in report.verdicts],
-        "plan": None if plan is None else {
-            "build": plan.build, "env": plan.changes(), "binding": plan.binding,
+        "plan": None if plan is None or chosen is None else {
+            "build": plan.build, "file": chosen.file, "env": plan.changes(), "binding": plan.binding,
             "runtime_rule": runtime_rule(report),
         },
         "warnings": list(report.warnings + (plan.warnings if plan else ())) + ([warning_of_second(second)]
@@ -226,15 +227,28 @@ def driver_lines(driver: "dict[str, Any] | None") -> "list[str]":
         library = f"{driver['library']} ({version}, via {driver['library_rule']}{runs})"
     else:
         library = "not found"
-    verdict = driver["verdict"].upper()
+    verdict = driver["verdict"].upper().replace("-", " ")
     line = f"driver:   {verdict}: {Error(driver['message'], fix=driver['fix'] or None)}"
     return [f"module:   {module}", f"libcuda:  {library}", line]
 
 
+def chosen_build(doc: "dict[str, Any]", found: bool = False, name: "Callable[[str], str] | None" = None) -> str:
+    """A document's chosen build as a reader is shown it (:func:`tms_autopreload.builds.shown_build`), with the
+    search rule that finds its runtime where ``found``; ``name`` shortens each path (a node's row shows file
+    names). Read defensively: a row reads a document another node wrote, perhaps an older one without
+    ``plan.file``."""
+    from ..builds import shown_build
+
+    plan = doc["plan"]
+    chosen = next((c for c in doc.get("candidates") or () if isinstance(c, dict) and c.get("status") == CHOSEN), {})
+    build, file = plan["build"], plan.get("file") or plan["build"]
+    short = name or (lambda path: path)
+    return shown_build(short(build), short(file), chosen.get("kind") or "", chosen.get("major"),
+                       plan.get("runtime_rule") if found else None)
+
+
 def text(doc: "dict[str, Any]") -> str:
     """``doctor``'s text: interpreter, runtime, driver, the candidate table, then the plan or why none."""
-    from ..gpu_libraries import runtime_soname
-
     out = [f"python:   {doc['executable']}",
            f"package:  {doc['torch_memory_saver_dir'] or 'torch_memory_saver not found'}",
            *_runtime_lines(doc), *driver_lines(doc.get("driver")), ""]
@@ -247,9 +261,7 @@ def text(doc: "dict[str, Any]") -> str:
         out += [table(rows), ""]
     out += [f"warning: {w}" for w in doc["warnings"]]
     if doc["plan"] is not None:
-        rule, rt = doc["plan"].get("runtime_rule"), doc["runtime"]
-        found = f" ({runtime_soname(rt['kind'], rt['major'])} found through {rule})" if rule and rt else ""
-        out.append(f"chosen:   {doc['plan']['build']}{found}")
+        out.append(f"chosen:   {chosen_build(doc, found=True)}")
         out += [f"set:      {k}={v}" for k, v in doc["plan"]["env"].items()]
     else:
         out.append(f"NO PLAN:  {doc['error']}")

@@ -6,7 +6,7 @@ import argparse
 from ..decision import survey
 from .caller_env import before_plan
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, plan_or_fail
-from . import command
+from . import command, note_link
 
 __all__ = ["configure_parser", "execute"]
 
@@ -16,8 +16,10 @@ def configure_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
 
 
 def execute(args: argparse.Namespace) -> int:
-    plan = plan_or_fail(survey(before_plan()))
+    report = survey(before_plan())
+    plan = plan_or_fail(report)
     if plan is None:
         return EXIT_NO_PLAN
     print(plan.build)
+    note_link(report, "which")
     return EXIT_OK
