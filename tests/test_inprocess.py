@@ -198,6 +198,7 @@ def test_falls_back_when_dlopen_itself_fails(scenario, parts, toys):
     assert_applied("exec", out["reexecd"], out["hooks"], toys["tls"])
 
 
+@pytest.mark.unmeasured
 def test_dlopen_mode_start_imports_no_threading(scenario):
     """P2' (tools/bench.py): a dlopen-mode start, hooked in-process, imports what it needs and not
     ``threading`` (for activate()'s lock the interpreter's own ``_thread`` has one), which would pull
