@@ -129,3 +129,53 @@ def test_a_reexecuted_start_says_what_happened_to_its_preload(scn, tmp_path, cas
     for name, words in said.items():
         assert (words in message) is (name == case), (case, message)
     assert os.path.basename(str(build)) in message
+
+
+def hash_outside(src, dst):
+    """A copy of the ELF object ``src`` at ``dst`` with a DT_HASH entry that points past its end (its
+    DT_RELACOUNT entry, a hint the loader does without, turned into one). The loader sizes and searches its
+    symbol table by DT_GNU_HASH, as it does for ``src``, and loads it the same; a reader that sizes the table
+    by DT_HASH's chain count cannot."""
+    import struct
+    from pathlib import Path
+
+    from tms_autopreload import elf
+
+    data = bytearray(Path(src).read_bytes())
+    phoff, phnum = struct.unpack_from("<Q", data, 32)[0], struct.unpack_from("<H", data, 56)[0]
+    dynamic = next(off for i in range(phnum) for p_type, _flags, off in [struct.unpack_from("<IIQ", data, phoff + 56 * i)]
+                   if p_type == elf.PT_DYNAMIC)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        tags = elf.read_layout(fd).tags
+    finally:
+        os.close(fd)
+    struct.pack_into("<qQ", data, dynamic + 16 * tags.index(0x6FFFFFF9), 4, len(data) << 4)  # DT_RELACOUNT -> DT_HASH
+    Path(dst).write_bytes(bytes(data))
+    os.chmod(dst, 0o755)
+    return dst
+
+
+def test_a_build_whose_symbol_table_cannot_be_read_is_preloaded_with_what_it_intercepts_unknown(scn, tmp_path):
+    """The build the variable names loads (the loader reads its DT_GNU_HASH), but its DT_HASH points outside it,
+    so what it defines cannot be read: ``doctor`` chooses it with a warning that names it and says why, and its
+    row says ``unknown``; ``doctor --deep`` proves nothing and says what it could not read; a flagged start in
+    dlopen mode, which must know what the hook defines before it loads it in-process, falls back to exec and is
+    hooked, once."""
+    forced = hash_outside(scn.site / CU13, tmp_path / "torch_memory_saver_hook_cu13.so")
+    env = {"TMS_AUTOPRELOAD_PATH": str(forced)}
+    r, doc = doctor(scn, env, "--json")
+    assert r.returncode == 0 and doc["plan"]["build"] == str(forced), r.stdout + r.stderr
+    library, why = doc["runtime"]["library"], "DT_HASH is not inside any PT_LOAD segment"
+    assert doc["warnings"] == [f"TMS_AUTOPRELOAD_PATH={str(forced)!r}: what it intercepts is unknown (the symbol "
+                               f"tables of it and {library} cannot be read: {why}); preloading it anyway"], doc
+    assert [c["interposes"] for c in doc["candidates"]] == [None], doc["candidates"]
+    deep = scn.run(["-m", "tms_autopreload", "doctor", "--deep", "--json", "--import", "json"], env)
+    said = json.loads(deep.stdout)
+    assert deep.returncode == 1 and said["ok"] is False, deep.stdout + deep.stderr
+    assert said["error"] == f"cannot read the symbol tables of {forced} and {library}: {why}", said
+    r = scn.flagged(PROBE, {**env, **mode_env("dlopen")})
+    reexecd, hooks, preload = json.loads(r.stdout)
+    assert r.returncode == 0 and execs(reexecd) == 1 and hooks == [str(forced)] and preload == str(forced), r.stderr
+    assert (f"dlopen mode: cannot read the symbols of {forced} and {library}: {why}; falling back to exec"
+            in r.stderr), r.stderr
