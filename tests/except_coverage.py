@@ -117,25 +117,25 @@ def handlers(package: Path = PACKAGE) -> list[Handler]:
     """Every ``except`` clause of the package's modules, in file and line order."""
     found: list[Handler] = []
     for path in sorted(package.rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
         seen: dict[str, int] = {}
+        for node, scope in _walk(ast.parse(path.read_text(), str(path)), ""):
+            what = ast.unparse(node.type) if node.type is not None else "BaseException"
+            key = f"{path.relative_to(package)}:{scope or '<module>'}:{what}"
+            seen[key] = seen.get(key, 0) + 1
+            found.append(Handler(path, node.lineno, node.body[0].lineno,
+                                 key + (f"#{seen[key]}" if seen[key] > 1 else "")))
+    return found
 
-        def visit(node: ast.AST, scope: str) -> None:
-            for child in ast.iter_child_nodes(node):
-                inner = scope
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    inner = f"{scope}.{child.name}" if scope else child.name
-                if isinstance(child, ast.ExceptHandler):
-                    what = ast.unparse(child.type) if child.type is not None else "BaseException"
-                    key = f"{path.relative_to(package)}:{scope or '<module>'}:{what}"
-                    seen[key] = seen.get(key, 0) + 1
-                    if seen[key] > 1:
-                        key += f"#{seen[key]}"
-                    found.append(Handler(path, child.lineno, child.body[0].lineno, key))
-                visit(child, inner)
 
-        visit(tree, "")
-    return sorted(found, key=lambda h: (str(h.path), h.line))
+def _walk(node: ast.AST, scope: str):
+    """(each ``except`` clause under ``node``, the dotted name of the function or class it is in), in order."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.ExceptHandler):
+            yield child, scope
+        inner = scope
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            inner = f"{scope}.{child.name}" if scope else child.name
+        yield from _walk(child, inner)
 
 
 def reached(data: Path) -> set[tuple[str, int]]:

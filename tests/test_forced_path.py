@@ -22,7 +22,7 @@ import subprocess
 
 import pytest
 from conftest import MODES, mode_env, report_host
-from support import MAPPED, REAL_CHECK, REEXECD, assert_stopped, clean_env, execs
+from support import MAPPED, REAL_CHECK, REEXECD, assert_stopped, clean_env, execs, hash_outside
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TORCH_MODE = "torch_memory_saver_hook_mode_torch_cu13.abi3.so"
@@ -129,31 +129,6 @@ def test_a_reexecuted_start_says_what_happened_to_its_preload(scn, tmp_path, cas
     for name, words in said.items():
         assert (words in message) is (name == case), (case, message)
     assert os.path.basename(str(build)) in message
-
-
-def hash_outside(src, dst):
-    """A copy of the ELF object ``src`` at ``dst`` with a DT_HASH entry that points past its end (its
-    DT_RELACOUNT entry, a hint the loader does without, turned into one). The loader sizes and searches its
-    symbol table by DT_GNU_HASH, as it does for ``src``, and loads it the same; a reader that sizes the table
-    by DT_HASH's chain count cannot."""
-    import struct
-    from pathlib import Path
-
-    from tms_autopreload import elf
-
-    data = bytearray(Path(src).read_bytes())
-    phoff, phnum = struct.unpack_from("<Q", data, 32)[0], struct.unpack_from("<H", data, 56)[0]
-    dynamic = next(off for i in range(phnum) for p_type, _flags, off in [struct.unpack_from("<IIQ", data, phoff + 56 * i)]
-                   if p_type == elf.PT_DYNAMIC)
-    fd = os.open(src, os.O_RDONLY)
-    try:
-        tags = elf.read_layout(fd).tags
-    finally:
-        os.close(fd)
-    struct.pack_into("<qQ", data, dynamic + 16 * tags.index(0x6FFFFFF9), 4, len(data) << 4)  # DT_RELACOUNT -> DT_HASH
-    Path(dst).write_bytes(bytes(data))
-    os.chmod(dst, 0o755)
-    return dst
 
 
 def test_a_build_whose_symbol_table_cannot_be_read_is_preloaded_with_what_it_intercepts_unknown(scn, tmp_path):

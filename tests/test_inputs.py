@@ -28,7 +28,7 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import MAPPED, REEXECD, assert_stopped, clean_env, execs, mentions_variable
+from support import MAPPED, NO_DAC, REEXECD, assert_stopped, clean_env, execs, mentions_variable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -366,7 +366,6 @@ def test_flagged_starts_answer_every_environment(world):
 
 # ---------------------------------------------------------------- 3. files on the start-up path
 
-NO_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
 KINDS = ["fifo", "directory", "dangling-symlink", "unreadable", "huge"]
 MAKE = {  # shell that puts each kind at "$p" (sparse: the huge file costs no disk)
     "fifo": 'rm -rf "$p" && mkfifo "$p"',
