@@ -21,6 +21,7 @@ commands for real, offline, in tests/test_way_out.py's cells).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -323,6 +324,36 @@ def test_the_bare_name_is_printed_nowhere():
 NOT_INSTALLED = ("import sys; from tms_autopreload.commands.node_table import not_installed; "
                  "print(not_installed('/node/venv/bin/python', '/node/venv'))")
 
+
+
+def test_a_copy_run_from_its_checkout_advises_an_install_without_a_command():
+    """This package imported from a checkout (as this test process imports it), not installed: there is no
+    distribution and so no record of a source, and the advice for a node without the package says so in words,
+    naming no command."""
+    from importlib import metadata
+
+    from tms_autopreload.install_source import install_advice, unknown_source
+
+    with pytest.raises(metadata.PackageNotFoundError):
+        metadata.distribution("tms-autopreload")
+    python = "/usr/bin/python3"
+    assert install_advice("node X", python) == f"install it into node X {unknown_source(python)}"
+
+
+def test_a_fix_for_a_site_of_an_account_that_has_no_name_says_its_owner(scenario):
+    """The release's CUDA 13 build removed, in a site-packages owned by a uid no account has (a volume made on
+    another machine): the reinstall fix says who must run it, in words, for an account that cannot write there
+    (root without its permission bypass)."""
+    from support import NO_DAC
+
+    scn = report_host(scenario, tms="0.0.10", tag="owner-without-a-name")
+    (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink()
+    os.chown(scn.site, 4242, 4242)
+    r = scn.host.run([*NO_DAC, str(scn.venv.python), "-m", "tms_autopreload", "doctor", "--json"], clean_env())
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and doc["cause"] == "no-build-fits", doc
+    assert (f"{scn.site} is not writable by this account (it belongs to its owner): run it as its owner"
+            in doc["fix"]), doc["fix"]
 
 def installed_from(tmp: Path, *pip_args: str) -> tuple[Venv, str]:
     """A venv with tms_autopreload installed by ``pip install <pip_args>``, and what ``doctor --ray`` says

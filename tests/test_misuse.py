@@ -468,6 +468,28 @@ def test_deep_cleans_up_when_interrupted(scenario, tmp_path, sig, code):
             os.kill(child, signal.SIGKILL)
 
 
+
+def test_deep_ends_an_import_that_never_finishes_at_its_timeout(scenario, tmp_path, monkeypatch):
+    """The module ``doctor --deep`` imports never finishes (it waits forever): at the check's timeout the
+    evidence says so, the child's process group is ended and the binding log deleted."""
+    import tempfile
+
+    from tms_autopreload.commands.binding_log import check
+
+    scn = report_host(scenario)
+    mods, tmp = tmp_path / "mods", tmp_path / "tmp"
+    mods.mkdir()
+    tmp.mkdir()
+    (mods / "tms_test_sleeper.py").write_text(SLEEPER)
+    ready = tmp_path / "ready"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    environ = clean_env(PYTHONPATH=str(mods), DEEP_READY=str(ready))
+    ev = check(environ, str(scn.site / CU13), str(scn.parts.rt[13] / "libcudart.so.13"), module="tms_test_sleeper",
+               executable=str(scn.venv.python), timeout=5)
+    assert ev.error == "`import tms_test_sleeper` did not finish within 5 s" and not ev.ok, ev.error
+    child, _group = map(int, ready.read_text().split())
+    assert not alive(child) and list(tmp.iterdir()) == [], list(tmp.iterdir())
+
 def test_deep_tells_a_failed_import_from_an_unmapped_hook(scenario):
     scn = report_host(scenario)
     r = cli(scn, "doctor", "--deep", "--import", "nonexistent_module")
