@@ -309,6 +309,89 @@ def test_kernel_env_that_keeps_the_hook_on_is_accepted(real_torch, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+
+# What ``kernel`` asks of jupyter_client, as jupyter_client 8.10.0 answers it for --prefix and --user (the kernel's
+# folder under PREFIX/share/jupyter/kernels, or the user's; its files copied there, an earlier one replaced), for the
+# fast lane; the real one, with its system folder and its search for kernels, in the tests above. ipykernel is an
+# empty package beside it where ``with_ipykernel``.
+JUPYTER_STANDIN = {
+    "jupyter_client/__init__.py": "",
+    "jupyter_client/kernelspec.py":
+        "import os, shutil\n\n\nclass KernelSpecManager:\n"
+        "    def _get_destination_dir(self, kernel_name, user=False, prefix=None):\n"
+        "        base = (os.path.expanduser('~/.local/share/jupyter') if user else\n"
+        "                os.path.join(os.path.abspath(prefix), 'share', 'jupyter') if prefix else\n"
+        "                '/usr/local/share/jupyter')\n"
+        "        return os.path.join(base, 'kernels', kernel_name.lower())\n\n"
+        "    def find_kernel_specs(self):\n        return {}\n\n"
+        "    def install_kernel_spec(self, source_dir, kernel_name=None, user=False, replace=None, prefix=None):\n"
+        "        destination = self._get_destination_dir(kernel_name, user=user, prefix=prefix)\n"
+        "        if os.path.isdir(destination):\n            shutil.rmtree(destination)\n"
+        "        shutil.copytree(source_dir, destination)\n        return destination\n",
+}
+
+
+@pytest.fixture(scope="module")
+def jupyter(tmp_path_factory):
+    """``jupyter(with_ipykernel)``: the PYTHONPATH that gives a process the Jupyter stand-in."""
+    made = {}
+    for with_ipykernel in (False, True):
+        root = tmp_path_factory.mktemp("jupyter-standin")
+        for name, text in {**JUPYTER_STANDIN, **({"ipykernel/__init__.py": ""} if with_ipykernel else {})}.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        made[with_ipykernel] = str(root)
+    return made.__getitem__
+
+
+def test_kernel_faults_each_say_their_cause(scenario, jupyter, tmp_path):
+    """What ``kernel`` meets where it installs and removes kernels, each said with its exit code: a name Jupyter
+    refuses (2), ipykernel missing (2), no kernel to remove (1), a kernel.json in the way that is not JSON (1, never
+    replaced); and what its install made, removed only where it can be (a prefix moved since, a kernels folder it
+    cannot list, a folder that holds someone's file), the kernel itself always."""
+    from support import NO_DAC
+
+    scn = report_host(scenario)
+    env = {"PYTHONPATH": jupyter(True), "HOME": str(tmp_path)}
+
+    def run(*args, prefix=None, env=env, prefix_argv=()):
+        argv = [*prefix_argv, str(scn.venv.python), "-m", "tms_autopreload", "kernel", *args,
+                *(["--prefix", str(prefix)] if prefix else [])]
+        return scn.host.run(argv, clean_env(**env))
+
+    refused_as_usage(run("install", "--name", "a b", prefix=tmp_path / "p"),
+                     "is not a kernel name Jupyter accepts")
+    r = run("install", prefix=tmp_path / "p", env={**env, "PYTHONPATH": jupyter(False)})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("tms-autopreload kernel: ipykernel is not installed for "), r.stderr
+    r = run("uninstall", prefix=tmp_path / "p")
+    assert r.returncode == 1 and "no kernel named 'python3-tms-autopreload' in " in r.stderr, r.stderr
+    broken = tmp_path / "broken" / "share" / "jupyter" / "kernels" / "python3-tms-autopreload"
+    broken.mkdir(parents=True)
+    (broken / "kernel.json").write_text("{not json")
+    r = run("install", prefix=tmp_path / "broken")
+    assert r.returncode == 1 and f"{broken} was not installed by tms-autopreload" in r.stderr, r.stderr
+    assert (broken / "kernel.json").read_text() == "{not json"
+
+    # A prefix moved after the install: the folders its record names are gone, so none here is proven made.
+    assert run("install", prefix=tmp_path / "before").returncode == 0
+    (tmp_path / "before").rename(tmp_path / "moved")
+    assert run("uninstall", prefix=tmp_path / "moved").returncode == 0
+    assert [p.name for p in (tmp_path / "moved" / "share" / "jupyter").iterdir()] == ["kernels"]
+    # A kernels folder that can be entered, not listed (root without its permission bypass): nothing recorded as made.
+    kernels = tmp_path / "unlisted" / "share" / "jupyter" / "kernels"
+    kernels.mkdir(parents=True)
+    kernels.chmod(0o311)
+    r = run("install", prefix=tmp_path / "unlisted", prefix_argv=NO_DAC)
+    assert r.returncode == 0, r.stderr
+    spec = json.loads((kernels / "python3-tms-autopreload" / "kernel.json").read_text())
+    assert spec["metadata"]["tms_autopreload"]["made"] == [], spec
+    # Made by install, then given someone's file: uninstall removes the kernel, the folder stays, with the file.
+    assert run("install", prefix=tmp_path / "kept").returncode == 0
+    (tmp_path / "kept" / "share" / "jupyter" / "kernels" / "README").write_text("mine")
+    assert run("uninstall", prefix=tmp_path / "kept").returncode == 0
+    assert [p.name for p in (tmp_path / "kept" / "share" / "jupyter" / "kernels").iterdir()] == ["README"]
+
 # ---------------------------------------------------------------- configure_subprocess() and start methods
 
 STARTS = MAPPED + r'''
