@@ -573,6 +573,19 @@ def test_deep_ends_an_import_that_never_finishes_at_its_timeout(scenario, tmp_pa
     child, _group = map(int, ready.read_text().split())
     assert not alive(child) and list(tmp.iterdir()) == [], list(tmp.iterdir())
 
+
+def test_deep_where_proc_is_not_mounted_proves_nothing_and_says_why(scenario):
+    """``/proc`` replaced by an empty tmpfs: the child cannot read what it maps, nor the environment it started
+    with; doctor --deep says that it cannot tell, never that the hook or the runtime is not mapped; exit 1."""
+    scn = report_host(scenario)
+    r = scn.host.run([str(scn.venv.python), "-m", "tms_autopreload", "doctor", "--deep", "--json", "--import", "json"],
+                     clean_env(), setup="mount -t tmpfs none /proc")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and doc["ok"] is False, r.stdout + r.stderr
+    assert doc["error"] == ("the child could not read /proc/self/maps (is /proc mounted?), so what it maps after "
+                            "`import json` is unknown"), doc
+
+
 def test_deep_tells_a_failed_import_from_an_unmapped_hook(scenario):
     scn = report_host(scenario)
     r = cli(scn, "doctor", "--deep", "--import", "nonexistent_module")
