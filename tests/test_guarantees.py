@@ -335,6 +335,30 @@ def test_a_start_whose_stdout_cannot_take_what_an_earlier_pth_printed_is_hooked(
     assert out["hooks"] == [str(scn.site / CU13)] and execs(out["reexecd"]) == 1, r.stderr
     assert r.returncode == plain.returncode == 120, (r.returncode, plain.returncode, r.stderr)
 
+
+def test_a_hooked_child_whose_package_breaks_under_it_stops_with_the_internal_error(scenario):
+    """A child that inherits its parent's plan (the hook already mapped, the state naming it) in a package
+    broken since (a module of it that raises on import, as a half-finished upgrade leaves it): what the quick
+    check of the inherited plan raises is not let into site.py; the full path runs and says the error and
+    where to turn, once, with no traceback, and the child stops before user code, exit 78."""
+    scn = report_host(scenario, tag="broken-under-a-child")
+    _, out = start(scn, args=("-c", "import json, os; print(json.dumps(dict(os.environ)))"))
+    inherited = {k: v for k, v in out.items() if k in ("LD_PRELOAD", "TMS_AUTOPRELOAD_STATE", "SLIME_OFFLOAD_TRAIN")}
+    assert inherited["TMS_AUTOPRELOAD_STATE"].endswith(CU13), out
+    builds = scn.site / "tms_autopreload" / "builds.py"
+    saved = builds.read_bytes()
+    builds.write_text("raise RuntimeError('a half-finished upgrade')\n")
+    try:
+        r = scn.host.run([str(scn.venv.python), "-c", "print('user code ran')"],
+                         clean_env(**inherited, TMS_AUTOPRELOAD_VERBOSE="1"))
+    finally:
+        builds.write_bytes(saved)
+    assert r.returncode == 78 and r.stdout == "" and "Traceback" not in r.stderr, (r.returncode, r.stdout, r.stderr)
+    said = [line for line in r.stderr.splitlines() if line.startswith("tms-autopreload: ")]
+    assert said == ["tms-autopreload: internal error while resolving the preload hook: "
+                    "RuntimeError('a half-finished upgrade'); run `tms-autopreload doctor` and report it"], r.stderr
+
+
 def _signalled_during_the_trace(scn, tmp_path, name, sig, *, before_spawn):
     """Start flagged, wait until the start-up hook is inside its loader trace, send ``sig``; return
     (the finished process, its stdout, its stderr).
