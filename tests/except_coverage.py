@@ -36,7 +36,28 @@ CONFIG = "coverage.ini"
 # What a handler is called by: its module (under the package), its function and the exceptions it names,
 # with ``#2`` and on where one function has several alike. Why each listed one cannot be reached here.
 UNREACHABLE: dict[str, str] = {
+    "__init__.py:open_regular:OSError":
+        "fstat of the descriptor open() has just returned: it fails only on a fault of the kernel or the file "
+        "system (EIO), which no test can make without injecting faults as root",
+    "builds.py:shown_path:ElfError":
+        "a child's verbose line for the build it inherits, mapped: the loader has just read that file's dynamic "
+        "section to map it at this start, so it reads again unless the file is replaced in between (a race)",
+    "commands/binding_log.py:_end_group:ProcessLookupError":
+        "the child is not reaped when its group is ended (its returncode is None), so the group holds at least "
+        "its zombie, which kill() still signals; it is gone only where SIGCHLD is ignored (the kernel reaps) and "
+        "the child ends in the instant between a timeout or an interrupt and the kill (a race)",
+    "sitepath.py:_site_dirs:OSError":
+        "pyvenv.cfg is read by site.py before any .pth runs, and an unreadable one stops the interpreter there "
+        "(Fatal Python error: init_import_site): it cannot be read here only if made unreadable after the start",
+    "trust.py:Trusted._find:OSError":
+        "each path is one the running interpreter started or imported from (its prefixes, its executable's "
+        "directory, the folder torch_memory_saver was imported from), so each component could be examined "
+        "then; it cannot be only if removed or made unsearchable while the process runs (a race)",
 }
+if sys.version_info < (3, 13):
+    UNREACHABLE["sitepath.py:pth_paths:UnicodeDecodeError"] = (
+        "read as UTF-8 first from CPython 3.13 on only: reached in-process by tests/test_fuzz.py's .pth "
+        "differential where the suite's own interpreter is 3.13 or later, not on this one")
 
 # The measured processes' configuration. coverage.py's warnings would reach the stderr the tests judge.
 _CONFIG = """\
