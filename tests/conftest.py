@@ -154,6 +154,14 @@ class Scenario:
         return self.run(["-c", code], {flag: "1", **(env or {})}, **kw)
 
 
+@pytest.fixture
+def said(snapshot):
+    """Syrupy's snapshot, one text file each (tests/words.py): what a user reads, on record."""
+    from words import Text
+
+    return snapshot.use_extension(Text)
+
+
 MODES = ["exec", "dlopen"]
 
 

@@ -83,16 +83,18 @@ def test_the_start_up_files_are_what_their_generator_writes_from_the_package(par
     assert set(START_UP_FILES) == STARTUP
     with zipfile.ZipFile(parts.own_wheel) as z:
         for name, text in want.items():
-            assert (ROOT / name).read_text() == text, f"{name}: run `python tools/pthfile.py`"
+            assert (ROOT / name).read_text() == text, f"{name}: run `.venv-test/bin/python tools/pthfile.py`"
             assert z.read(name).decode() == text, name
     fallback = want["_tms_autopreload_left_over.py"]
     for name in ("parse_flag", "kill_switch", "unhooked_program", "pip_form", "way_out", "left_over"):
         assert f"\ndef {name}(" in fallback, name  # the rules it shares with the package, copied whole
     # What every start of the environment reads: one import line, then one comment that site.py skips, which that
-    # line runs where its start module is gone (the rules it shares with the package, copied whole).
+    # line runs where its start module is gone (the rules it shares with the package, copied whole, then made short
+    # by python-minifier).
     line, second = want["tms_autopreload.pth"].splitlines()
     assert line.startswith("import os;") and second.startswith("#exec("), second[:200]
-    assert "\ndef start_gone(" in ast.literal_eval(ast.parse(second[1:]).body[0].value.args[0])
+    code = ast.literal_eval(ast.parse(second[1:]).body[0].value.args[0])
+    assert " is left over: " in code and code.rstrip().endswith("(fullname)"), code
 
 
 @pytest.mark.slow  # builds in an isolated environment from the index

@@ -237,13 +237,15 @@ def the_fix(said: str) -> str:
 
 
 @pytest.mark.parametrize("world, failure, shell", list(_cells(fast=True)))
-def test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_path, world, failure, shell):
+def test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_path, world, failure, shell, said):
+    """What the stop (or ``doctor``) says is on record too (``said``: tests/words.py)."""
     w, added = _broken(kit, tmp_path, world, failure)
     env = {**w.env, **added, **SHELLS[shell], **_offline(kit, tmp_path)}
     retry = [w.python, "-m", "tms_autopreload", "doctor"] if shell == "no-flag" else [w.python, "-c", "pass"]
     before = w.host.run(retry, env, timeout=300)
-    said = before.stdout if shell == "no-flag" else before.stderr
+    record, said = said, before.stdout if shell == "no-flag" else before.stderr
     assert before.returncode == (1 if shell == "no-flag" else 78), (before.returncode, said)
+    assert _on_record(kit, w, tmp_path, f"$ {shlex.join(retry)}\n{said}--- exit {before.returncode}\n") == record
     fix = the_fix(said)
     assert fix.startswith(("env TMS_AUTOPRELOAD_DISABLE=1 ", "unset ")), (fix, said)
     after = w.host.run(["sh", "-c", f"{fix}; {shlex.join(retry)}"], env, timeout=600)
@@ -255,6 +257,18 @@ def test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_pat
     assert found.returncode == 0, found.stderr
     placed = {name: os.path.realpath(site / name) for name, site in _placed(w, failure).items()}
     assert {n: os.path.realpath(d) for n, d in json.loads(found.stdout).items() if d} == placed, (fix, found.stdout)
+
+
+def _on_record(kit, w: World, cell: Path, text: str) -> str:
+    """``text`` as the snapshot holds it: this cell's paths named (tests/words.py)."""
+    from words import normalise
+
+    python = os.path.realpath(kit["python"])
+    driver, cuda13 = kit["host"].dirs
+    return normalise(text, {"<site>": w.site, "<tms-site>": w.tms_site, "<home>": w.home, "<cell>": cell,
+                            "<kit>": kit["root"], "<own-wheel>": kit["own"], "<driver-dir>": driver,
+                            "<cuda13-dir>": cuda13, "<base-python>": python,
+                            "<base-prefix>": Path(python).parent.parent})
 
 
 # Where the interpreter finds each package, without importing it (torch's stand-in raises on import).
@@ -279,8 +293,8 @@ def _world_class(world: str) -> type:
     ``--dist loadscope`` gives each world to a worker (one module would run every cell on one)."""
     @pytest.mark.slow
     @pytest.mark.parametrize("world, failure, shell", list(_cells(False, world)))
-    def test(self, kit, tmp_path, world, failure, shell):
-        test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_path, world, failure, shell)
+    def test(self, kit, tmp_path, world, failure, shell, said):
+        test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_path, world, failure, shell, said)
 
     return type(f"TestWorld_{world.replace('-', '_')}", (), {
         "__doc__": f"The way out in the world {world}.",

@@ -384,18 +384,30 @@ class Option:
     def predict(self, build: Build, runtime: Runtime, loader: Loader,
                 children: "list[tuple[str, DynamicInfo]]") -> "str | None":
         """Why the loader model says this would not map exactly ``runtime.library`` for the hook in this
-        interpreter, or would leave a child without the runtime; None when it holds."""
-        if runtime.library is None or build.kind == DRIVER_ONLY or build.info is None:
+        interpreter, or would leave a child without the runtime; None when it holds. A driver-only build needs
+        no runtime: what finds one is torch's ``libtorch_global_deps.so``, which must then find that same copy
+        (where torch also loads it by path, :data:`tms_autopreload.runtime.TORCH_BY_PATH`, another would be a
+        second one mapped), as it does in dlopen mode, which loads that copy before torch."""
+        if runtime.library is None or build.info is None:
             return None
-        hook = Object(build.path, build.info)
         soname = runtime.soname
-        found = loader.under(self.ld_library_path, self.ld_preload).find(soname, hook)
+        if build.kind == DRIVER_ONLY:
+            torch = runtime.torch
+            if torch is None or torch.global_deps is None or soname not in torch.links:
+                return None
+            searcher, whose = torch.global_deps, "torch's"
+        else:
+            searcher, whose = Object(build.path, build.info), "its"
+        found = loader.under(self.ld_library_path, self.ld_preload).find(soname, searcher)
         if found is None:
-            return f"its {soname} would not be found"
+            return f"{whose} {soname} would not be found"
         if not same_file(found.path, runtime.library):
             rule = "the interpreter's DT_RPATH" if found.rule == "DT_RPATH" else found.rule
-            return (f"its {soname} would bind to {found.path} ({rule}), not to {runtime.library} that "
+            return (f"{whose} {soname} would bind to {found.path} ({rule}), not to {runtime.library} that "
                     f"torch uses: two runtime copies")
+        if build.kind == DRIVER_ONLY:
+            return None  # the children load no runtime for it
+        hook = Object(build.path, build.info)
         for child, info in children:
             if not _search_differs(loader.executable.info, info):
                 continue  # the loader searches for the hook's needs in it as in the interpreter
@@ -421,10 +433,9 @@ class Setting:
 
     @property
     def library(self) -> "str | None":
-        """The runtime library to bind; None where there is nothing to bind (no library, a driver-only build,
-        an unreadable one): then only the first step applies."""
-        b = self.build
-        return None if b.kind == DRIVER_ONLY or b.info is None else self.runtime.library
+        """The runtime library to bind (for a driver-only build, the copy torch's own libraries must find); None
+        where there is nothing to bind (no library, an unreadable build): then only the first step applies."""
+        return None if self.build.info is None else self.runtime.library
 
 
 def _as_found(s: Setting) -> Option:
@@ -500,8 +511,13 @@ def _binding_words(option: Option, runtime: Runtime, build: Build) -> str:
     library = runtime.library
     if library is None:
         return ""
-    if runtime.soname not in build.needs:  # 0.0.8's build: it links only the driver
+    if runtime.soname not in build.needs and option.binding == AS_FOUND:  # 0.0.8's build: it links only the driver
         return f"{AS_FOUND}: nothing to bind, the build links no {runtime.soname} (it needs only the driver)"
+    if runtime.soname not in build.needs:
+        where = (f"{os.path.dirname(library)} first on LD_LIBRARY_PATH" if option.binding == SEARCH_PATH else
+                 f"{library} preloaded by path after the hook")
+        return (f"{option.binding}: {where}, so that torch's libraries bind the copy torch also loads by path "
+                f"(the build links no {runtime.soname})")
     if option.binding == AS_FOUND:
         return f"{AS_FOUND}: the loader finds {library} for the hook and every child"
     if option.binding == SEARCH_PATH:

@@ -167,6 +167,7 @@ PROGRAMS = {
     "setpriv": ("util-linux", ("check", "test")),
     "ldconfig": ("libc-bin", ALL),
     "nm": ("binutils", ("check", "test")),
+    "readelf": ("binutils", ("check", "test")),  # what a build needs, read apart from the package (test_outcomes.py)
     "git": ("git", ("check", "test")),
     "g++": ("g++", ("check", "test")),  # torch_memory_saver built from its sdist (tools/tms_source.py)
     "pgrep": ("procps", ("check", "test")),

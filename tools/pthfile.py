@@ -16,9 +16,11 @@ Three files at the root of site-packages, shipped by setup.py (their names: ``tm
   top-level definition whole. So the fallback obeys the same flag rules, kill switch and unhooked programs
   as the package, from one source that ruff and mypy check. It is compiled only where it runs.
 
-The second line is copied the same way, then made short (every start reads it): comments, blank lines and
-annotations' indentation go, each level of indentation is one space, and the result must parse to the same
-tree as the source it came from. Text is copied, never unparsed, so that every Python writes the same files.
+What the second line runs is copied the same way, then made short by python-minifier (pinned in
+tests/requirements.txt: names the code binds renamed to a letter or two, annotations, docstrings and spaces
+dropped), since every start reads it: the same program in about half the characters of the code copied. Every
+Python from 3.10 writes the same files (python-minifier prints the tree itself, whatever Python parsed it).
+Run it with the test venv's interpreter, which has python-minifier: ``.venv-test/bin/python tools/pthfile.py``.
 
 tests/test_packaging.py holds this output, the files in the tree, the sdist's and the wheel's members
 identical.
@@ -30,9 +32,7 @@ fallback outside the checks; what is copied here must be whole definitions of re
 from __future__ import annotations
 
 import ast
-import io
 import sys
-import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,9 +42,12 @@ from tms_autopreload import FLAG_VARS  # noqa: E402 - the checkout's package, on
 from tms_autopreload.leftover import FALLBACK as LEFT_OVER  # noqa: E402
 from tms_autopreload.leftover import PTH, START  # noqa: E402
 
+from python_minifier import minify  # noqa: E402 - a test and tool dependency, never the package's
+
 PACKAGE = "tms_autopreload"
 ENTRY = ("leftover", "left_over")  # (module, function) the fallback calls with the .pth file's path
 GONE = ("leftover", "start_gone")  # (module, function) the .pth's second line calls with the .pth file's path
+GIVEN = ("fullname",)  # the names that code is run with: site.py's name for the .pth file it reads
 GENERATED = "# Written by tools/pthfile.py from the tms_autopreload package's source; do not edit.\n"
 START_TEXT = f'''{GENERATED}"""tms_autopreload's start-up entry, imported by tms_autopreload.pth where a flag is set."""
 
@@ -162,55 +165,24 @@ def fallback() -> str:
     return f"{head}{_body(order)}\n\n\n{call}\n"
 
 
-def short(code: str) -> str:
-    """``code`` in as few characters as its tree allows without rewriting it (:func:`ast.unparse` writes each
-    Python's own way): no comments, no blank lines, no annotations of functions, one space per level of
-    indentation. Refused where the tree changes but for the annotations (a string over several lines would)."""
-    lines = code.splitlines()
-    tree = ast.parse(code)
-    cuts = []  # (row, start column, end column) of each annotation, with the ": " or " -> " before it
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            args = node.args
-            for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
-                if arg is not None and arg.annotation is not None:
-                    cuts.append((arg.lineno, arg.col_offset + len(arg.arg), arg.annotation.end_col_offset))
-                    arg.annotation = None
-            if node.returns is not None:
-                row, end = node.returns.lineno, node.returns.end_col_offset
-                cuts.append((row, lines[row - 1].rindex("->", 0, node.returns.col_offset), end))
-                node.returns = None
-    for row, start, end in sorted(cuts, reverse=True):
-        lines[row - 1] = lines[row - 1][:start].rstrip() + lines[row - 1][end:]
-    plain = "\n".join(lines) + "\n"
-    tokens = tokenize.generate_tokens(io.StringIO(plain).readline)
-    comments = dict(t.start for t in tokens if t.type == tokenize.COMMENT)  # row -> the column it starts at
-    kept = []
-    for row, line in enumerate(plain.splitlines(), 1):
-        line = line[:comments.get(row, len(line))].rstrip()
-        if line:
-            indent = len(line) - len(line.lstrip(" "))
-            kept.append(" " * (indent // 4) + line.lstrip(" "))
-    text = "\n".join(kept) + "\n"
-    if ast.dump(ast.parse(text)) != ast.dump(tree):
-        raise SystemExit("tools/pthfile.py: the start-up line's code changes when it is made short")
-    return text
-
-
 def gone() -> str:
-    """The ``.pth`` file's second line after its ``#``: one line of Python that runs :data:`GONE` with every
-    definition it reaches, made :func:`short`, in a namespace of its own that knows the ``.pth`` file's path."""
+    """The ``.pth`` file's second line after its ``#``: one statement that runs :data:`GONE` with every definition it
+    reaches, made short (python-minifier), in a namespace of its own that knows the ``.pth`` file's path."""
     imports, _, order = definitions(GONE)
-    code = short("".join(f"{i}\n" for i in imports) + _body(order) + f"\n{GONE[1]}(fullname)\n")
+    code = minify("".join(f"{i}\n" for i in imports) + _body(order) + f"\n{GONE[1]}(fullname)\n",
+                  rename_globals=True, preserve_globals=list(GIVEN), remove_annotations=True, hoist_literals=False)
+    compile(code, PTH, "exec")
     return f"exec({code!r},{{'fullname':fullname}})"
 
 
 def pth() -> str:
     """The ``.pth`` file: the import line, then the comment its ``except`` runs (the file's second line, after
-    its ``#``)."""
+    its ``#``). Where a flag is set the line runs a ``try`` that imports the start module, a string with ``%c``
+    where its line break goes, formatted with 10 where it runs: an escape (``\\n``) in the line would cost every
+    start its decoding, flag or not, when site.py compiles the line."""
     flags = " or".join(f'"{name}"in os.environ' for name in FLAG_VARS)
-    line = f'import os;({flags})and exec("try:import {START}\\nexcept:exec([*open(fullname)][1][1:])")'
-    return f"{line}\n#{gone()}\n"
+    attempt = f"try:import {START}%cexcept:exec([*open(fullname)][1][1:])"
+    return f'import os;({flags})and exec("exec({attempt!r}%10)")\n#{gone()}\n'
 
 
 def texts() -> dict[str, str]:
@@ -226,7 +198,8 @@ def main() -> int:
     if sys.argv[1:] == ["--check"]:
         stale = [name for name, text in want.items() if (ROOT / name).read_text() != text]
         for name in stale:
-            print(f"{name} is not what tools/pthfile.py writes: run `python tools/pthfile.py`", file=sys.stderr)
+            print(f"{name} is not what tools/pthfile.py writes: run `.venv-test/bin/python tools/pthfile.py`",
+                  file=sys.stderr)
         return 1 if stale else 0
     for name, text in want.items():
         (ROOT / name).write_text(text)

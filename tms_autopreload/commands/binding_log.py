@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
     from ..attempt import Plan
 
-__all__ = ["Binding", "Library", "Evidence", "parse_binding", "check", "under_test", "DEEP_VARS", "ALLOCATOR"]
+__all__ = ["Binding", "Library", "Evidence", "parse_binding", "check", "judge", "under_test", "DEEP_VARS",
+           "ALLOCATOR"]
 
 # What the child runs with, on top of the environment under test.
 DEEP_VARS = {"LD_BIND_NOW": "1", "LD_DEBUG": "bindings"}
@@ -411,28 +412,37 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
             ev.error = ("the child did not load the hook in-process: "
                         f"{' / '.join(said) or 'its start-up hook said nothing'}")
             return ev
-        mapped = answer["maps"]
-        ev.hook_mapped = any(same_file(p, hook) for p in mapped)
-        ev.runtimes = [p for p in mapped if runtime_of(os.path.basename(p))]
-        ev.import_error = answer["import_error"]
-        if ev.import_error:
-            return ev
-        users: "dict[str, set[str]]" = {}
-        libraries = _read_log(directory, hook, frozenset(symbols), ev, users)
-        _runtime_users(users, ev)
-        _unbound(mapped, soname, frozenset(symbols), libraries, ev)
-        for lib in libraries.values():
-            # allocation before release, then by name: "cudaMalloc, cudaFree"
-            lib.bound = dict(sorted(lib.bound.items(), key=lambda kv: ("alloc" not in kv[0].lower(), kv[0])))
-            _classify(lib, ev)
-        order = {ALLOCATOR: 0}
-        ev.libraries = sorted(libraries.values(), key=lambda lib: (order.get(lib.name, 1), lib.name))
-        return ev
+        return judge(ev, answer, directory, soname)
     finally:
         if child is not None and child.returncode is None:
             _end_group(child)
         ev.seconds = time.perf_counter() - start
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def judge(ev: Evidence, answer: "dict", directory: str, soname: str) -> Evidence:
+    """Fill ``ev`` from what the child reported (``answer``: the files mapped after the import, ``maps``, and
+    the import's error, ``import_error``) and from the loader's binding log files in ``directory``; ``soname``:
+    the runtime library's, whose unbound references are looked for. Returns ``ev``."""
+    mapped = answer["maps"]
+    ev.hook_mapped = any(same_file(p, ev.hook) for p in mapped)
+    ev.runtimes = [p for p in mapped if runtime_of(os.path.basename(p))]
+    ev.import_error = answer["import_error"]
+    if ev.import_error:
+        return ev
+    assert ev.hook is not None  # a plan's: check() judges only where there is one
+    symbols = frozenset(ev.interposed)
+    users: "dict[str, set[str]]" = {}
+    libraries = _read_log(directory, ev.hook, symbols, ev, users)
+    _runtime_users(users, ev)
+    _unbound(mapped, soname, symbols, libraries, ev)
+    for lib in libraries.values():
+        # allocation before release, then by name: "cudaMalloc, cudaFree"
+        lib.bound = dict(sorted(lib.bound.items(), key=lambda kv: ("alloc" not in kv[0].lower(), kv[0])))
+        _classify(lib, ev)
+    order = {ALLOCATOR: 0}
+    ev.libraries = sorted(libraries.values(), key=lambda lib: (order.get(lib.name, 1), lib.name))
+    return ev
 
 
 def _end_group(child: "subprocess.Popen[str]") -> None:
