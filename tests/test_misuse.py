@@ -718,6 +718,23 @@ def test_deep_finds_unbound_references_past_a_mapped_file_that_is_no_elf_object(
     assert list(libraries) == [str(user)] and libraries[str(user)].bound == {"cudaMalloc": None}
 
 
+def test_a_truncated_runtime_first_on_ld_library_path_rejects_the_build_it_would_serve(scenario, parts, tmp_path):
+    """A copy of libcudart.so.13 cut short (its ELF header whole, its dynamic section gone) first on the user's
+    LD_LIBRARY_PATH: the loader model finds it first and the real loader fails on it, so the CUDA 13 build is
+    rejected as one that does not load; the start stops with the builds and their reasons, exit 78, never with
+    the internal error of a read that failed."""
+    scn = report_host(scenario)
+    cut = tmp_path / "lib"
+    cut.mkdir()
+    (cut / "libcudart.so.13").write_bytes((parts.rt[13] / "libcudart.so.13").read_bytes()[:2048])
+    r = scn.flagged("print('user code ran')", {"LD_LIBRARY_PATH": str(cut)})
+    assert r.returncode == 78 and r.stdout == "" and "Traceback" not in r.stderr, (r.returncode, r.stdout, r.stderr)
+    assert "internal error" not in r.stderr and "no torch_memory_saver preload build fits CUDA 13" in r.stderr, r.stderr
+    doc = scn.doctor({"LD_LIBRARY_PATH": str(cut)})
+    cu13 = next(c for c in doc["candidates"] if c["path"] == str(scn.site / CU13))
+    assert (doc["cause"], cu13["status"], cu13["cause"]) == ("no-build-fits", "rejected", "does-not-load"), doc
+
+
 # ---------------------------------------------------------------- LD_PRELOAD naming a runtime library
 
 def test_a_preloaded_runtime_library_is_the_one_the_process_binds(scenario, parts, tmp_path):
