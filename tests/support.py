@@ -254,6 +254,42 @@ def mapped(part='', pid='self'):
 """
 
 
+# The command prefix that drops root's permission bypass (CAP_DAC_*) so that file modes apply, while staying uid 0:
+# a file or directory made unreadable by its mode is so for the program it starts.
+NO_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def dynamic_offset(data: bytes) -> int:
+    """The file offset of the dynamic section (PT_DYNAMIC) of a 64-bit little-endian ELF object's bytes."""
+    import struct
+
+    phoff, phnum = struct.unpack_from("<Q", data, 32)[0], struct.unpack_from("<H", data, 56)[0]
+    return next(offset for i in range(phnum)
+                for p_type, _flags, offset in [struct.unpack_from("<IIQ", data, phoff + 56 * i)] if p_type == 2)
+
+
+def hash_outside(src: Path, dst: Path) -> Path:
+    """A copy of the ELF object ``src`` at ``dst`` whose DT_HASH points past its end: its DT_HASH entry where it
+    has one, else its DT_RELACOUNT entry (a hint the loader does without) turned into one. Where it has
+    DT_GNU_HASH the loader sizes and searches its symbol table by that alone and loads it as it loads ``src``; a
+    reader that sizes the table by DT_HASH's chain count cannot."""
+    import struct
+
+    sys.path.insert(0, str(ROOT))
+    from tms_autopreload import elf
+
+    data = bytearray(Path(src).read_bytes())
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        tags = elf.read_layout(fd).tags
+    finally:
+        os.close(fd)
+    entry = tags.index(4 if 4 in tags else 0x6FFFFFF9)  # DT_HASH, else DT_RELACOUNT
+    struct.pack_into("<qQ", data, dynamic_offset(data) + 16 * entry, 4, len(data) << 4)
+    Path(dst).write_bytes(bytes(data))
+    os.chmod(dst, 0o755)
+    return Path(dst)
+
 def execs(*images: bool) -> int:
     """How many of these process images the hook's re-exec started (each ``reexecd()`` from a probe)."""
     assert all(isinstance(i, bool) for i in images), images

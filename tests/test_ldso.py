@@ -444,3 +444,24 @@ def test_a_glibc_hwcaps_copy_marked_for_an_isa_level_is_judged_by_the_cpu_as_the
     assert cache.lookup(NAME) == mapped
     if tunables == HWCAPS_TUNABLES[1] and "x86-64-v3" in glibc_hwcaps.used(loader, {}):
         assert "/glibc-hwcaps/x86-64-v2/" in mapped  # v3 taken from the subdirectories, not from the CPU
+
+
+def test_a_preload_entry_the_loader_cannot_map_answers_no_name(lib, place, tmp_path):
+    """An LD_PRELOAD entry whose ELF header is whole but whose program headers are cut off: the real loader
+    says it "cannot be preloaded" and searches every name as without it; the model, which cannot read that
+    entry's dynamic section, finds each name where the loader does."""
+    import subprocess
+
+    from tms_autopreload.trace import run_trace
+
+    cut = tmp_path / "libcut.so"
+    cut.write_bytes(Path(lib).read_bytes()[:200])
+    main = tmp_path / "main.c"
+    main.write_text("int found(void);\nint main(void) { return found() - 1; }\n")
+    exe = tmp_path / "exe"
+    subprocess.run(["gcc", "-o", str(exe), str(main), f"-L{place('rpath')}", f"-l:{NAME}",
+                    f"-Wl,--disable-new-dtags,-rpath,{tmp_path / 'rpath'}"], check=True, capture_output=True)
+    trace = run_trace(str(exe), {"LD_PRELOAD": str(cut), "PATH": os.environ["PATH"]})
+    assert trace.resolved[NAME] == f"{tmp_path}/rpath/{NAME}", trace
+    loader = Loader.for_executable(str(exe), "", str(cut))
+    assert answer(loader) == found(trace.resolved[NAME], "DT_RPATH")

@@ -278,6 +278,16 @@ def test_a_removed_build_is_reinstalled_from_the_recorded_source_while_it_is_the
     assert hint and "torch-memory-saver==0.0.10" in hint and str(wheel) not in hint, hint
 
 
+
+def test_a_removed_build_whose_record_cannot_be_read_is_reinstalled_as_its_release(tmp_path):
+    """The ``direct_url.json`` pip wrote is not JSON any more (a file cut short): no source is known, so the fix
+    reinstalls the release from the index, as for a copy pip installed from it."""
+    package = installed_release(tmp_path / "site", record={"url": "file:///gone.whl", "archive_info": {}})
+    record = next((tmp_path / "site").glob("torch_memory_saver-*.dist-info")) / "direct_url.json"
+    record.write_text(record.read_text()[:10])
+    hint = releases.reinstall_hint(package, 13)
+    assert hint and "--force-reinstall" in hint and "torch-memory-saver==0.0.10" in hint and "gone" not in hint, hint
+
 # ---------------------------------------------------------------- builds: where they are found, who may write them
 
 def test_a_usable_build_others_can_write_is_refused_and_a_broken_one_is_not_judged(tmp_path):

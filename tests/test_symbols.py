@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from support import runtime_wheel, tms_wheel
+from support import dynamic_offset, runtime_wheel, tms_wheel
 from tms_autopreload import elf, symbols
 from tms_autopreload.builds import interposed
 
@@ -141,10 +141,7 @@ def test_driver_only_build_interposes_what_the_runtime_defines(files):
 def test_symbol_table_without_a_hash_section_is_a_clear_error(tmp_path):
     """An object whose dynamic section gives no table length (its DT_HASH/DT_GNU_HASH turned into DT_DEBUG)."""
     data = bytearray(Path("/bin/true").read_bytes())
-    phoff, phnum = struct.unpack_from("<Q", data, 32)[0], struct.unpack_from("<H", data, 56)[0]
-    dynamic = next(off for i in range(phnum)
-                   for p_type, _flags, off in [struct.unpack_from("<IIQ", data, phoff + 56 * i)]
-                   if p_type == elf.PT_DYNAMIC)
+    dynamic = dynamic_offset(data)
     fd = os.open("/bin/true", os.O_RDONLY)
     try:
         tags = elf.read_layout(fd).tags
