@@ -346,7 +346,7 @@ def _again(python: str, options: "list[str]", editable: bool) -> str:
             f"it is not on the package index")
 
 
-def _fix(pth: str) -> str:
+def fix(pth: str) -> str:
     site = os.path.dirname(pth)
     words, options = where("install", site, True)
     record = _record(site)
@@ -385,10 +385,13 @@ def left_over(pth: str) -> None:
         return
     if not flags(warn=False)[0]:
         return  # a misspelt flag is the package's to warn about, where it is installed
-    sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start, read above
+    stop(pth, "the tms_autopreload package it starts cannot be imported")
+
+
+def stop(pth: str, why: str) -> None:
+    sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start: said once
     warn = parse_choice(ON_ERROR_VAR, os.environ.get(ON_ERROR_VAR), ("exit", "warn"))[0] == "warn"
-    message = (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so "
-               f"this process is not hooked. Fix: {_fix(pth)}"
+    message = (f"tms-autopreload: {pth} is left over: {why}, so this process is not hooked. Fix: {fix(pth)}"
                + (f"; continuing without the hook ({ON_ERROR_VAR}=warn)" if warn else f"\n{way_out()}") + "\n")
     os.write(2, message.encode("utf-8", "surrogateescape"))
     if not warn:
