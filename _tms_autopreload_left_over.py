@@ -346,9 +346,9 @@ def _again(python: str, options: "list[str]", editable: bool) -> str:
             f"it is not on the package index")
 
 
-def fix(pth: str) -> str:
+def fix(pth: str, read: bool = True) -> str:
     site = os.path.dirname(pth)
-    words, options = where("install", site, True)
+    words, options = where("install", site if read else None, True)
     record = _record(site)
     args = source_args(record) if record is not None else None
     editable = args is not None and args[:1] == ["-e"]

@@ -58,7 +58,8 @@ def test_which_prints_the_chosen_build_and_doctor_reports_it_with_its_documented
         assert word in r.stdout, (word, r.stdout)
     doc = json.loads(cli(scn, "doctor", "--json").stdout)
     assert set(doc) == {"ok", "hostname", "python", "versions", "executable", "torch_memory_saver_dir", "runtime",
-                        "candidates", "plan", "warnings", "error", "cause", "fix", "driver"}
+                        "candidates", "plan", "warnings", "error", "cause", "fix", "driver", "start_up"}
+    assert doc["start_up"] is None and doc["ok"], doc["start_up"]
     assert set(doc["runtime"]) == {"kind", "major", "source", "library", "library_rule", "library_why", "torch_dir",
                                   "torch_version", "second", "split"}
     assert set(doc["candidates"][0]) == {"path", "target", "kind", "major", "needs", "interposes", "loads", "status",

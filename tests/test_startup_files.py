@@ -315,6 +315,62 @@ def test_a_pth_whose_start_up_files_are_gone_fails_closed(scenario, tmp_path, py
     assert_pasted_removal_works(scn, removal(pth), {"SLIME_OFFLOAD_TRAIN": "1"})
 
 
+def _fix_of(said: str) -> str:
+    """The fix as printed: the first command in backticks after ``Fix:``."""
+    fix = said[said.index("Fix: `") + 6:]
+    return fix[:fix.index("`")]
+
+
+@pytest.mark.parametrize("gone", [*START_UP_FILES, "read-by-no-site"])
+def test_doctor_says_what_a_flagged_start_does_where_a_start_up_file_is_gone(scenario, tmp_path, gone):
+    """A start-up file removed from the site directory the package is installed in, or the whole install moved
+    to a folder on ``PYTHONPATH`` (a ``--target`` install: site.py runs no ``.pth`` there): ``doctor``, text and
+    ``--json``, has its plan but says what a flagged start does (not hooked, where the ``.pth`` or the start module
+    is gone or unread; hooked, where only the fallback is gone), exits 1 with cause ``start-up-files``, and gives
+    the fix the start gives (the same words, where the start says any); ``which`` and ``env`` warn on stderr and
+    print their plan. The fix, pasted into a flagged shell, puts every start-up file back where site.py runs it:
+    the next flagged start is hooked, and ``doctor`` exits 0."""
+    scn = report_host(scenario, tag=f"doctor-start-up-{gone}")
+    env = {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    site = scn.site
+    if gone == "read-by-no-site":
+        site = tmp_path / "target"
+        site.mkdir()
+        for name in (*START_UP_FILES, "tms_autopreload", *(p.name for p in scn.site.glob("tms_autopreload-*"))):
+            shutil.move(str(scn.site / name), site / name)
+        env["PYTHONPATH"] = str(site)
+    else:
+        (scn.site / gone).unlink()
+    pth = site / "tms_autopreload.pth"
+    doc = scn.doctor(env)
+    assert doc["ok"] is False and doc["plan"] is not None and doc["start_up"]["cause"] == "start-up-files", doc
+    r = scn.run(["-m", "tms_autopreload", "doctor"], env)
+    line = next(x for x in r.stdout.splitlines() if x.startswith("START-UP: "))
+    assert r.returncode == 1 and line == f"START-UP: {doc['start_up']['message']}. Fix: {doc['start_up']['fix']}", r
+    hooked = gone == "_tms_autopreload_left_over.py"
+    assert (" are hooked, " if hooked else " are not hooked") in line and str(site) in line, line
+    for command in ("which", "env"):
+        r = scn.run(["-m", "tms_autopreload", command], env)
+        assert r.returncode == 0 and r.stdout, r.stderr
+        assert r.stderr == f"tms-autopreload {command}: warning: {doc['start_up']['message']}. Fix: " \
+                           f"{doc['start_up']['fix']}\n", r.stderr
+    start = scn.flagged(HOOKED, env)  # what a flagged start does, as doctor says
+    if hooked:
+        assert start.returncode == 0 and json.loads(start.stdout) == [True, [str(scn.site / CU13)]], start.stderr
+    elif gone == "_tms_autopreload_start.py":
+        assert start.returncode == 78 and _fix_of(start.stderr) == _fix_of(line), (start.stderr, line)
+    else:
+        assert (start.returncode, start.stderr) == (0, "") and json.loads(start.stdout)[1] == [], start
+    r = paste(scn, _fix_of(line), {"SLIME_OFFLOAD_TRAIN": "1", **env})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [n for n in START_UP_FILES if (scn.site / n).is_file()] == list(START_UP_FILES), r.stderr[-3000:]
+    r = scn.flagged(HOOKED, env)
+    assert r.returncode == 0 and json.loads(r.stdout)[1] == [str(scn.site / CU13)], r.stderr
+    r = scn.run(["-m", "tms_autopreload", "doctor"], env)
+    assert r.returncode == 0 and "START-UP" not in r.stdout, r.stdout
+    assert pth.exists() or gone == "tms_autopreload.pth"
+
+
 def test_the_lines_own_fallback_decides_as_the_package_does(tmp_path, monkeypatch, capfd):
     """:func:`tms_autopreload.leftover.start_gone`, which the ``.pth``'s second line runs where what its line
     imports is gone, stops a start (exit 78) where the package would hook it, and nowhere else: for every

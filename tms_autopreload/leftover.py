@@ -30,8 +30,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
 
+    from .errors import Error
+
 __all__ = ["left_over", "stop", "fix", "processed_pth", "removal", "start_gone", "PTH", "START", "FALLBACK",
-           "START_UP_FILES", "REPAIR_TOOLS", "OWN_PROGRAMS"]
+           "START_UP_FILES", "REPAIR_TOOLS", "OWN_PROGRAMS", "not_started"]
 
 # The files the wheel puts at the root of site-packages (tools/pthfile.py writes them, setup.py ships them): the
 # .pth, the start module its line imports where a flag is set, and the fallback that imports where the package
@@ -95,12 +97,14 @@ def _again(python: str, options: "list[str]", editable: bool) -> str:
             f"it is not on the package index")
 
 
-def fix(pth: str) -> str:
+def fix(pth: str, read: bool = True) -> str:
     """What puts the package back for this interpreter, from the shell this is read in: the ``pip install`` of
     the source pip recorded, where it is still there, or else the removal of the start-up files, with what
-    hooks it again in words; each after what stands in the way (:func:`tms_autopreload.installer.where`)."""
+    hooks it again in words; each after what stands in the way (:func:`tms_autopreload.installer.where`).
+    ``read``: whether site.py runs the ``.pth`` files of the directory of ``pth``; where it does not (a
+    ``--target`` folder), the install goes where this interpreter installs by default, where it does."""
     site = os.path.dirname(pth)
-    words, options = where("install", site, True)
+    words, options = where("install", site if read else None, True)
     record = _record(site)
     args = source_args(record) if record is not None else None
     editable = args is not None and args[:1] == ["-e"]
@@ -214,3 +218,44 @@ def start_gone(pth: str) -> None:
                  + "\n").encode("utf-8", "surrogateescape"))
     if not warn:
         os._exit(EXIT_CONFIG)
+
+
+def not_started() -> "Error | None":
+    """Why flagged starts of this interpreter are not hooked although the package is installed, with the fix a
+    flagged start gives (:func:`fix`); None where nothing says so. Judged from the installed distribution's
+    directory (the site directory pip put the start-up files in, an editable install's too): a start-up file
+    missing there (a flagged start then stops, or runs unhooked where the ``.pth`` is the one gone), or that
+    directory one whose ``.pth`` files site.py does not run (a ``--target`` folder on ``PYTHONPATH``), with no
+    ``.pth`` of this package in one it does. Where no
+    distribution is installed (the package run from a checkout), nothing is judged. ``doctor``, ``which`` and
+    ``env`` ask this."""
+    from importlib import metadata
+
+    from .errors import CAUSE_NOT_STARTED, Error
+
+    try:
+        site = os.path.abspath(str(metadata.distribution("tms-autopreload").locate_file("")))
+    except metadata.PackageNotFoundError:
+        return None
+    pth = os.path.join(site, PTH)
+    missing = [name for name in START_UP_FILES if not os.path.isfile(os.path.join(site, name))]
+    if missing:
+        # Without the fallback alone a flagged start is hooked, and stops where the package goes, in fewer words.
+        then = (f"flagged starts of {sys.executable} are not hooked" if {PTH, f"{START}.py"} & set(missing) else
+                f"flagged starts of {sys.executable} are hooked, but where the package goes they stop without this "
+                f"fix")
+        return Error(f"the start-up file{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                     f"{'are' if len(missing) > 1 else 'is'} missing from {site}, where tms-autopreload is installed: "
+                     f"{then}", fix(pth), CAUSE_NOT_STARTED)
+    site_module = sys.modules.get("site")
+    if site_module is None or sys.flags.no_site:
+        return None  # site.py did not run here: which directories it reads cannot be asked
+    from .sitepath import site_dirs
+
+    read = {os.path.realpath(d) for d in site_dirs(site_module)}
+    # Where a site directory holds a .pth of this package too, its line starts the package from sys.path.
+    if os.path.realpath(site) not in read and not any(os.path.isfile(os.path.join(d, PTH)) for d in read):
+        return Error(f"{pth} lies in {site}, which is not a site directory of {sys.executable} (site.py runs the "
+                     f".pth files of those alone), so flagged starts of it are not hooked", fix(pth, read=False),
+                     CAUSE_NOT_STARTED)
+    return None
