@@ -84,10 +84,14 @@ def kill_switch(env: "Mapping[str, str] | None" = None) -> "tuple[bool, str | No
     return parse_flag(DISABLE_VAR, (os.environ if env is None else env).get(DISABLE_VAR), unknown=True)
 
 
-def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
+def flag_values(env: "Mapping[str, str] | None" = None) -> "dict[str, tuple[bool, str | None]]":
     env = os.environ if env is None else env
-    values = {DISABLE_VAR: kill_switch(env),
-              **{name: parse_flag(name, env.get(name)) for name in (*FLAG_VARS, VERBOSE_VAR)}}
+    return {DISABLE_VAR: kill_switch(env),
+            **{name: parse_flag(name, env.get(name)) for name in (*FLAG_VARS, VERBOSE_VAR)}}
+
+
+def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
+    values = flag_values(env)
     for _, warning in values.values():
         if warning and warn:
             say("warning: " + warning)
