@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from .. import APPLY_ENV, is_tms_entry, same_file, split_preload
+from .. import APPLY_ENV, GENERIC_FLAG, is_tms_entry, same_file, split_preload
 from ..decision import survey
 from .caller_env import before_plan
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE, say_warnings
@@ -129,7 +129,7 @@ def _named_elsewhere(chosen: "str | None") -> "str | None":
         return None
     return (f"this shell's LD_PRELOAD names {', '.join(others)}, not the build chosen here"
             f"{f' ({chosen})' if chosen else ''}: every program started from it without the flag preloads that "
-            f"build. Fix: `unset LD_PRELOAD`, then set the flag, or `{APPLY_ENV}`")
+            f"build. Fix: `unset LD_PRELOAD`, then set the flag (`export {GENERIC_FLAG}=1`), or `{APPLY_ENV}`")
 
 
 def _ray(args: argparse.Namespace) -> int:
