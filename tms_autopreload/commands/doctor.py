@@ -12,7 +12,7 @@ import time
 
 from .. import APPLY_ENV, GENERIC_FLAG, is_tms_entry, same_file, split_preload
 from ..decision import survey
-from .caller_env import before_plan
+from .caller_env import before_plan, plan_applied
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE, say_warnings
 from . import command
 
@@ -122,7 +122,11 @@ def _named_elsewhere(chosen: "str | None") -> "str | None":
     """The warning where this shell's own ``LD_PRELOAD`` names a torch_memory_saver build other than the one
     chosen for it (a launcher's pick by file name, exported): every unflagged program the shell starts
     preloads that build, which dies in the loader where its runtime is missing and forwards to another
-    runtime where it is not. The fix starts with the shell's builtin, as it must where programs die."""
+    runtime where it is not. The fix starts with the shell's builtin, as it must where programs die. Nothing
+    where a plan put the build there (another environment's, whose record says so: the command answers for the
+    environment from before it)."""
+    if plan_applied(os.environ):
+        return None
     preload = split_preload(os.environ.get("LD_PRELOAD", ""))
     others = [e for e in preload if is_tms_entry(e) and not same_file(e, chosen)]
     if not others:
