@@ -169,17 +169,23 @@ def test_an_editable_checkout_whose_builds_were_cleaned_is_rebuilt_from_that_che
     scn = scenario(tms=None, torch="cu13-sys", tag="editable")
     checkout = tms_source.unpack(tmp_path)
     (scn.site / "__editable__.torch_memory_saver-0.0.10.pth").write_text(f"{checkout}\n")
-    info = scn.site / "torch_memory_saver-0.0.10.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_memory_saver\nVersion: 0.0.10\n")
-    (info / "direct_url.json").write_text(json.dumps({"url": checkout.as_uri(), "dir_info": {"editable": True}}))
-    (info / "RECORD").write_text(f"__editable__.torch_memory_saver-0.0.10.pth,,\n{info.name}/METADATA,,\n"
-                                 f"{info.name}/direct_url.json,,\n{info.name}/RECORD,,\n")
+    _editable_record(scn.site, checkout, ["__editable__.torch_memory_saver-0.0.10.pth"])
     doc = scn.doctor()
     assert not doc["ok"] and doc["torch_memory_saver_dir"] == str(checkout / "torch_memory_saver"), doc
     assert doc["fix"].startswith(f"torch-memory-saver 0.0.10 is installed editable from {checkout}, which holds no "
                                  f"preload build"), doc["fix"]
     assert pip_args(the_command(doc["fix"], "torch")) == ["--force-reinstall", "-e", str(checkout)], doc["fix"]
+
+
+def _editable_record(site, checkout, files):
+    """pip's record of torch_memory_saver 0.0.10 installed editable from ``checkout``: its dist-info in ``site``,
+    with ``files`` (what the install put in ``site``) in its RECORD."""
+    info = site / "torch_memory_saver-0.0.10.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_memory_saver\nVersion: 0.0.10\n")
+    (info / "direct_url.json").write_text(json.dumps({"url": checkout.as_uri(), "dir_info": {"editable": True}}))
+    own = [f"{info.name}/{name}" for name in ("METADATA", "direct_url.json", "RECORD")]
+    (info / "RECORD").write_text("".join(f"{name},,\n" for name in [*files, *own]))
 
 
 # setuptools' editable install (PEP 660): a finder in site-packages that maps the package to its folder in the
@@ -212,12 +218,7 @@ def test_an_editable_checkout_that_cannot_be_listed_is_judged_by_its_package_fol
     finder = "__editable___torch_memory_saver_0_0_10_finder"
     (scn.site / f"{finder}.py").write_text(EDITABLE_FINDER % str(checkout / "torch_memory_saver"))
     (scn.site / "__editable__.torch_memory_saver-0.0.10.pth").write_text(f"import {finder}; {finder}.install()\n")
-    info = scn.site / "torch_memory_saver-0.0.10.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_memory_saver\nVersion: 0.0.10\n")
-    (info / "direct_url.json").write_text(json.dumps({"url": checkout.as_uri(), "dir_info": {"editable": True}}))
-    (info / "RECORD").write_text(f"__editable__.torch_memory_saver-0.0.10.pth,,\n{finder}.py,,\n"
-                                 f"{info.name}/METADATA,,\n{info.name}/direct_url.json,,\n{info.name}/RECORD,,\n")
+    _editable_record(scn.site, checkout, ["__editable__.torch_memory_saver-0.0.10.pth", f"{finder}.py"])
     checkout.chmod(0o311)
     try:
         r = scn.host.run([*NO_DAC, str(scn.venv.python), "-m", "tms_autopreload", "doctor", "--json"], clean_env())
