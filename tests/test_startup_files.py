@@ -372,6 +372,19 @@ def test_doctor_says_what_a_flagged_start_does_where_a_start_up_file_is_gone(sce
     assert pth.exists() or gone == "tms_autopreload.pth"
 
 
+def test_doctor_judges_no_start_up_files_where_pip_has_no_record_of_the_package(scenario):
+    """The package's dist-info removed (pip's record gone, its files in place, as a copy put there by hand leaves
+    them): nothing says which directory the start-up files belong to, so ``doctor`` judges none (``start_up``
+    null, exit 0), and agrees with a flagged start, which is hooked."""
+    scn = report_host(scenario, tag="doctor-no-record")
+    for info in scn.site.glob("tms_autopreload-*.dist-info"):
+        shutil.rmtree(info)
+    doc = scn.doctor()
+    assert doc["ok"] is True and doc["start_up"] is None, doc
+    r = scn.flagged(HOOKED)
+    assert r.returncode == 0 and json.loads(r.stdout) == [True, [str(scn.site / CU13)]], r.stderr
+
+
 def test_the_lines_own_fallback_decides_as_the_package_does(tmp_path, monkeypatch, capfd):
     """:func:`tms_autopreload.leftover.start_gone`, which the ``.pth``'s second line runs where what its line
     imports is gone, stops a start (exit 78) where the package would hook it, and nowhere else: for every
