@@ -84,10 +84,14 @@ def kill_switch(env: "Mapping[str, str] | None" = None) -> "tuple[bool, str | No
     return parse_flag(DISABLE_VAR, (os.environ if env is None else env).get(DISABLE_VAR), unknown=True)
 
 
-def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
+def flag_values(env: "Mapping[str, str] | None" = None) -> "dict[str, tuple[bool, str | None]]":
     env = os.environ if env is None else env
-    values = {DISABLE_VAR: kill_switch(env),
-              **{name: parse_flag(name, env.get(name)) for name in (*FLAG_VARS, VERBOSE_VAR)}}
+    return {DISABLE_VAR: kill_switch(env),
+            **{name: parse_flag(name, env.get(name)) for name in (*FLAG_VARS, VERBOSE_VAR)}}
+
+
+def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
+    values = flag_values(env)
     for _, warning in values.values():
         if warning and warn:
             say("warning: " + warning)
@@ -346,9 +350,9 @@ def _again(python: str, options: "list[str]", editable: bool) -> str:
             f"it is not on the package index")
 
 
-def _fix(pth: str) -> str:
+def fix(pth: str, read: bool = True) -> str:
     site = os.path.dirname(pth)
-    words, options = where("install", site, True)
+    words, options = where("install", site if read else None, True)
     record = _record(site)
     args = source_args(record) if record is not None else None
     editable = args is not None and args[:1] == ["-e"]
@@ -385,10 +389,13 @@ def left_over(pth: str) -> None:
         return
     if not flags(warn=False)[0]:
         return  # a misspelt flag is the package's to warn about, where it is installed
-    sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start, read above
+    stop(pth, "the tms_autopreload package it starts cannot be imported")
+
+
+def stop(pth: str, why: str) -> None:
+    sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start: said once
     warn = parse_choice(ON_ERROR_VAR, os.environ.get(ON_ERROR_VAR), ("exit", "warn"))[0] == "warn"
-    message = (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so "
-               f"this process is not hooked. Fix: {_fix(pth)}"
+    message = (f"tms-autopreload: {pth} is left over: {why}, so this process is not hooked. Fix: {fix(pth)}"
                + (f"; continuing without the hook ({ON_ERROR_VAR}=warn)" if warn else f"\n{way_out()}") + "\n")
     os.write(2, message.encode("utf-8", "surrogateescape"))
     if not warn:

@@ -16,12 +16,24 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import except_coverage
 import support
 from strict import pytest_configure, pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 from rootfs import Rootfs, RootfsHost, RootfsVenv, arch
 from support import Host, SetupError, Venv
 
 DEFAULT_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+if os.environ.get(except_coverage.VAR):
+    # A measured run (tests/except_coverage.py): every venv the suite installs into that then holds the package
+    # gets the .pth that measures its interpreters.
+    def _install_measured(self, *wheels, _install=Venv.install, **kw):
+        _install(self, *wheels, **kw)
+        except_coverage.measure(self.site)
+
+    Venv.install = _install_measured
+
 # Interpreters in Debian root file systems (tools/rootfs.py): glibc 2.41 and 2.43, CPython 3.13-3.15.
 ROOTFS_PYTHONS = ["trixie/3.13", "sid/3.14", "sid/3.15"]
 # Debian trixie for arm64, run under emulation: its interpreter, loader and children are aarch64 programs,

@@ -30,6 +30,7 @@ import ast
 import os
 import random
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,58 @@ class Host:
         kw.setdefault("text", True)
         kw.setdefault("timeout", 120)
         return subprocess.run(self.wrap(argv, env, setup), env=clean_env(), **kw)
+
+    def traces(self, runs: list[tuple[list[str], dict[str, str]]], cwd: Path | None = None) -> list:
+        """The real loader's answer for each program of ``runs`` started under exactly its environment with
+        ``LD_TRACE_LOADED_OBJECTS=1`` (its lines read by tms_autopreload.trace, as the package reads them),
+        all from one shell in one private mount namespace seeing this host's cache: one start of the
+        namespace for many traces."""
+        sys.path.insert(0, str(ROOT))
+        from tms_autopreload.trace import _parse
+
+        commands = [shlex.join(["env", "-i", "LD_TRACE_LOADED_OBJECTS=1", *(f"{k}={v}" for k, v in env.items()), *argv])
+                    for argv, env in runs]
+        script = "".join(f"{command} 2>&1; printf '\\n{_TRACED}%s\\n' $?\n" for command in commands)
+        r = self.run(["sh", "-c", script], {"PATH": os.environ.get("PATH", os.defpath)}, cwd=cwd)
+        assert r.returncode == 0 and not r.stderr, r
+        parts = re.split(rf"\n{_TRACED}(\d+)\n", r.stdout)
+        assert len(parts) == 2 * len(runs) + 1 and parts[-1] == "", r.stdout
+        return [_parse(text, int(status)) for text, status in zip(parts[0:-1:2], parts[1::2], strict=True)]
+
+
+# Ends each program's output in Host.traces, with its exit status.
+_TRACED = "@@ traced, exit status "
+
+
+def ldconfig_listing(cache: Path) -> list[tuple[str, str, str | None, str]]:
+    """Each entry of the loader cache ``cache`` as glibc's own reader prints it (``ldconfig -p -C``), in the
+    cache's order: (name, its type and ABI such as ``libc6,x86-64``, the glibc-hwcaps subdirectory of its
+    copy or None, path); none where it refuses the file (``Malformed extension data``, exit status 1)."""
+    r = subprocess.run(["ldconfig", "-p", "-C", str(cache)], capture_output=True, text=True)
+    entries = []
+    for line in r.stdout.splitlines():
+        m = re.fullmatch(r"\t(\S+) \((.*)\) => (.*)", line)
+        if m:
+            kind, *marks = m.group(2).split(", ")
+            hwcaps = next((x[len('hwcap: "'):-1] for x in marks if x.startswith('hwcap: "')), None)
+            entries.append((m.group(1), kind, hwcaps, m.group(3)))
+    return entries
+
+
+# GLIBC_TUNABLES that take ISA levels away from this CPU: none, x86-64-v4's and v3's, all but the baseline.
+HWCAPS_TUNABLES = ["", "glibc.cpu.hwcaps=-AVX512F,-AVX2", "glibc.cpu.hwcaps=-AVX512F,-AVX2,-SSE4_2"]
+
+
+def retyped(src: str, dst: Path, *, elf_class: int | None = None, machine: int | None = None) -> None:
+    """A copy of ``src`` whose ELF header says another class (EI_CLASS) or machine (e_machine): the two
+    fields the loader compares before it maps a candidate file, and the only ones changed."""
+    data = bytearray(Path(src).read_bytes())
+    if elf_class is not None:
+        data[4] = {32: 1, 64: 2}[elf_class]
+    if machine is not None:
+        data[18:20] = machine.to_bytes(2, "little")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(bytes(data))
 
 
 def marked_processes(marker: str) -> list[int]:
@@ -200,6 +253,42 @@ def mapped(part='', pid='self'):
     return sorted({f[5].strip() for f in lines if len(f) == 6 and part in f[5]})
 """
 
+
+# The command prefix that drops root's permission bypass (CAP_DAC_*) so that file modes apply, while staying uid 0:
+# a file or directory made unreadable by its mode is so for the program it starts.
+NO_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def dynamic_offset(data: bytes) -> int:
+    """The file offset of the dynamic section (PT_DYNAMIC) of a 64-bit little-endian ELF object's bytes."""
+    import struct
+
+    phoff, phnum = struct.unpack_from("<Q", data, 32)[0], struct.unpack_from("<H", data, 56)[0]
+    return next(offset for i in range(phnum)
+                for p_type, _flags, offset in [struct.unpack_from("<IIQ", data, phoff + 56 * i)] if p_type == 2)
+
+
+def hash_outside(src: Path, dst: Path) -> Path:
+    """A copy of the ELF object ``src`` at ``dst`` whose DT_HASH points past its end: its DT_HASH entry where it
+    has one, else its DT_RELACOUNT entry (a hint the loader does without) turned into one. Where it has
+    DT_GNU_HASH the loader sizes and searches its symbol table by that alone and loads it as it loads ``src``; a
+    reader that sizes the table by DT_HASH's chain count cannot."""
+    import struct
+
+    sys.path.insert(0, str(ROOT))
+    from tms_autopreload import elf
+
+    data = bytearray(Path(src).read_bytes())
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        tags = elf.read_layout(fd).tags
+    finally:
+        os.close(fd)
+    entry = tags.index(4 if 4 in tags else 0x6FFFFFF9)  # DT_HASH, else DT_RELACOUNT
+    struct.pack_into("<qQ", data, dynamic_offset(data) + 16 * entry, 4, len(data) << 4)
+    Path(dst).write_bytes(bytes(data))
+    os.chmod(dst, 0o755)
+    return Path(dst)
 
 def execs(*images: bool) -> int:
     """How many of these process images the hook's re-exec started (each ``reexecd()`` from a probe)."""

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import sys
 
@@ -58,7 +60,8 @@ def test_which_prints_the_chosen_build_and_doctor_reports_it_with_its_documented
         assert word in r.stdout, (word, r.stdout)
     doc = json.loads(cli(scn, "doctor", "--json").stdout)
     assert set(doc) == {"ok", "hostname", "python", "versions", "executable", "torch_memory_saver_dir", "runtime",
-                        "candidates", "plan", "warnings", "error", "cause", "fix", "driver"}
+                        "candidates", "plan", "warnings", "error", "cause", "fix", "driver", "start_up"}
+    assert doc["start_up"] is None and doc["ok"], doc["start_up"]
     assert set(doc["runtime"]) == {"kind", "major", "source", "library", "library_rule", "library_why", "torch_dir",
                                   "torch_version", "second", "split"}
     assert set(doc["candidates"][0]) == {"path", "target", "kind", "major", "needs", "interposes", "loads", "status",
@@ -170,3 +173,40 @@ def test_a_second_runtime_copys_warning_says_whence_it_comes():
     assert said.endswith("; it comes with nvidia-cuda-runtime-cu12, and it stays while vllm requires it"), said
     said = warning_of_second({**second, "wheel": None, "required_by": []})
     assert said.endswith("; no installed distribution records it, and remove it if nothing needs it"), said
+
+
+# Shells whose variables a flagged start warns about, or whose kill switch is on (the way out a stop prints says to
+# export it for the rest of the shell); each with the flag exported, or a misspelt one.
+SHELLS = [{"TMS_AUTOPRELOAD_DISABLE": "1", "TMS_AUTOPRELOAD": "1"}, {"TMS_AUTOPRELOAD": "ture"},
+          {"TMS_AUTOPRELOAD_DISABLE": "ture", "SLIME_OFFLOAD_TRAIN": "1"},
+          {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_VERBOSE": "ture", "TMS_AUTOPRELOAD_MODE": "dlopn",
+           "TMS_AUTOPRELOAD_ON_ERROR": "wran"}]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()))
+def test_doctor_says_of_each_variable_what_a_flagged_start_says(scenario, shell):
+    """``doctor`` in a shell, and a start from it: every warning the start prints of a variable (a misspelt value
+    of a flag, the kill switch, VERBOSE, MODE, ON_ERROR), doctor prints in the same words, text and ``--json``;
+    and where the kill switch is on, so that the start runs unhooked and says nothing, doctor says so, with the
+    command that turns it off, which pasted into that shell lets the next flagged start be hooked."""
+    scn = report_host(scenario)
+    probe = REEXECD + MAPPED + "import json; print(json.dumps(mapped('torch_memory_saver')))"
+    start = scn.run(["-c", probe], shell)
+    assert start.returncode == 0, start.stderr
+    said = [line.removeprefix("tms-autopreload: warning: ") for line in start.stderr.splitlines()
+            if line.startswith("tms-autopreload: warning: ")]
+    r = cli(scn, "doctor", env=shell)
+    doc = json.loads(cli(scn, "doctor", "--json", env=shell).stdout)
+    assert r.returncode == 0 and doc["plan"], r.stderr
+    warned = [line.removeprefix("warning: ") for line in r.stdout.splitlines() if line.startswith("warning: ")]
+    assert warned == doc["warnings"], (warned, doc["warnings"])
+    killed = [w for w in warned if w.startswith("the kill switch is on")]
+    assert [w for w in warned if w not in killed] == said, (warned, said)
+    switch = shell.get("TMS_AUTOPRELOAD_DISABLE")
+    assert bool(killed) == (switch is not None) and bool(said) == (shell != SHELLS[0]), (warned, said)
+    if killed:
+        assert json.loads(start.stdout) == [], start.stdout  # unhooked, as said
+        (fix,) = re.findall(r"`([^`]+)`", killed[0])
+        r = scn.host.run(["sh", "-c", f"{fix}; {shlex.join([str(scn.venv.python), '-c', probe])}"],
+                         clean_env(**shell))
+        assert r.returncode == 0 and json.loads(r.stdout.splitlines()[-1]) == [str(scn.site / CU13)], r.stderr

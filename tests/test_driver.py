@@ -134,11 +134,17 @@ def test_module_and_library_versions_differ(world, capsys):
 
 
 def test_no_module_version_file_is_unknown_never_failing(world, scenario):
-    """Containers without /proc/driver/nvidia/version: the module is unknown, and that alone fails nothing."""
+    """Containers without /proc/driver/nvidia/version, or with no file there to read: the module is unknown,
+    and that alone fails nothing."""
     _, hosts, _, _ = world
     r = doctor(hosts[NEW], module(None))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "module:   unknown: /proc/driver/nvidia/version does not exist" in r.stdout
+    assert driver_line(r.stdout).startswith(f"driver:   OK: driver {NEW} runs CUDA 13.x"), r.stdout
+    # There, but no file to read (a directory in its place): said as such, and unknown all the same.
+    r = doctor(hosts[NEW], module(None) + " && mkdir -p /proc/driver/nvidia/version")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "module:   unknown: cannot read /proc/driver/nvidia/version (" in r.stdout, r.stdout
     assert driver_line(r.stdout).startswith(f"driver:   OK: driver {NEW} runs CUDA 13.x"), r.stdout
     # The tests' plain stub (no version in its name) and no module: unknown, and doctor still exits 0.
     plain = scenario(tms="0.0.10", torch="cu13-pip", pip=(13,), host=("driver",))

@@ -22,7 +22,7 @@ import subprocess
 
 import pytest
 from conftest import MODES, mode_env, report_host
-from support import MAPPED, REAL_CHECK, REEXECD, assert_stopped, clean_env, execs
+from support import MAPPED, REAL_CHECK, REEXECD, assert_stopped, clean_env, execs, hash_outside
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TORCH_MODE = "torch_memory_saver_hook_mode_torch_cu13.abi3.so"
@@ -129,3 +129,28 @@ def test_a_reexecuted_start_says_what_happened_to_its_preload(scn, tmp_path, cas
     for name, words in said.items():
         assert (words in message) is (name == case), (case, message)
     assert os.path.basename(str(build)) in message
+
+
+def test_a_build_whose_symbol_table_cannot_be_read_is_preloaded_with_what_it_intercepts_unknown(scn, tmp_path):
+    """The build the variable names loads (the loader reads its DT_GNU_HASH), but its DT_HASH points outside it,
+    so what it defines cannot be read: ``doctor`` chooses it with a warning that names it and says why, and its
+    row says ``unknown``; ``doctor --deep`` proves nothing and says what it could not read; a flagged start in
+    dlopen mode, which must know what the hook defines before it loads it in-process, falls back to exec and is
+    hooked, once."""
+    forced = hash_outside(scn.site / CU13, tmp_path / "torch_memory_saver_hook_cu13.so")
+    env = {"TMS_AUTOPRELOAD_PATH": str(forced)}
+    r, doc = doctor(scn, env, "--json")
+    assert r.returncode == 0 and doc["plan"]["build"] == str(forced), r.stdout + r.stderr
+    library, why = doc["runtime"]["library"], "DT_HASH is not inside any PT_LOAD segment"
+    assert doc["warnings"] == [f"TMS_AUTOPRELOAD_PATH={str(forced)!r}: what it intercepts is unknown (the symbol "
+                               f"tables of it and {library} cannot be read: {why}); preloading it anyway"], doc
+    assert [c["interposes"] for c in doc["candidates"]] == [None], doc["candidates"]
+    deep = scn.run(["-m", "tms_autopreload", "doctor", "--deep", "--json", "--import", "json"], env)
+    said = json.loads(deep.stdout)
+    assert deep.returncode == 1 and said["ok"] is False, deep.stdout + deep.stderr
+    assert said["error"] == f"cannot read the symbol tables of {forced} and {library}: {why}", said
+    r = scn.flagged(PROBE, {**env, **mode_env("dlopen")})
+    reexecd, hooks, preload = json.loads(r.stdout)
+    assert r.returncode == 0 and execs(reexecd) == 1 and hooks == [str(forced)] and preload == str(forced), r.stderr
+    assert (f"dlopen mode: cannot read the symbols of {forced} and {library}: {why}; falling back to exec"
+            in r.stderr), r.stderr

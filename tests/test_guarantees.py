@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 from conftest import report_host
-from support import MAPPED, REAL_CHECK, REEXECD, assert_stopped, clean_env, execs, wait_for
+from support import MAPPED, NO_DAC, REAL_CHECK, REEXECD, WAY_OUT, assert_stopped, clean_env, execs, wait_for
 
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -32,8 +32,6 @@ print(json.dumps({'hooks': sorted({m for m in maps if 'torch_memory_saver' in m}
                   'cudart': sorted({m for m in maps if os.path.basename(m).startswith('libcudart')}),
                   'preload': os.environ.get('LD_PRELOAD', ''), 'reexecd': reexecd()}))
 """
-# Drops root's permission bypass (CAP_DAC_*) so that file modes apply, while staying uid 0.
-NO_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
 
 
 def start(scn, env=None, args=("-c", PROBE), prefix=(), setup="", flag=True, **kw):
@@ -285,6 +283,80 @@ def test_exec_failure_stops_clearly(scenario):
                                "PermissionError(13, 'Permission denied')))", {})
     assert_stopped(r, "cannot re-execute", "Permission denied", "tms-autopreload env")
 
+
+
+def test_a_stop_whose_stderr_is_gone_still_stops(scenario):
+    """A stop that cannot say why (its stderr a pipe whose reader is gone: EPIPE on every write) still stops
+    before user code, exit 78."""
+    scn = report_host(scenario, host=("cuda13",))  # no driver: no build loads
+    p = subprocess.Popen(scn.host.wrap([str(scn.venv.python), "-c", "print('user code ran')"],
+                                       clean_env(SLIME_OFFLOAD_TRAIN="1")),
+                         env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stderr.close()  # before the start writes anything: its every write to fd 2 fails
+    out = p.stdout.read()
+    assert p.wait(timeout=120) == 78 and out == b"", (p.returncode, out)
+
+
+def test_a_stop_in_a_package_broken_under_the_start_says_its_reason_and_fix(scenario):
+    """The module with the stop's last line (the way out) is gone while the start runs (a package removed
+    or upgraded under it): the stop still says its reason and fix, once, exit 78, with no traceback; only the
+    way out is missing."""
+    scn = report_host(scenario, host=("cuda13",))
+    stopped = scn.site / "tms_autopreload" / "stopped.py"
+    saved = stopped.read_bytes()
+    stopped.unlink()
+    try:
+        r, _ = start(scn, args=("-c", "print('user code ran')"))
+    finally:
+        stopped.write_bytes(saved)
+    assert r.returncode == 78 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
+    said = [line for line in r.stderr.splitlines() if line.startswith("tms-autopreload: ")]
+    assert len(said) == 1 and "libcuda.so.1 is not found by the loader" in said[0], r.stderr
+    assert "\nFix: install the NVIDIA driver" in r.stderr and WAY_OUT.strip() not in r.stderr, r.stderr
+
+
+def test_a_start_whose_stdout_cannot_take_what_an_earlier_pth_printed_is_hooked(scenario):
+    """Another package's ``.pth`` printed a line before ours ran, and stdout is a full device: the start's
+    flush before its exec fails, and the start goes on, hooked once. The program then ends as it would
+    without the flag: Python's own exit 120, its own stdout unwritable."""
+    scn = report_host(scenario)
+    banner = scn.site / "aa_tms_test_banner.pth"
+    banner.write_text("import sys; print('a banner from another package')\n")
+    probe = PROBE.replace("import json, os", "import json, os, sys").replace("print(json.dumps(",
+                                                                          "sys.stderr.write(json.dumps(")
+    try:
+        with open("/dev/full", "w") as full:
+            r, _ = start(scn, args=("-c", probe), capture_output=False, stdout=full, stderr=subprocess.PIPE, text=True)
+            plain, _ = start(scn, args=("-c", "pass"), flag=False, capture_output=False, stdout=full,
+                             stderr=subprocess.PIPE, text=True)
+    finally:
+        banner.unlink()
+    out = json.loads(r.stderr[:r.stderr.index("}") + 1])
+    assert out["hooks"] == [str(scn.site / CU13)] and execs(out["reexecd"]) == 1, r.stderr
+    assert r.returncode == plain.returncode == 120, (r.returncode, plain.returncode, r.stderr)
+
+
+def test_a_hooked_child_whose_package_breaks_under_it_stops_with_the_internal_error(scenario):
+    """A child that inherits its parent's plan (the hook already mapped, the state naming it) in a package
+    broken since (a module of it that raises on import, as a half-finished upgrade leaves it): what the quick
+    check of the inherited plan raises is not let into site.py; the full path runs and says the error and
+    where to turn, once, with no traceback, and the child stops before user code, exit 78."""
+    scn = report_host(scenario, tag="broken-under-a-child")
+    _, out = start(scn, args=("-c", "import json, os; print(json.dumps(dict(os.environ)))"))
+    inherited = {k: v for k, v in out.items() if k in ("LD_PRELOAD", "TMS_AUTOPRELOAD_STATE", "SLIME_OFFLOAD_TRAIN")}
+    assert inherited["TMS_AUTOPRELOAD_STATE"].endswith(CU13), out
+    builds = scn.site / "tms_autopreload" / "builds.py"
+    saved = builds.read_bytes()
+    builds.write_text("raise RuntimeError('a half-finished upgrade')\n")
+    try:
+        r = scn.host.run([str(scn.venv.python), "-c", "print('user code ran')"],
+                         clean_env(**inherited, TMS_AUTOPRELOAD_VERBOSE="1"))
+    finally:
+        builds.write_bytes(saved)
+    assert r.returncode == 78 and r.stdout == "" and "Traceback" not in r.stderr, (r.returncode, r.stdout, r.stderr)
+    said = [line for line in r.stderr.splitlines() if line.startswith("tms-autopreload: ")]
+    assert said == ["tms-autopreload: internal error while resolving the preload hook: "
+                    "RuntimeError('a half-finished upgrade'); run `tms-autopreload doctor` and report it"], r.stderr
 
 def _signalled_during_the_trace(scn, tmp_path, name, sig, *, before_spawn):
     """Start flagged, wait until the start-up hook is inside its loader trace, send ``sig``; return

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import textwrap
 
 import pytest
 from conftest import DEFAULT_PYTHON, assert_applied, mode_env, report_host
-from support import KERNEL_CLIENT, MAPPED, REEXECD, allocator_bindings, cc, clean_env
+from support import (KERNEL_CLIENT, MAPPED, NO_DAC, REEXECD, allocator_bindings, assert_stopped, cc, clean_env,
+                     hash_outside)
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 TOY_HOOK = r"""
@@ -198,6 +200,37 @@ def test_falls_back_when_dlopen_itself_fails(scenario, parts, toys):
     assert_applied("exec", out["reexecd"], out["hooks"], toys["tls"])
 
 
+
+def test_falls_back_when_the_runtime_library_cannot_be_loaded_in_process(scenario, parts, toys, tmp_path):
+    """torch's runtime library (a libcudart.so.13 first on LD_LIBRARY_PATH) has a large initial-exec TLS block:
+    the loader maps it at start, but dlopen refuses it; dlopen mode says so, loads nothing, and the process is
+    exec'd hooked."""
+    lib = cc(tmp_path / "lib" / "libcudart.so.13",
+             "int cudaMalloc(void **p, unsigned long n) { return 0; }\nint cudaFree(void *p) { return 0; }\n"
+             "__thread char big_tls[1 << 16] __attribute__((tls_model(\"initial-exec\")));\n"
+             "int touch_tls(void) { big_tls[0] = 1; return big_tls[0]; }\n", "-Wl,-soname,libcudart.so.13")
+    scn = report_host(scenario)
+    out, err = probe(scn, parts, toys, "dlopen", {"LD_LIBRARY_PATH": str(lib.parent)})
+    line = fallback_line(err)[0]
+    assert f"dlopen failed: {lib}: cannot allocate memory in static TLS block" in line, err
+    assert_applied("exec", out["reexecd"], out["hooks"], toys["hook"])
+
+
+def test_falls_back_when_a_global_symbol_comes_from_a_preload_whose_symbols_cannot_be_read(scenario, parts, toys,
+                                                                                          tmp_path):
+    """The LD_PRELOAD entry that defines cudaMalloc has a DT_HASH that points outside it (the loader reads its
+    DT_GNU_HASH): which entry defines the symbol cannot be read, so dlopen mode says only that it is defined in the
+    global scope, falls back to exec, and the hook comes first."""
+    source = cc(tmp_path / "src" / "libdefines.so", "int cudaMalloc(void **p, unsigned long n) { return 2; }\n",
+                "-Wl,--hash-style=both")
+    definer = hash_outside(source, tmp_path / "libdefines.so")
+    out, err = probe(report_host(scenario), parts, toys, "dlopen", {"LD_PRELOAD": str(definer)})
+    assert fallback_line(err) == ["tms-autopreload: dlopen mode: cudaMalloc is already defined in the global scope, "
+                                  "where it would come before the hook; falling back to exec"], err
+    assert_applied("exec", out["reexecd"], out["hooks"], toys["hook"])
+    assert out["preload"] == f"{toys['hook']}:{definer}"
+
+@pytest.mark.unmeasured
 def test_dlopen_mode_start_imports_no_threading(scenario):
     """P2' (tools/bench.py): a dlopen-mode start, hooked in-process, imports what it needs and not
     ``threading`` (for activate()'s lock the interpreter's own ``_thread`` has one), which would pull
@@ -343,6 +376,22 @@ def test_embedded_interpreter_is_hooked_in_process(scenario, parts, toys, embedd
     assert_applied("dlopen", out["reexecd"], out["hooks"], toys["hook"])
     assert out["consumer"] == out["real"] + 100 and out["saw"] == "1" and out["child_hooks"] == [str(toys["hook"])]
 
+
+
+def test_an_embedding_program_that_cannot_be_read_stops_naming_the_symbol_already_defined(scenario, toys, embedder,
+                                                                                          tmp_path):
+    """The embedding program is execute-only (mode 0111, root without its permission bypass): the preloaded
+    library that defines cudaMalloc cannot be looked for through the program's own search path, so the stop says
+    only that the symbol is already defined, and how to set the plan before the program starts; exit 78."""
+    scn = report_host(scenario)
+    program = tmp_path / "embed"
+    shutil.copy(embedder, program)
+    program.chmod(0o111)
+    env = clean_env(SLIME_OFFLOAD_TRAIN="1", TMS_AUTOPRELOAD_PATH=str(toys["hook"]), LD_PRELOAD=str(toys["defines"]))
+    r = scn.host.run([*NO_DAC, str(program), str(scn.venv.python), "print('user code ran')"], env)
+    message = assert_stopped(r, "is embedded in another program")
+    assert "cudaMalloc is already defined in the global scope, where it would come before the hook." in message, message
+    assert f"LD_PRELOAD={toys['hook']}:{toys['defines']}" in message and "from LD_PRELOAD" not in message, message
 
 # ---------------------------------------------------------------- activate() with real torch and a real Jupyter kernel
 

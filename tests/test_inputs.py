@@ -28,7 +28,7 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import MAPPED, REEXECD, assert_stopped, clean_env, execs, mentions_variable
+from support import MAPPED, NO_DAC, REEXECD, assert_stopped, clean_env, execs, mentions_variable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -366,7 +366,6 @@ def test_flagged_starts_answer_every_environment(world):
 
 # ---------------------------------------------------------------- 3. files on the start-up path
 
-NO_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
 KINDS = ["fifo", "directory", "dangling-symlink", "unreadable", "huge"]
 MAKE = {  # shell that puts each kind at "$p" (sparse: the huge file costs no disk)
     "fifo": 'rm -rf "$p" && mkfifo "$p"',
@@ -380,6 +379,7 @@ SITE_FILES = {  # where, relative to site-packages, and what a start must then a
     "torch/version.py": ("torch/version.py", "stopped"),
     "libtorch_global_deps.so": ("torch/lib/libtorch_global_deps.so", "hooked"),
     "hooks/mode_preload.py": ("torch_memory_saver/hooks/mode_preload.py", "hooked"),
+    "METADATA": ("torch_memory_saver-0.0.10.dist-info/METADATA", "hooked"),
 }
 PROBE_MAPS = REEXECD + MAPPED + """
 import json
@@ -417,8 +417,10 @@ def test_site_files_of_every_kind_get_a_clear_answer(files_scn, place, kind):
         target.write_bytes((files_scn.site / CU13).read_bytes())
     try:
         subprocess.run(["sh", "-c", MAKE[kind]], env={"p": str(target), "PATH": os.environ["PATH"]}, check=True)
+        # Another LD_PRELOAD entry, which the plan keeps: whether torch_memory_saver reads LD_PRELOAD as one path is
+        # then asked of its files (dist-info/METADATA, hooks/mode_preload.py).
         r = files_scn.host.run([*(NO_DAC if kind == "unreadable" else []), str(files_scn.venv.python), "-c",
-                                PROBE_MAPS], clean_env(TMS_AUTOPRELOAD="1"), timeout=60)
+                                PROBE_MAPS], clean_env(TMS_AUTOPRELOAD="1", LD_PRELOAD="libm.so.6"), timeout=60)
         _assert_clear(r, expect, files_scn)
         if place == "torch/version.py":
             assert "torch/version.py" in r.stderr
@@ -492,3 +494,35 @@ def test_the_kernels_limit_is_kept_to_the_byte(world, past):
     else:
         assert r.returncode == 0, r.stderr[-2000:]
         assert r.stdout.split() == ["user", "code", "ran", str(MAX_ARG_STRLEN - len("LD_PRELOAD=") - 1)], r.stdout
+
+
+def test_doctor_answers_where_the_kernel_refuses_every_trace(world):
+    """No runtime is decided (the override names no major), and LD_PRELOAD is so long that a build's entry put
+    before it passes the kernel's limit: doctor's loader trace of each candidate cannot be started (E2BIG), and
+    doctor still answers with the cause, each candidate's load unknown where, without that LD_PRELOAD, the
+    loader answers it."""
+    scn, base = world["scn"], {"LD_LIBRARY_PATH": world["stub"], "TMS_AUTOPRELOAD_CUDA_MAJOR": "x"}
+    room = MAX_ARG_STRLEN - 10 - len("LD_PRELOAD=") - 1  # the process itself can start with it
+    value = ":".join(["/opt/" + "x" * 100] * (room // 106))
+    docs = [json.loads(scn.run(["-m", "tms_autopreload", "doctor", "--json"], {**base, **extra}, timeout=60).stdout)
+            for extra in ({}, {"LD_PRELOAD": value})]
+    assert [d["cause"] for d in docs] == ["bad-version", "bad-version"], docs
+    loads = [[c["loads"] for c in d["candidates"] if c["cause"] == "no-runtime"] for d in docs]
+    assert loads[0] and None not in loads[0] and loads[1] == [None] * len(loads[0]), docs
+
+
+def test_a_bash_on_path_that_is_a_script_is_no_child_the_plan_is_judged_by(world, tmp_path):
+    """PATH finds a ``bash`` that is a shell script first (a wrapper some environments put there): no ELF program
+    the loader could trace, so the plan is judged by the programs that are; the start is hooked once, and that
+    ``bash`` starts under the plan."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "bash").write_text('#!/bin/sh\nexec /bin/bash "$@"\n')
+    (bindir / "bash").chmod(0o755)
+    probe = PROBE_MAPS + "import subprocess; subprocess.run(['bash', '-c', 'echo child ran'], check=True)"
+    r = world["scn"].run(["-c", probe], {"TMS_AUTOPRELOAD": "1", "LD_LIBRARY_PATH": world["stub"],
+                                          "PATH": f"{bindir}:{os.environ['PATH']}"}, timeout=60)
+    said, ran = sorted(r.stdout.splitlines(), key=lambda line: line == "child ran")  # the child writes unbuffered
+    assert r.returncode == 0 and ran == "child ran", r.stdout + r.stderr
+    out = json.loads(said)
+    assert out["hooks"] == [str(world["scn"].site / CU13)] and execs(out["reexecd"]) == 1, (out, r.stderr)

@@ -21,6 +21,7 @@ commands for real, offline, in tests/test_way_out.py's cells).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -168,17 +169,67 @@ def test_an_editable_checkout_whose_builds_were_cleaned_is_rebuilt_from_that_che
     scn = scenario(tms=None, torch="cu13-sys", tag="editable")
     checkout = tms_source.unpack(tmp_path)
     (scn.site / "__editable__.torch_memory_saver-0.0.10.pth").write_text(f"{checkout}\n")
-    info = scn.site / "torch_memory_saver-0.0.10.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_memory_saver\nVersion: 0.0.10\n")
-    (info / "direct_url.json").write_text(json.dumps({"url": checkout.as_uri(), "dir_info": {"editable": True}}))
-    (info / "RECORD").write_text(f"__editable__.torch_memory_saver-0.0.10.pth,,\n{info.name}/METADATA,,\n"
-                                 f"{info.name}/direct_url.json,,\n{info.name}/RECORD,,\n")
+    _editable_record(scn.site, checkout, ["__editable__.torch_memory_saver-0.0.10.pth"])
     doc = scn.doctor()
     assert not doc["ok"] and doc["torch_memory_saver_dir"] == str(checkout / "torch_memory_saver"), doc
     assert doc["fix"].startswith(f"torch-memory-saver 0.0.10 is installed editable from {checkout}, which holds no "
                                  f"preload build"), doc["fix"]
     assert pip_args(the_command(doc["fix"], "torch")) == ["--force-reinstall", "-e", str(checkout)], doc["fix"]
+
+
+def _editable_record(site, checkout, files):
+    """pip's record of torch_memory_saver 0.0.10 installed editable from ``checkout``: its dist-info in ``site``,
+    with ``files`` (what the install put in ``site``) in its RECORD."""
+    info = site / "torch_memory_saver-0.0.10.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_memory_saver\nVersion: 0.0.10\n")
+    (info / "direct_url.json").write_text(json.dumps({"url": checkout.as_uri(), "dir_info": {"editable": True}}))
+    own = [f"{info.name}/{name}" for name in ("METADATA", "direct_url.json", "RECORD")]
+    (info / "RECORD").write_text("".join(f"{name},,\n" for name in [*files, *own]))
+
+
+# setuptools' editable install (PEP 660): a finder in site-packages that maps the package to its folder in the
+# checkout, so that the checkout itself is never listed to import it.
+EDITABLE_FINDER = """\
+import importlib.util, sys
+MAPPING = {'torch_memory_saver': %r}
+class _EditableFinder:
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname not in MAPPING:
+            return None
+        return importlib.util.spec_from_file_location(fullname, MAPPING[fullname] + '/__init__.py',
+                                                      submodule_search_locations=[MAPPING[fullname]])
+def install():
+    sys.meta_path.append(_EditableFinder)
+"""
+
+
+def test_an_editable_checkout_that_cannot_be_listed_is_judged_by_its_package_folder(scenario, tmp_path):
+    """An editable install by setuptools' finder whose checkout can be entered, not listed (root without its
+    permission bypass): what the checkout holds is judged by its package folder alone, which holds no preload
+    build, so the fix rebuilds that checkout, as where the checkout can be listed."""
+    from support import NO_DAC
+
+    scn = scenario(tms=None, torch="cu13-sys", tag="editable-finder")
+    checkout = tmp_path / "checkout"
+    (checkout / "torch_memory_saver").mkdir(parents=True)
+    (checkout / "torch_memory_saver" / "__init__.py").write_text("")
+    finder = "__editable___torch_memory_saver_0_0_10_finder"
+    (scn.site / f"{finder}.py").write_text(EDITABLE_FINDER % str(checkout / "torch_memory_saver"))
+    (scn.site / "__editable__.torch_memory_saver-0.0.10.pth").write_text(f"import {finder}; {finder}.install()\n")
+    _editable_record(scn.site, checkout, ["__editable__.torch_memory_saver-0.0.10.pth", f"{finder}.py"])
+    checkout.chmod(0o311)
+    try:
+        r = scn.host.run([*NO_DAC, str(scn.venv.python), "-m", "tms_autopreload", "doctor", "--json"], clean_env())
+    finally:
+        checkout.chmod(0o755)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["torch_memory_saver_dir"] == str(checkout / "torch_memory_saver"), doc
+    assert doc["fix"].startswith(f"torch-memory-saver 0.0.10 is installed editable from {checkout}, which holds no "
+                                 f"preload build"), doc["fix"]
+    assert pip_args(the_command(doc["fix"], "pip install")) == ["--force-reinstall", "-e", str(checkout)], doc["fix"]
 
 
 @pytest.mark.slow
@@ -323,6 +374,36 @@ def test_the_bare_name_is_printed_nowhere():
 NOT_INSTALLED = ("import sys; from tms_autopreload.commands.node_table import not_installed; "
                  "print(not_installed('/node/venv/bin/python', '/node/venv'))")
 
+
+
+def test_a_copy_run_from_its_checkout_advises_an_install_without_a_command():
+    """This package imported from a checkout (as this test process imports it), not installed: there is no
+    distribution and so no record of a source, and the advice for a node without the package says so in words,
+    naming no command."""
+    from importlib import metadata
+
+    from tms_autopreload.install_source import install_advice, unknown_source
+
+    with pytest.raises(metadata.PackageNotFoundError):
+        metadata.distribution("tms-autopreload")
+    python = "/usr/bin/python3"
+    assert install_advice("node X", python) == f"install it into node X {unknown_source(python)}"
+
+
+def test_a_fix_for_a_site_of_an_account_that_has_no_name_says_its_owner(scenario):
+    """The release's CUDA 13 build removed, in a site-packages owned by a uid no account has (a volume made on
+    another machine): the reinstall fix says who must run it, in words, for an account that cannot write there
+    (root without its permission bypass)."""
+    from support import NO_DAC
+
+    scn = report_host(scenario, tms="0.0.10", tag="owner-without-a-name")
+    (scn.site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so").unlink()
+    os.chown(scn.site, 4242, 4242)
+    r = scn.host.run([*NO_DAC, str(scn.venv.python), "-m", "tms_autopreload", "doctor", "--json"], clean_env())
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and doc["cause"] == "no-build-fits", doc
+    assert (f"{scn.site} is not writable by this account (it belongs to its owner): run it as its owner"
+            in doc["fix"]), doc["fix"]
 
 def installed_from(tmp: Path, *pip_args: str) -> tuple[Venv, str]:
     """A venv with tms_autopreload installed by ``pip install <pip_args>``, and what ``doctor --ray`` says

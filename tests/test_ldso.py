@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import need
-from support import ROOT, cc
+from support import HWCAPS_TUNABLES, ROOT, cc, retyped
 
 sys.path.insert(0, str(ROOT))
 
@@ -68,18 +69,6 @@ def rpath(d: str) -> str:
 
 def runpath(d: str) -> str:
     return f"-Wl,--enable-new-dtags,-rpath,{d}"
-
-
-def retyped(src: str, dst: Path, *, elf_class: int | None = None, machine: int | None = None) -> None:
-    """A copy of ``src`` whose ELF header says another class (EI_CLASS) or machine (e_machine): the two
-    fields the loader compares before it maps a candidate file, and the only ones changed."""
-    data = bytearray(Path(src).read_bytes())
-    if elf_class is not None:
-        data[4] = {32: 1, 64: 2}[elf_class]
-    if machine is not None:
-        data[18:20] = machine.to_bytes(2, "little")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    dst.write_bytes(bytes(data))
 
 
 def found(path: str, rule: str) -> tuple[str, str]:
@@ -164,6 +153,52 @@ def test_an_object_with_runpath_ignores_its_own_rpath(place, tmp_path):
     assert answer(Loader(exe, llp, Cache()), both) == found(f"{llp}/{NAME}", "LD_LIBRARY_PATH")
 
 
+def test_the_rpath_of_each_object_up_the_chain_that_loaded_it_is_searched(place, tmp_path):
+    """For the needs of a library a preloaded hook brought in: its own DT_RPATH, then the hook's (the object
+    whose need loaded it), and on up to the program's (elf/dl-load.c: "Then that object's dependent, and on
+    up"), all before LD_LIBRARY_PATH; an object with DT_RUNPATH lends none."""
+    exe = build(tmp_path / "exe", rpath(place("exe-rpath")))
+    hook = build(tmp_path / "hook.so", rpath(place("hook-rpath")))
+    library = build(tmp_path / "library.so")
+    brought = Object(library.path, library.info, hook)
+    llp = place("llp")
+    assert answer(Loader(exe, llp, Cache()), brought) == found(f"{tmp_path}/hook-rpath/{NAME}", "DT_RPATH")
+    deeper = Object(library.path, library.info, brought)
+    assert answer(Loader(exe, llp, Cache()), deeper) == found(f"{tmp_path}/hook-rpath/{NAME}", "DT_RPATH")
+    hook_both = Object(hook.path, DynamicInfo(64, hook.info.machine, (), None, hook.info.rpath, (place("run"),)))
+    assert answer(Loader(exe, llp, Cache()), Object(library.path, library.info, hook_both)) == \
+        found(f"{tmp_path}/exe-rpath/{NAME}", "DT_RPATH")
+
+
+def test_an_empty_runpath_still_turns_rpath_off(place, tmp_path):
+    """An object whose DT_RUNPATH is empty (``patchelf --set-rpath ''``, as a tool that strips a search path
+    leaves it) searches no DT_RPATH, its own nor the executable's: the tag decides, though the loader
+    searches no directory of it (elf/dl-load.c, _dl_map_new_object and decompose_rpath)."""
+    exe = build(tmp_path / "exe", rpath(place("exe-rpath")))
+    path = build(tmp_path / "needer.so").path
+    subprocess.run(["patchelf", "--set-rpath", "", path], check=True)
+    emptied = Object(path, read_dynamic(path))
+    assert emptied.info.runpath == () and emptied.info.rpath == ()
+    both = Object(path, DynamicInfo(64, exe.info.machine, (NAME,), None, (place("own-rpath"),), ()))
+    llp = place("llp")
+    for needer in (emptied, both):
+        assert answer(Loader(exe, "", Cache()), needer) is None
+        assert answer(Loader(exe, llp, Cache()), needer) == found(f"{llp}/{NAME}", "LD_LIBRARY_PATH")
+
+
+@pytest.mark.parametrize("tag", [rpath, runpath], ids=["DT_RPATH", "DT_RUNPATH"])
+def test_an_empty_entry_of_a_search_path_is_the_current_directory(place, tmp_path, monkeypatch, tag):
+    """``/nowhere:`` (a build script appending an unset variable writes it): the empty entry is the current
+    directory, as in LD_LIBRARY_PATH (elf/dl-load.c, fillin_rpath); the file is found by its name alone."""
+    exe = build(tmp_path / "exe")
+    needer = build(tmp_path / "needer.so", tag(f"{tmp_path}/nowhere:"))
+    assert needer.info.rpath + (needer.info.runpath or ()) == (f"{tmp_path}/nowhere", "")
+    rule = "DT_RPATH" if tag is rpath else "DT_RUNPATH"
+    assert answer(Loader(exe, "", Cache()), needer) is None
+    monkeypatch.chdir(place("cwd"))
+    assert answer(Loader(exe, "", Cache()), needer) == (NAME, rule)
+
+
 # ---------------------------------------------------------------- $ORIGIN
 
 @pytest.mark.parametrize("origin", ["$ORIGIN", "${ORIGIN}"])
@@ -174,11 +209,68 @@ def test_origin_is_the_directory_of_the_object_whose_entry_it_is(place, tmp_path
     lib_dir = place("pkg/lib")
     needer = build(tmp_path / "pkg" / "bin" / "needer.so", tag(f"{origin}/../lib"))
     exe = build(tmp_path / "exe")
-    assert needer.info.rpath + needer.info.runpath == (f"{origin}/../lib",)  # the linker kept it as written
+    assert needer.info.rpath + (needer.info.runpath or ()) == (f"{origin}/../lib",)  # the linker kept it as written
     rule = "DT_RPATH" if tag is rpath else "DT_RUNPATH"
     assert answer(Loader(exe, "", Cache()), needer) == found(f"{lib_dir}/{NAME}", rule)
     exe_with_origin = build(tmp_path / "pkg" / "bin" / "sub" / "exe", rpath(f"{origin}/../lib"))
     assert Loader(exe_with_origin, "", Cache()).library_dirs() == [f"{tmp_path}/pkg/bin/sub/../lib"]
+
+
+def test_dot_dot_after_a_directory_link_is_the_parent_of_the_links_target(place, tmp_path):
+    """``$ORIGIN/../deps`` of a library reached through a directory link (``lnk -> store/lib``, as a package
+    manager's view links a package's directory) is ``store/deps``: the kernel takes ``..`` after a link to its
+    target's parent, not the link's. The path is written without ``..`` only where that names the same file."""
+    exe = build(tmp_path / "exe")
+    deps = place("store/deps")
+    needer = build(tmp_path / "store" / "lib" / "needer.so", runpath("$ORIGIN/../deps"))
+    (tmp_path / "lnk").symlink_to("store/lib")
+    through_link = Object(str(tmp_path / "lnk" / "needer.so"), needer.info)
+    assert answer(Loader(exe, "", Cache()), needer) == (f"{deps}/{NAME}", "DT_RUNPATH")
+    assert answer(Loader(exe, "", Cache()), through_link) == (f"{tmp_path}/lnk/../deps/{NAME}", "DT_RUNPATH")
+    place("deps")  # the link's own parent's deps/: not the one the kernel reaches
+    assert answer(Loader(exe, "", Cache()), through_link) == (f"{tmp_path}/lnk/../deps/{NAME}", "DT_RUNPATH")
+
+
+def test_origin_in_ld_library_path_and_in_a_path_is_the_directory_of_the_program_or_the_needer(place, tmp_path):
+    """ld.so(8) expands ``$ORIGIN`` also in LD_LIBRARY_PATH and in a name with a slash: to the program's
+    directory there and in an LD_PRELOAD entry (the program loads it), to the needing object's in a DT_NEEDED
+    path."""
+    lib_dir = place("pkg/lib")
+    exe = build(tmp_path / "pkg" / "bin" / "exe")
+    assert answer(Loader(exe, "$ORIGIN/../lib", Cache())) == found(f"{lib_dir}/{NAME}", "LD_LIBRARY_PATH")
+    entry = f"$ORIGIN/../lib/{NAME}"
+    preloading = Loader(exe, "", Cache(), preload=entry)
+    assert preloading.preloaded == [(entry, f"{tmp_path}/pkg/bin/../lib/{NAME}")]
+    assert answer(preloading) == (f"{tmp_path}/pkg/bin/../lib/{NAME}", PRELOADED)
+    needer = build(tmp_path / "pkg" / "lib" / "needer.so")
+    assert answer(Loader(exe, "", Cache()), needer, name="${ORIGIN}/" + NAME) == (f"{lib_dir}/{NAME}", "path")
+
+
+@pytest.mark.parametrize("tag", [rpath, runpath], ids=["DT_RPATH", "DT_RUNPATH"])
+def test_origin_of_an_object_found_in_the_current_directory_is_that_directory(lib, tmp_path, monkeypatch, tag):
+    """An object found through an empty LD_LIBRARY_PATH entry has a relative path (``needer.so``); its
+    ``$ORIGIN/../deps`` is the current directory's ``../deps``, as the loader makes the object's directory
+    absolute when it maps it (elf/dl-object.c), not ``/../deps``. The real loader's trace says the same."""
+    from tms_autopreload import trace
+
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    shutil.copy(lib, deps / NAME)
+    here = tmp_path / "here"
+    needer = here / "libneeder.so"
+    need(cc, needer, "int needer(void) { return 0; }\n", "-Wl,--no-as-needed", f"-L{deps}", "-l:" + NAME,
+         "-Wl,-soname,libneeder.so", tag("$ORIGIN/../deps"))
+    program = tmp_path / "program"
+    need(cc, program, "int main(void) { return 0; }\n", "-Wl,--no-as-needed", f"-L{here}", "-lneeder", shared=False)
+    monkeypatch.chdir(here)
+    traced = trace.run_trace(str(program), {"LD_LIBRARY_PATH": ":"})
+    assert traced.ok and os.path.normpath(traced.resolved[NAME]) == str(deps / NAME), (traced.resolved, traced.errors)
+    loader = Loader(Object(str(program), read_dynamic(str(program))), ":", Cache())
+    found_needer = loader.find("libneeder.so")
+    assert found_needer is not None and found_needer.path == "libneeder.so"
+    rule = "DT_RPATH" if tag is rpath else "DT_RUNPATH"
+    needing = Object(found_needer.path, read_dynamic(found_needer.path))
+    assert answer(loader, needing) == found(f"{deps}/{NAME}", rule)
 
 
 # ---------------------------------------------------------------- a file the loader would not map
@@ -197,6 +289,28 @@ def test_a_file_of_another_class_or_machine_is_skipped_and_the_search_goes_on(li
     assert answer(Loader(exe, "", Cache({NAME: str(other)}))) is None
     assert Loader(exe, "", Cache()).find(str(other)) is None
     assert answer(Loader(exe, "", Cache()), name=str(good) + "/" + NAME) == (f"{good}/{NAME}", "path")
+
+
+@pytest.mark.parametrize("content", [b"", b"INPUT(-lfound)\n"], ids=["empty", "linker-script"])
+def test_a_file_that_is_no_elf_object_stops_the_search_as_it_stops_the_loader(lib, place, tmp_path, content):
+    """A file named like the library that is no ELF object at all (an empty one, a truncated download, a linker
+    script) is not passed over as another class's is: the loader stops there with an error (elf/dl-load.c,
+    open_verify: "file too short", "invalid ELF header"), so the name is found nowhere, whatever comes later."""
+    from tms_autopreload import trace
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / NAME).write_bytes(content)
+    good = place("good")
+    program = tmp_path / "program"
+    need(cc, program, "int main(void) { return 0; }\n", "-Wl,--no-as-needed", f"-L{good}", "-l:" + NAME, shared=False)
+    traced = trace.run_trace(str(program), {"LD_LIBRARY_PATH": f"{bad}:{good}"})
+    assert traced.status == 127 and str(bad / NAME) in traced.reason(), traced.reason()
+    exe = Object(str(program), read_dynamic(str(program)))
+    assert answer(Loader(exe, f"{bad}:{good}", Cache())) is None
+    assert answer(Loader(exe, "", Cache({NAME: str(bad / NAME)}))) is None
+    assert Loader(exe, "", Cache()).find(str(bad / NAME)) is None
+    assert answer(Loader(exe, str(good), Cache({NAME: str(bad / NAME)}))) == found(f"{good}/{NAME}", "LD_LIBRARY_PATH")
 
 
 def test_default_dirs_follow_the_executables_machine():
@@ -232,11 +346,26 @@ def test_a_preload_entry_by_name_is_found_by_the_search_and_then_answers_that_na
         (f"{tmp_path}/rpath/{NAME}", PRELOADED)
 
 
+# ---------------------------------------------------------------- the loader's trace, read
+
+def test_a_name_found_in_the_current_directory_is_read_from_the_trace(lib, tmp_path, monkeypatch):
+    """Through an empty LD_LIBRARY_PATH entry the loader opens the name itself, and its trace prints the name
+    once, with no ``=>`` (``\tlibfound.so.1 (0x...)``): the reader takes that for the name resolved to itself,
+    and the kernel's vDSO, printed the same way, for no object at all."""
+    from tms_autopreload import trace
+
+    program = tmp_path / "program"
+    need(cc, program, "int main(void) { return 0; }\n", "-Wl,--no-as-needed", f"-L{lib.parent}", "-l:" + NAME,
+         shared=False)
+    monkeypatch.chdir(lib.parent)
+    traced = trace.run_trace(str(program), {"LD_LIBRARY_PATH": f"{tmp_path}/nowhere:"})
+    assert traced.ok and traced.resolved[NAME] == NAME, (traced.resolved, traced.errors)
+    assert not any(name.startswith("linux-") for name in traced.resolved), traced.resolved
+    assert answer(Loader(Object(str(program), read_dynamic(str(program))), f"{tmp_path}/nowhere:", Cache())) == \
+        (NAME, "LD_LIBRARY_PATH")
+
+
 # ---------------------------------------------------------------- glibc-hwcaps copies in the cache
-
-# GLIBC_TUNABLES that take ISA levels away from this CPU: none, x86-64-v4's and v3's, all but the baseline.
-HWCAPS_TUNABLES = ["", "glibc.cpu.hwcaps=-AVX512F,-AVX2", "glibc.cpu.hwcaps=-AVX512F,-AVX2,-SSE4_2"]
-
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the x86-64-vN subdirectories are x86-64's")
 @pytest.mark.parametrize("tunables", HWCAPS_TUNABLES, ids=["all-levels", "up-to-v2", "baseline"])
@@ -255,12 +384,12 @@ def test_a_name_with_glibc_hwcaps_copies_is_answered_as_the_real_loader_maps_it(
         shutil.copy(lib, libdir / sub / NAME)
     host = need(Host, tmp_path / "host", [libdir])
     program = build(tmp_path / "needer", "-Wl,--no-as-needed", f"-L{libdir}", "-l:" + NAME)
-    env = {"LD_TRACE_LOADED_OBJECTS": "1", **({"GLIBC_TUNABLES": tunables} if tunables else {})}
+    env = {"GLIBC_TUNABLES": tunables} if tunables else {}
     loader = read_dynamic(os.path.realpath(sys.executable)).interpreter
     assert loader is not None
-    traced = host.run([loader, program.path], env)  # as ldd asks: the loader lists a library's objects too
-    assert traced.returncode == 0, traced
-    mapped = next(line.split(" => ")[1].split(" (")[0] for line in traced.stdout.splitlines() if NAME in line)
+    traced, = host.traces([([loader, program.path], env)])  # as ldd asks: the loader lists a library's objects too
+    assert traced.ok, traced.reason()
+    mapped = traced.resolved[NAME]
 
     cache = ldcache.LdCache(host.cache.read_bytes(), program.info.machine,
                             lambda: glibc_hwcaps.used(loader, {"GLIBC_TUNABLES": tunables}))
@@ -304,10 +433,10 @@ def test_a_glibc_hwcaps_copy_marked_for_an_isa_level_is_judged_by_the_cpu_as_the
     host = need(Host, tmp_path / "host", [libdir])
     program = build(tmp_path / "needer", "-Wl,--no-as-needed", f"-L{libdir}", "-l:" + NAME)
     loader = read_dynamic(os.path.realpath(sys.executable)).interpreter
-    env = {"LD_TRACE_LOADED_OBJECTS": "1", **({"GLIBC_TUNABLES": tunables} if tunables else {})}
-    traced = host.run([loader, program.path], env)
-    assert traced.returncode == 0, traced
-    mapped = next(line.split(" => ")[1].split(" (")[0] for line in traced.stdout.splitlines() if NAME in line)
+    env = {"GLIBC_TUNABLES": tunables} if tunables else {}
+    traced, = host.traces([([loader, program.path], env)])
+    assert traced.ok, traced.reason()
+    mapped = traced.resolved[NAME]
 
     cache = ldcache.LdCache(host.cache.read_bytes(), program.info.machine,
                             lambda: glibc_hwcaps.used(loader, {"GLIBC_TUNABLES": tunables}),
@@ -315,3 +444,24 @@ def test_a_glibc_hwcaps_copy_marked_for_an_isa_level_is_judged_by_the_cpu_as_the
     assert cache.lookup(NAME) == mapped
     if tunables == HWCAPS_TUNABLES[1] and "x86-64-v3" in glibc_hwcaps.used(loader, {}):
         assert "/glibc-hwcaps/x86-64-v2/" in mapped  # v3 taken from the subdirectories, not from the CPU
+
+
+def test_a_preload_entry_the_loader_cannot_map_answers_no_name(lib, place, tmp_path):
+    """An LD_PRELOAD entry whose ELF header is whole but whose program headers are cut off: the real loader
+    says it "cannot be preloaded" and searches every name as without it; the model, which cannot read that
+    entry's dynamic section, finds each name where the loader does."""
+    import subprocess
+
+    from tms_autopreload.trace import run_trace
+
+    cut = tmp_path / "libcut.so"
+    cut.write_bytes(Path(lib).read_bytes()[:200])
+    main = tmp_path / "main.c"
+    main.write_text("int found(void);\nint main(void) { return found() - 1; }\n")
+    exe = tmp_path / "exe"
+    subprocess.run(["gcc", "-o", str(exe), str(main), f"-L{place('rpath')}", f"-l:{NAME}",
+                    f"-Wl,--disable-new-dtags,-rpath,{tmp_path / 'rpath'}"], check=True, capture_output=True)
+    trace = run_trace(str(exe), {"LD_PRELOAD": str(cut), "PATH": os.environ["PATH"]})
+    assert trace.resolved[NAME] == f"{tmp_path}/rpath/{NAME}", trace
+    loader = Loader.for_executable(str(exe), "", str(cut))
+    assert answer(loader) == found(trace.resolved[NAME], "DT_RPATH")

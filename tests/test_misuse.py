@@ -309,6 +309,89 @@ def test_kernel_env_that_keeps_the_hook_on_is_accepted(real_torch, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+
+# What ``kernel`` asks of jupyter_client, as jupyter_client 8.10.0 answers it for --prefix and --user (the kernel's
+# folder under PREFIX/share/jupyter/kernels, or the user's; its files copied there, an earlier one replaced), for the
+# fast lane; the real one, with its system folder and its search for kernels, in the tests above. ipykernel is an
+# empty package beside it where ``with_ipykernel``.
+JUPYTER_STANDIN = {
+    "jupyter_client/__init__.py": "",
+    "jupyter_client/kernelspec.py":
+        "import os, shutil\n\n\nclass KernelSpecManager:\n"
+        "    def _get_destination_dir(self, kernel_name, user=False, prefix=None):\n"
+        "        base = (os.path.expanduser('~/.local/share/jupyter') if user else\n"
+        "                os.path.join(os.path.abspath(prefix), 'share', 'jupyter') if prefix else\n"
+        "                '/usr/local/share/jupyter')\n"
+        "        return os.path.join(base, 'kernels', kernel_name.lower())\n\n"
+        "    def find_kernel_specs(self):\n        return {}\n\n"
+        "    def install_kernel_spec(self, source_dir, kernel_name=None, user=False, replace=None, prefix=None):\n"
+        "        destination = self._get_destination_dir(kernel_name, user=user, prefix=prefix)\n"
+        "        if os.path.isdir(destination):\n            shutil.rmtree(destination)\n"
+        "        shutil.copytree(source_dir, destination)\n        return destination\n",
+}
+
+
+@pytest.fixture(scope="module")
+def jupyter(tmp_path_factory):
+    """``jupyter(with_ipykernel)``: the PYTHONPATH that gives a process the Jupyter stand-in."""
+    made = {}
+    for with_ipykernel in (False, True):
+        root = tmp_path_factory.mktemp("jupyter-standin")
+        for name, text in {**JUPYTER_STANDIN, **({"ipykernel/__init__.py": ""} if with_ipykernel else {})}.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        made[with_ipykernel] = str(root)
+    return made.__getitem__
+
+
+def test_kernel_faults_each_say_their_cause(scenario, jupyter, tmp_path):
+    """What ``kernel`` meets where it installs and removes kernels, each said with its exit code: a name Jupyter
+    refuses (2), ipykernel missing (2), no kernel to remove (1), a kernel.json in the way that is not JSON (1, never
+    replaced); and what its install made, removed only where it can be (a prefix moved since, a kernels folder it
+    cannot list, a folder that holds someone's file), the kernel itself always."""
+    from support import NO_DAC
+
+    scn = report_host(scenario)
+    env = {"PYTHONPATH": jupyter(True), "HOME": str(tmp_path)}
+
+    def run(*args, prefix=None, env=env, prefix_argv=()):
+        argv = [*prefix_argv, str(scn.venv.python), "-m", "tms_autopreload", "kernel", *args,
+                *(["--prefix", str(prefix)] if prefix else [])]
+        return scn.host.run(argv, clean_env(**env))
+
+    refused_as_usage(run("install", "--name", "a b", prefix=tmp_path / "p"),
+                     "is not a kernel name Jupyter accepts")
+    r = run("install", prefix=tmp_path / "p", env={**env, "PYTHONPATH": jupyter(False)})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("tms-autopreload kernel: ipykernel is not installed for "), r.stderr
+    r = run("uninstall", prefix=tmp_path / "p")
+    assert r.returncode == 1 and "no kernel named 'python3-tms-autopreload' in " in r.stderr, r.stderr
+    broken = tmp_path / "broken" / "share" / "jupyter" / "kernels" / "python3-tms-autopreload"
+    broken.mkdir(parents=True)
+    (broken / "kernel.json").write_text("{not json")
+    r = run("install", prefix=tmp_path / "broken")
+    assert r.returncode == 1 and f"{broken} was not installed by tms-autopreload" in r.stderr, r.stderr
+    assert (broken / "kernel.json").read_text() == "{not json"
+
+    # A prefix moved after the install: the folders its record names are gone, so none here is proven made.
+    assert run("install", prefix=tmp_path / "before").returncode == 0
+    (tmp_path / "before").rename(tmp_path / "moved")
+    assert run("uninstall", prefix=tmp_path / "moved").returncode == 0
+    assert [p.name for p in (tmp_path / "moved" / "share" / "jupyter").iterdir()] == ["kernels"]
+    # A kernels folder that can be entered, not listed (root without its permission bypass): nothing recorded as made.
+    kernels = tmp_path / "unlisted" / "share" / "jupyter" / "kernels"
+    kernels.mkdir(parents=True)
+    kernels.chmod(0o311)
+    r = run("install", prefix=tmp_path / "unlisted", prefix_argv=NO_DAC)
+    assert r.returncode == 0, r.stderr
+    spec = json.loads((kernels / "python3-tms-autopreload" / "kernel.json").read_text())
+    assert spec["metadata"]["tms_autopreload"]["made"] == [], spec
+    # Made by install, then given someone's file: uninstall removes the kernel, the folder stays, with the file.
+    assert run("install", prefix=tmp_path / "kept").returncode == 0
+    (tmp_path / "kept" / "share" / "jupyter" / "kernels" / "README").write_text("mine")
+    assert run("uninstall", prefix=tmp_path / "kept").returncode == 0
+    assert [p.name for p in (tmp_path / "kept" / "share" / "jupyter" / "kernels").iterdir()] == ["README"]
+
 # ---------------------------------------------------------------- configure_subprocess() and start methods
 
 STARTS = MAPPED + r'''
@@ -468,6 +551,41 @@ def test_deep_cleans_up_when_interrupted(scenario, tmp_path, sig, code):
             os.kill(child, signal.SIGKILL)
 
 
+
+def test_deep_ends_an_import_that_never_finishes_at_its_timeout(scenario, tmp_path, monkeypatch):
+    """The module ``doctor --deep`` imports never finishes (it waits forever): at the check's timeout the
+    evidence says so, the child's process group is ended and the binding log deleted."""
+    import tempfile
+
+    from tms_autopreload.commands.binding_log import check
+
+    scn = report_host(scenario)
+    mods, tmp = tmp_path / "mods", tmp_path / "tmp"
+    mods.mkdir()
+    tmp.mkdir()
+    (mods / "tms_test_sleeper.py").write_text(SLEEPER)
+    ready = tmp_path / "ready"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    environ = clean_env(PYTHONPATH=str(mods), DEEP_READY=str(ready))
+    ev = check(environ, str(scn.site / CU13), str(scn.parts.rt[13] / "libcudart.so.13"), module="tms_test_sleeper",
+               executable=str(scn.venv.python), timeout=5)
+    assert ev.error == "`import tms_test_sleeper` did not finish within 5 s" and not ev.ok, ev.error
+    child, _group = map(int, ready.read_text().split())
+    assert not alive(child) and list(tmp.iterdir()) == [], list(tmp.iterdir())
+
+
+def test_deep_where_proc_is_not_mounted_proves_nothing_and_says_why(scenario):
+    """``/proc`` replaced by an empty tmpfs: the child cannot read what it maps, nor the environment it started
+    with; doctor --deep says that it cannot tell, never that the hook or the runtime is not mapped; exit 1."""
+    scn = report_host(scenario)
+    r = scn.host.run([str(scn.venv.python), "-m", "tms_autopreload", "doctor", "--deep", "--json", "--import", "json"],
+                     clean_env(), setup="mount -t tmpfs none /proc")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and doc["ok"] is False, r.stdout + r.stderr
+    assert doc["error"] == ("the child could not read /proc/self/maps (is /proc mounted?), so what it maps after "
+                            "`import json` is unknown"), doc
+
+
 def test_deep_tells_a_failed_import_from_an_unmapped_hook(scenario):
     scn = report_host(scenario)
     r = cli(scn, "doctor", "--deep", "--import", "nonexistent_module")
@@ -598,6 +716,23 @@ def test_deep_finds_unbound_references_past_a_mapped_file_that_is_no_elf_object(
     libraries = {}
     _unbound([str(archive), str(user)], "libcudart.so.13", frozenset({"cudaMalloc", "cudaFree"}), libraries, ev)
     assert list(libraries) == [str(user)] and libraries[str(user)].bound == {"cudaMalloc": None}
+
+
+def test_a_truncated_runtime_first_on_ld_library_path_rejects_the_build_it_would_serve(scenario, parts, tmp_path):
+    """A copy of libcudart.so.13 cut short (its ELF header whole, its dynamic section gone) first on the user's
+    LD_LIBRARY_PATH: the loader model finds it first and the real loader fails on it, so the CUDA 13 build is
+    rejected as one that does not load; the start stops with the builds and their reasons, exit 78, never with
+    the internal error of a read that failed."""
+    scn = report_host(scenario)
+    cut = tmp_path / "lib"
+    cut.mkdir()
+    (cut / "libcudart.so.13").write_bytes((parts.rt[13] / "libcudart.so.13").read_bytes()[:2048])
+    r = scn.flagged("print('user code ran')", {"LD_LIBRARY_PATH": str(cut)})
+    assert r.returncode == 78 and r.stdout == "" and "Traceback" not in r.stderr, (r.returncode, r.stdout, r.stderr)
+    assert "internal error" not in r.stderr and "no torch_memory_saver preload build fits CUDA 13" in r.stderr, r.stderr
+    doc = scn.doctor({"LD_LIBRARY_PATH": str(cut)})
+    cu13 = next(c for c in doc["candidates"] if c["path"] == str(scn.site / CU13))
+    assert (doc["cause"], cu13["status"], cu13["cause"]) == ("no-build-fits", "rejected", "does-not-load"), doc
 
 
 # ---------------------------------------------------------------- LD_PRELOAD naming a runtime library

@@ -99,7 +99,12 @@ def test_the_start_up_files_are_what_their_generator_writes_from_the_package(par
 
 @pytest.mark.slow  # builds in an isolated environment from the index
 def test_sdist_builds_the_same_wheel(parts, tmp_path):
-    run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path), str(ROOT)])
+    # From a copy: setuptools writes its egg-info into the tree it builds, and this checkout must stay as it was
+    # (an egg-info beside the package is a distribution to importlib.metadata, which other tests judge).
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info",
+                                                             "__pycache__", ".hypothesis", ".pytest_cache"))
+    run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path), str(src)])
     sdist = next(tmp_path.glob("tms_autopreload-*.tar.gz"))
     with tarfile.open(sdist) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}

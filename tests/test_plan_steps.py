@@ -314,6 +314,16 @@ def test_a_removed_build_is_reinstalled_from_the_recorded_source_while_it_is_the
     assert hint and "torch-memory-saver==0.0.10" in hint and str(wheel) not in hint, hint
 
 
+
+def test_a_removed_build_whose_record_cannot_be_read_is_reinstalled_as_its_release(tmp_path):
+    """The ``direct_url.json`` pip wrote is not JSON any more (a file cut short): no source is known, so the fix
+    reinstalls the release from the index, as for a copy pip installed from it."""
+    package = installed_release(tmp_path / "site", record={"url": "file:///gone.whl", "archive_info": {}})
+    record = next((tmp_path / "site").glob("torch_memory_saver-*.dist-info")) / "direct_url.json"
+    record.write_text(record.read_text()[:10])
+    hint = releases.reinstall_hint(package, 13)
+    assert hint and "--force-reinstall" in hint and "torch-memory-saver==0.0.10" in hint and "gone" not in hint, hint
+
 # ---------------------------------------------------------------- builds: where they are found, who may write them
 
 def test_a_usable_build_others_can_write_is_refused_and_a_broken_one_is_not_judged(tmp_path):
@@ -348,7 +358,7 @@ def test_a_child_that_finds_a_library_of_the_hooks_closure_by_its_own_runpath_po
     own = tmp_path / "own"
     own.mkdir()
     (own / "libcudart.so.13").write_bytes(b"")
-    exe = Object("/venv/bin/python", DynamicInfo(64, 62, ("libc.so.6",), None, (), ()))
+    exe = Object("/venv/bin/python", DynamicInfo(64, 62, ("libc.so.6",), None, (), None))
     loader = SimpleNamespace(executable=exe)
     child = ("/usr/bin/tool", DynamicInfo(64, 62, ("libcudart.so.13", "libc.so.6"), None, (), (str(own),)))
     assert judging._own_problem(loader, child, [], {"libcudart.so.13", "libcuda.so.1"}) == judging.OWN_PROBLEM
@@ -379,7 +389,7 @@ def _one_build_attempt(monkeypatch, exe_info, options, predict, collect, kid_inf
     monkeypatch.setattr(judging, "judge", lambda b, plan, trace: verdict.Verdict(b, verdict.LOADS, "loads",
                                                                                  loader_ok=True, plan=plan))
     loader = SimpleNamespace(executable=Object("/env/bin/python", exe_info))
-    kid_info = kid_info or DynamicInfo(64, 62, ("libc.so.6",), None, (), ())
+    kid_info = kid_info or DynamicInfo(64, 62, ("libc.so.6",), None, (), None)
     kids = [("/bin/dash", kid_info), ("/bin/bash", kid_info)]
     try:
         got = judging.attempt(build(f"/s/{CU13}"), cuda(13, "/s/nvidia/cu13/lib/libcudart.so.13"), {"PATH": "/usr/bin"},
@@ -392,7 +402,7 @@ def _one_build_attempt(monkeypatch, exe_info, options, predict, collect, kid_inf
 def test_an_interrupted_wait_for_the_interpreters_trace_still_reaps_the_childrens_traces(monkeypatch):
     """A conda interpreter (DT_RPATH): its children are traced beside it. Interrupted while the interpreter's
     answer is awaited, every trace started is still reaped (start_traces: call each collector once)."""
-    conda = DynamicInfo(64, 62, ("libc.so.6",), None, ("/env/lib",), ())
+    conda = DynamicInfo(64, 62, ("libc.so.6",), None, ("/env/lib",), None)
 
     def collect(executables):
         if executables == ["/env/bin/python"]:
@@ -420,7 +430,7 @@ def test_a_plan_too_large_for_the_interpreter_alone_is_made_with_the_children_at
     def predict(self, b, runtime, loader, children):
         return "a child would not find it" if self.binding == judging.SEARCH_PATH and children else None
 
-    got, started, _ = _one_build_attempt(monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), ()),
+    got, started, _ = _one_build_attempt(monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), None),
                                          options, predict,
                                          lambda executables: [Trace({}, (), (), (), (), 0) for _ in executables])
     assert got.status == verdict.LOADS and got.plan.ld_preload.startswith("/s/nvidia/cu13/lib/libcudart.so.13:")
@@ -443,9 +453,9 @@ def test_a_child_whose_search_differs_makes_the_plan_again_while_the_interpreter
         return "a child would not find it" if self.binding == judging.AS_FOUND and children and child_rejects else None
 
     got, started, reaped = _one_build_attempt(
-        monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), ()), options, predict,
+        monkeypatch, DynamicInfo(64, 62, ("libc.so.6",), None, (), None), options, predict,
         lambda executables: [Trace({}, (), (), (), (), 0) for _ in executables],
-        kid_info=DynamicInfo(64, 62, ("libc.so.6",), None, ("/opt/tool/lib",), ()))
+        kid_info=DynamicInfo(64, 62, ("libc.so.6",), None, ("/opt/tool/lib",), None))
     assert got.status == verdict.LOADS
     assert got.plan.ld_library_path == ("/s/nvidia/cu13/lib" if child_rejects else None)
     assert started == traced and sorted(reaped) == sorted(e for group in traced for e in group)

@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from conftest import Scenario, need
+from conftest import Scenario, need, report_host
 from support import ROOT, Host, RayCluster, clean_env, find_python, private_copy, ray_venv, runtime_wheel, \
     tms_wheel, write_torch_standin
 
@@ -414,34 +414,154 @@ def test_doctor_json_documents_of_many_nodes_are_read_back_one_row_each():
     assert [(r["name"], r["ok"]) for r in rows.document_rows(json.dumps(anonymous))] == [(None, True)]
 
 
+# A stand-in for Ray, for what the driver asks of it, each answer chosen by TMS_TEST_RAY_STANDIN: ``raise`` (ray.init
+# raises; a Ray before token authentication, ray._raylet cannot be imported), ``exit`` (Ray's core worker ends the
+# driver), ``refused`` and ``gcs-fails`` (ray.init raises; asked again, the GCS refuses this process's token, or
+# fails otherwise; the token loader cannot read its file), ``badenv`` (Ray refuses the runtime_env), ``noutil`` (a
+# Ray without ray.util.scheduling_strategies), ``task-fails`` (one node, whose task raises), ``hang`` (the driver
+# closes its stdout and never ends). Every one first prints a line of its own on the driver's stdout.
 RAY_STANDIN = {
-    "ray/__init__.py": "import os, sys\n\n\ndef init(**kw):\n"
-                       "    if os.environ['TMS_TEST_RAY_STANDIN'] == 'raise':\n"
+    "ray/__init__.py": "import os, sys, time\n\nHOW = os.environ['TMS_TEST_RAY_STANDIN']\n"
+                       "sys.stdout.write('stand-in: not an event\\n')\nsys.stdout.flush()\n"
+                       "if HOW == 'hang':\n    os.close(1)\n    time.sleep(600)\n\n\n"
+                       "def init(**kw):\n"
+                       "    if HOW == 'exit':\n"
+                       "        sys.stderr.write('stand-in: the core worker ended this driver\\n')\n"
+                       "        sys.stderr.flush()\n"
+                       "        os._exit(1)\n"
+                       "    if HOW != 'task-fails':\n"
                        "        raise ConnectionError('ray.init: stand-in context\\n'\n"
-                       "                              'no cluster answers at this address')\n"
-                       "    sys.stderr.write('stand-in: the core worker ended this driver\\n')\n"
-                       "    sys.stderr.flush()\n"
-                       "    os._exit(1)\n",
+                       "                              'no cluster answers at this address')\n\n\n"
+                       "class _Context:\n    gcs_address = '127.0.0.1:1'\n\n\n"
+                       "def get_runtime_context():\n    return _Context()\n\n\n"
+                       "def nodes():\n    return [{'NodeID': 'n1', 'Alive': True, 'NodeName': 'node1', "
+                       "'NodeManagerAddress': '192.0.2.1', 'Resources': {'GPU': 1.0}}]\n\n\n"
+                       "class _Task:\n    def options(self, **kw):\n        return self\n\n"
+                       "    def remote(self, *args):\n        return object()\n\n\n"
+                       "def remote(fn):\n    return _Task()\n\n\n"
+                       "def wait(refs, num_returns=1, timeout=None):\n    return list(refs), []\n\n\n"
+                       "def get(ref):\n    raise RuntimeError('the stand-in task\\nits worker died')\n\n\n"
+                       "def cancel(ref, force=False):\n    pass\n\n\ndef shutdown():\n    pass\n",
     "ray/util/__init__.py": "",
-    "ray/util/scheduling_strategies.py": "class NodeAffinitySchedulingStrategy:\n    pass\n",
-    "ray/runtime_env.py": "class RuntimeEnv(dict):\n    pass\n",
+    "ray/util/scheduling_strategies.py": "import os\nif os.environ['TMS_TEST_RAY_STANDIN'] == 'noutil':\n"
+                                         "    raise ImportError('this Ray has no scheduling strategies')\n\n\n"
+                                         "class NodeAffinitySchedulingStrategy:\n"
+                                         "    def __init__(self, **kw):\n        pass\n",
+    "ray/runtime_env.py": "import os\n\n\nclass RuntimeEnv(dict):\n    def __init__(self, **kw):\n"
+                          "        if os.environ['TMS_TEST_RAY_STANDIN'] == 'badenv':\n"
+                          "            raise ValueError(\"stand-in context\\nruntime_env['pip'] must be a list\")\n",
+    "ray/exceptions.py": "class AuthenticationError(Exception):\n    def __init__(self, message):\n"
+                         "        super().__init__(message)\n        self.message = message\n",
+    "ray/_raylet.py": "import os\nfrom ray.exceptions import AuthenticationError\n\n"
+                      "HOW = os.environ['TMS_TEST_RAY_STANDIN']\nif HOW == 'raise':\n"
+                      "    raise ImportError('a Ray before token authentication')\n\n\n"
+                      "class AuthenticationMode:\n    TOKEN = 'token'\n    DISABLED = 'disabled'\n\n\n"
+                      "def get_authentication_mode():\n    return AuthenticationMode.DISABLED\n\n\n"
+                      "class AuthenticationTokenLoader:\n    @classmethod\n    def instance(cls):\n"
+                      "        return cls()\n\n    def has_token(self, ignore_auth_mode=False):\n"
+                      "        raise AuthenticationError('RAY_AUTH_TOKEN_PATH names a file that cannot be read')\n\n\n"
+                      "class GcsClient:\n    def __init__(self, address):\n        if HOW == 'refused':\n"
+                      "            raise AuthenticationError('Authentication failed: no token was sent')\n"
+                      "        raise RuntimeError('the stand-in GCS client failed')\n",
 }
 
 
-@pytest.mark.parametrize("how, said", [
-    ("raise", "no cluster answers at this address"),
-    ("exit", "Ray's client ended: stand-in: the core worker ended this driver"),
-])
-def test_a_driver_that_ray_ends_says_why_at_once(tmp_path, how, said):
-    """``doctor --ray``'s driver reports what ``ray.init`` raised (its last line), and a driver that Ray's
-    core worker ends without a word of its own is said as that, with Ray's last line, not as a silence
-    until ``--timeout``. Ray is a stand-in here whose ``ray.init`` raises or ends the process (the real
-    one, against real addresses: test_nothing_listening_ends_at_once_with_exit_2 and its neighbours)."""
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ray-standin")
     for name, text in RAY_STANDIN.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    env = clean_env(PYTHONPATH=f"{tmp_path}:{ROOT}", TMS_TEST_RAY_STANDIN=how)
-    r = subprocess.run([sys.executable, "-m", "tms_autopreload", "doctor", "--ray", "--address", "auto",
-                        "--timeout", "20"], env=env, capture_output=True, text=True, timeout=120)
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.fixture
+def listening():
+    """An address where something accepts connections and never answers: a GCS only the stand-in speaks for."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+def standin_preflight(scenario, standin, how, address):
+    scn = report_host(scenario)
+    return scn.run(["-m", "tms_autopreload", "doctor", "--ray", "--address", address, "--timeout", "20"],
+                   {"PYTHONPATH": str(standin), "TMS_TEST_RAY_STANDIN": how}, timeout=120)
+
+
+def driver_events(scenario, standin, how, address):
+    """The events the driver prints for a request as the preflight makes it, the driver let to end by itself (the
+    preflight ends its process group once it has its answer). Its lines that are no event are left out."""
+    request = {"address": address, "runtime_env": None, "timeout": 20, "deadline": time.time() + 15,
+               "gcs_check": None if address == "auto" else address}
+    r = report_host(scenario).run(["-c", "from tms_autopreload.commands.ray_driver import main; main()"],
+                                  {"PYTHONPATH": str(standin), "TMS_TEST_RAY_STANDIN": how}, input=json.dumps(request),
+                                  timeout=120)
+    assert r.stdout.startswith("stand-in: not an event\n"), r.stdout + r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()[1:]]
+
+
+@pytest.mark.parametrize("how, said", [
+    ("raise", "cannot reach the Ray cluster at auto: no cluster answers at this address"),
+    ("exit", "cannot reach the Ray cluster at auto: Ray's client ended: stand-in: the core worker ended this driver"),
+    ("badenv", "--runtime-env: Ray refuses it: runtime_env['pip'] must be a list"),
+    ("noutil", "Ray is not installed for "),
+    ("hang", "cannot reach the Ray cluster at auto: no answer within 20 s"),
+])
+def test_a_driver_that_ray_ends_says_why_at_once(scenario, standin, how, said):
+    """``doctor --ray``'s driver reports what Ray said: what ``ray.init`` raised (its last line), a runtime_env
+    Ray refuses, a Ray it cannot use; a driver that Ray's core worker ends without a word of its own is said as
+    that, with Ray's last line, and one that closes its output and never ends is ended; never a silence until
+    ``--timeout``, and never a line of its output that is not an event. Ray is a stand-in here (the real one,
+    against real addresses: test_nothing_listening_ends_at_once_with_exit_2 and its neighbours)."""
+    r = standin_preflight(scenario, standin, how, "auto")
     assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
-    assert r.stderr == f"tms-autopreload doctor --ray: cannot reach the Ray cluster at auto: {said}\n", r.stderr
+    assert r.stderr.startswith(f"tms-autopreload doctor --ray: {said}") and r.stderr.count("\n") == 1, r.stderr
+    if how in EVENTS:
+        assert driver_events(scenario, standin, how, "auto") == [EVENTS[how]]
+
+
+# The driver's one event for each stand-in that ends it before it connects (where it prints one).
+EVENTS = {"raise": {"event": "unreachable", "why": "no cluster answers at this address"}, "noutil": {"event": "noray"},
+          "badenv": {"event": "badenv", "why": "runtime_env['pip'] must be a list"}}
+
+
+@pytest.mark.parametrize("how, said", [
+    ("refused", "refused this connection: it wants a token (Ray's token authentication), and RAY_AUTH_MODE is not "
+                "`token` here, so none was sent (Ray: Authentication failed: no token was sent)"),
+    ("gcs-fails", "no cluster answers at this address"),
+])
+def test_a_connection_refused_for_its_token_is_told_from_any_other_failure(scenario, standin, listening, how, said):
+    """``ray.init`` raised, and the GCS, asked again, refused this process's token: the cause is Ray's token
+    authentication, with its fix, whatever the token loader could read; a GCS that fails otherwise is no answer
+    about authentication, and what ``ray.init`` said is the reason."""
+    r = standin_preflight(scenario, standin, how, listening)
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr.startswith("tms-autopreload doctor --ray: ") and said in r.stderr, r.stderr
+    assert ("Fix: `export RAY_AUTH_MODE=token`" in r.stderr) == (how == "refused"), r.stderr
+    assert driver_events(scenario, standin, how, listening) == [
+        {"event": "refused", "why": "Authentication failed: no token was sent", "token_mode": False, "has_token": False}
+        if how == "refused" else {"event": "unreachable", "why": "no cluster answers at this address"}]
+
+
+def test_a_node_whose_task_fails_is_a_row_that_says_why(scenario, standin):
+    """The cluster answers, and the task on its one node raises: that node's row says the task failed, with the
+    last line of its error, and the preflight fails (exit 1)."""
+    r = standin_preflight(scenario, standin, "task-fails", "auto")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "the task failed on that node: its worker died" in r.stdout, r.stdout
+    events = driver_events(scenario, standin, "task-fails", "auto")
+    assert [e["event"] for e in events] == ["connected", "progress", "rows", "done"], events
+    assert events[2]["rows"][0]["error"] == "the task failed on that node: its worker died", events[2]
+
+
+def test_an_address_where_nothing_listens_ends_before_any_driver(scenario, standin):
+    """Ray is there, and nothing accepts connections at the address: said at once, before any driver starts."""
+    from support import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    r = standin_preflight(scenario, standin, "raise", address)
+    assert r.returncode == 2 and r.stderr == (
+        f"tms-autopreload doctor --ray: cannot reach the Ray cluster at {address}: nothing accepts connections there "
+        f"(no head started, a wrong port, or the head died)\n"), r.stderr

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import zipfile
 
 import pytest
@@ -123,19 +122,12 @@ def test_the_unsuffixed_names_are_never_picked_for_cuda(real_torch):
 def _conda_like(root, parts):
     """A conda-style prefix: ``bin/python-like`` with DT_RPATH ``$ORIGIN/../lib`` (conda-build and
     rattler-build write DT_RPATH) and the CUDA 13 runtime in ``lib/``, as conda's ``cuda-cudart`` puts it."""
-    from basics import SetupError
-    from standins import compiler
+    from support import cc
 
-    exe = root / "bin" / "python-like"
-    exe.parent.mkdir(parents=True)
-    (root / "lib").mkdir()
+    (root / "lib").mkdir(parents=True)
     (root / "lib" / "libcudart.so.13").write_bytes((parts.rt[13] / "libcudart.so.13").read_bytes())
-    src = root / "main.c"
-    src.write_text("int main(void) { return 0; }\n")
-    if compiler() is None:
-        raise SetupError("no C compiler (gcc or cc) on PATH: install one (Debian: apt-get install gcc)")
-    subprocess.run([compiler(), "-o", str(exe), str(src), "-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../lib"],
-                   check=True)
+    exe = cc(root / "bin" / "python-like", "int main(void) { return 0; }\n", "-Wl,--disable-new-dtags",
+             "-Wl,-rpath,$ORIGIN/../lib", shared=False)
     assert elf.read_dynamic(str(exe)).rpath == ("$ORIGIN/../lib",)
     return exe
 

@@ -27,8 +27,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import DEFAULT_PYTHON, MODES, Scenario, mode_env, need
-from support import (MAPPED, REEXECD, Venv, assert_stopped, base_python, clean_env, locate_python, run,
+from conftest import DEFAULT_PYTHON, MODES, Scenario, mode_env, need, report_host
+from support import (MAPPED, NO_DAC, REEXECD, Venv, assert_stopped, base_python, clean_env, locate_python, run,
                      runtime_wheel, tms_wheel, torch_venv, write_examples_standin, write_torch_standin)
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -172,6 +172,51 @@ def test_torch_on_a_later_site_directory_is_found(parts, tmp_path, layout, pytho
     doc = assert_doctor_is_hook(world)
     assert doc["ok"] and os.path.basename(doc["plan"]["build"]) == CU13, doc
     assert doc["runtime"]["torch_dir"] and "nvidia/cu13/lib" in doc["runtime"]["library"], doc["runtime"]
+    if layout == "system-site":
+        # A user site that exists but cannot be listed (mode 0311, root without its permission bypass): site.py
+        # skips it, and so does the search path the start models; torch is still found in the base's.
+        home = tmp_path / "unlisted-home"
+        user = home / ".local" / "lib" / f"python{python}" / "site-packages"
+        user.mkdir(parents=True)
+        user.chmod(0o311)
+        r = world.host.run([*NO_DAC, str(world.venv.python), "-c", PROBE],
+                           clean_env(TMS_AUTOPRELOAD="1", HOME=str(home)))
+        seen = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
+        assert seen and seen["reexecd"] and seen["hooks"] == [doc["plan"]["build"]], r.stdout + r.stderr
+
+
+def test_a_finder_that_fails_on_torch_is_passed_over(scenario):
+    """Another package's ``.pth``, sorted before ours, put a finder first on ``sys.meta_path`` that raises for
+    ``torch`` and ``torch_memory_saver`` (an editable install's finder whose checkout moved): the start asks the
+    next finder, as ``doctor`` does, and both agree in both modes (the program's own ``import torch`` meets the
+    finder's error, the probe goes on without it)."""
+    scn = report_host(scenario)
+    finder = scn.site / "aa_tms_test_finder.pth"
+    finder.write_text("import sys; exec('class Moved:\\n @staticmethod\\n"
+                      " def find_spec(name, path=None, target=None):\\n"
+                      "  if name in (\\'torch\\', \\'torch_memory_saver\\'):\\n"
+                      "   raise ModuleNotFoundError(\\'its checkout moved\\', name=name)\\n"
+                      "sys.meta_path.insert(0, Moved)')\n")
+    try:
+        doc = assert_doctor_is_hook(scn)
+    finally:
+        finder.unlink()
+    assert os.path.basename(doc["plan"]["build"]) == CU13, doc
+
+
+def test_a_working_directory_that_is_gone_leaves_relative_entries_as_they_are(tmp_path, monkeypatch):
+    """``sys.path`` holds relative entries (``''`` under ``python -c``) and the working directory was removed:
+    site.py keeps such an entry as it is (site.makepath), and so does the search path the start models, which
+    is then the one it gives with a working directory."""
+    from tms_autopreload import sitepath
+
+    monkeypatch.setattr("sys.path", ["", "relative/dir", *__import__("sys").path])
+    with_cwd = sitepath._search_path()
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert sitepath._search_path() == with_cwd and with_cwd[:2] == ["", "relative/dir"], with_cwd
 
 
 @pytest.mark.slow  # each layout's flagged starts stay in the fast lane (the test above), and a system CUDA

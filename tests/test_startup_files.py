@@ -72,6 +72,7 @@ def test_import_lines_run_where_no_start_file_is_installed(scenario, tmp_path, p
     assert r.returncode == 0 and json.loads(r.stdout) == [True, [str(scn.site / CU13)]], r.stderr  # one exec
 
 
+@pytest.mark.unmeasured
 @pytest.mark.parametrize("python", PYTHONS)
 def test_no_flag_start_imports_what_a_bare_venv_imports(scenario, bare, python):
     """P1's floor as a fact: with the package installed and no flag, the interpreter imports the modules
@@ -162,16 +163,19 @@ def assert_pasted_removal_works(scn, fix: str, env: dict[str, str]) -> None:
     assert not [n for n in START_UP_FILES if (scn.site / n).exists()], fix
 
 
-def assert_left_over_said(r, pth, python: str, warn: bool) -> str:
-    """One ``tms-autopreload:`` message naming the left-over ``.pth`` and both fixes (reinstall this package
-    from the wheel pip recorded, for this interpreter, unhooked; or remove the three start-up files), then the
-    policy: exit 78 before user code, with the way out of a stop, or (``warn``) user code runs; never site.py's
+PACKAGE_GONE = "the tms_autopreload package it starts cannot be imported"
+
+
+def assert_left_over_said(r, pth, python: str, warn: bool, why: str = PACKAGE_GONE) -> str:
+    """One ``tms-autopreload:`` message naming the left-over ``.pth``, ``why``, and both fixes (reinstall this
+    package from the wheel pip recorded, for this interpreter, unhooked; or remove the three start-up files), then
+    the policy: exit 78 before user code, with the way out of a stop, or (``warn``) user code runs; never site.py's
     traceback. Returns the removal as printed. That the reinstall works as printed: tests/test_way_out.py."""
     assert "Traceback" not in r.stderr and "Error processing line" not in r.stderr, r.stderr
     lines = r.stderr.splitlines()
     # once, though site.py reads a venv's site-packages twice on 3.10-3.14
     assert len(lines) == (1 if warn else 2) and not (warn and WAY_OUT in r.stderr), r.stderr
-    head = (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so this "
+    head = (f"tms-autopreload: {pth} is left over: {why}, so this "
             f"process is not hooked. Fix: `env TMS_AUTOPRELOAD_DISABLE=1 {python} -m ")
     assert lines[0].startswith(head) and " -m pip install --force-reinstall /" in lines[0], r.stderr
     warned = "; continuing without the hook (TMS_AUTOPRELOAD_ON_ERROR=warn)" if warn else ""
@@ -237,9 +241,12 @@ def test_a_left_over_pth_that_no_record_explains_prints_a_fix_that_works(scenari
     assert r.returncode == 0 and json.loads(r.stdout) == [True, [str(scn.site / CU13)]], r.stderr
 
 
-# What gone leaves: the start module alone, or the package with the fallback its start module imports.
-GONE = {"start-module": ("_tms_autopreload_start.py",), "package-and-fallback": ("tms_autopreload",
-                                                                                "_tms_autopreload_left_over.py")}
+# What gone leaves: the start module alone (the package and the fallback are there), the start module and the
+# package (the fallback is there), or the package with the fallback its start module imports (nothing of the
+# package's can be imported: the line's own words).
+GONE = {"start-module": ("_tms_autopreload_start.py",),
+        "start-module-and-package": ("_tms_autopreload_start.py", "tms_autopreload"),
+        "package-and-fallback": ("tms_autopreload", "_tms_autopreload_left_over.py")}
 
 
 @pytest.mark.parametrize("python", [DEFAULT_PYTHON, "3.10", "sid/3.15"])
@@ -248,9 +255,12 @@ def test_a_pth_whose_start_up_files_are_gone_fails_closed(scenario, tmp_path, py
     """The ``.pth`` kept, what its line imports gone (the start module; or the package and the fallback the
     start module imports): site.py would print ``ModuleNotFoundError`` (twice in a venv) and a flagged start
     would run unhooked. Its line catches that itself: without a flag on, or with the kill switch on, nothing
-    is said; pip (by its name) and uv's interpreter query run, and pass the kill switch on; a flagged start
-    stops with 78 and one message whose fix, pasted into the flagged shell, lets the next start run; with
-    TMS_AUTOPRELOAD_ON_ERROR=warn it is said once and the program runs."""
+    is said; pip (by its name) and uv's interpreter query run, and pass the kill switch on; the package's own
+    command is never stopped; a flagged start stops with 78 and one message, or with
+    TMS_AUTOPRELOAD_ON_ERROR=warn it is said once and the program runs. Where the package or its fallback can
+    still be imported, the message is the package's own, its fix the wheel pip recorded installed again, which
+    pasted into the flagged shell puts the start-up files back: the next flagged start is hooked. Where neither
+    can, its fix removes the start-up files, and the next start runs."""
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python,
                    tag=f"start-gone-{gone}")
     for name in GONE[gone]:
@@ -270,8 +280,28 @@ def test_a_pth_whose_start_up_files_are_gone_fails_closed(scenario, tmp_path, py
     for args in ([str(tmp_path / "pip3.12")], ["-I", "-B", "-c", query]):
         r = scn.run(args, {"TMS_AUTOPRELOAD": "1"})
         assert (r.returncode, r.stdout, r.stderr) == (0, "1\n", ""), (args, r.returncode, r.stderr)
-    error = "No module named " + repr("_tms_autopreload_start" if gone == "start-module" else
-                                      "_tms_autopreload_left_over")
+    # The package's own command, its console script and -m: never stopped, and it runs where the package is there.
+    for args in ([str(scn.venv.path / "bin" / "tms-autopreload"), "--version"], ["-m", "tms_autopreload", "--version"]):
+        argv = args if args[0] != "-m" else [python_path, *args]
+        r = scn.host.run(argv, clean_env(TMS_AUTOPRELOAD="1"))
+        assert "left over" not in r.stderr, (args, r.stderr)
+        assert r.returncode == 0 or "tms_autopreload" in GONE[gone], (args, r.returncode, r.stderr)
+    error = "No module named " + repr("_tms_autopreload_left_over" if gone == "package-and-fallback" else
+                                      "_tms_autopreload_start")
+    if gone != "package-and-fallback":  # the package's own stop, or its fallback's: the recorded wheel again
+        why = error if gone == "start-module" else PACKAGE_GONE
+        assert_left_over_said(scn.run(USER, {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_ON_ERROR": "Warn"}), pth,
+                              python_path, True, why)
+        r = scn.run(USER, {"SLIME_OFFLOAD_TRAIN": "1"})
+        assert_left_over_said(r, pth, python_path, False, why)
+        offline = {"SLIME_OFFLOAD_TRAIN": "1", "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        fix = r.stderr[r.stderr.index("Fix: `") + 6:]
+        r = paste(scn, fix[:fix.index("`")], offline)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert [n for n in START_UP_FILES if (scn.site / n).is_file()] == list(START_UP_FILES), r.stderr[-3000:]
+        r = scn.flagged(HOOKED)
+        assert r.returncode == 0 and json.loads(r.stdout) == [True, [str(scn.site / CU13)]], r.stderr
+        return
     said = (f"tms-autopreload: {pth} is left over: {error}, so this process is not hooked. Fix: `{removal(pth)}` "
             f"(then install tms-autopreload for {python_path} again from your wheel or checkout, with pip's "
             f"--force-reinstall, to hook it)")
@@ -286,21 +316,90 @@ def test_a_pth_whose_start_up_files_are_gone_fails_closed(scenario, tmp_path, py
     assert_pasted_removal_works(scn, removal(pth), {"SLIME_OFFLOAD_TRAIN": "1"})
 
 
+def _fix_of(said: str) -> str:
+    """The fix as printed: the first command in backticks after ``Fix:``."""
+    fix = said[said.index("Fix: `") + 6:]
+    return fix[:fix.index("`")]
+
+
+@pytest.mark.parametrize("gone", [*START_UP_FILES, "read-by-no-site"])
+def test_doctor_says_what_a_flagged_start_does_where_a_start_up_file_is_gone(scenario, tmp_path, gone):
+    """A start-up file removed from the site directory the package is installed in, or the whole install moved
+    to a folder on ``PYTHONPATH`` (a ``--target`` install: site.py runs no ``.pth`` there): ``doctor``, text and
+    ``--json``, has its plan but says what a flagged start does (not hooked, where the ``.pth`` or the start module
+    is gone or unread; hooked, where only the fallback is gone), exits 1 with cause ``start-up-files``, and gives
+    the fix the start gives (the same words, where the start says any); ``which`` and ``env`` warn on stderr and
+    print their plan. The fix, pasted into a flagged shell, puts every start-up file back where site.py runs it:
+    the next flagged start is hooked, and ``doctor`` exits 0."""
+    scn = report_host(scenario, tag=f"doctor-start-up-{gone}")
+    env = {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    site = scn.site
+    if gone == "read-by-no-site":
+        site = tmp_path / "target"
+        site.mkdir()
+        for name in (*START_UP_FILES, "tms_autopreload", *(p.name for p in scn.site.glob("tms_autopreload-*"))):
+            shutil.move(str(scn.site / name), site / name)
+        env["PYTHONPATH"] = str(site)
+    else:
+        (scn.site / gone).unlink()
+    pth = site / "tms_autopreload.pth"
+    doc = scn.doctor(env)
+    assert doc["ok"] is False and doc["plan"] is not None and doc["start_up"]["cause"] == "start-up-files", doc
+    r = scn.run(["-m", "tms_autopreload", "doctor"], env)
+    line = next(x for x in r.stdout.splitlines() if x.startswith("START-UP: "))
+    assert r.returncode == 1 and line == f"START-UP: {doc['start_up']['message']}. Fix: {doc['start_up']['fix']}", r
+    hooked = gone == "_tms_autopreload_left_over.py"
+    assert (" are hooked, " if hooked else " are not hooked") in line and str(site) in line, line
+    for command in ("which", "env"):
+        r = scn.run(["-m", "tms_autopreload", command], env)
+        assert r.returncode == 0 and r.stdout, r.stderr
+        assert r.stderr == f"tms-autopreload {command}: warning: {doc['start_up']['message']}. Fix: " \
+                           f"{doc['start_up']['fix']}\n", r.stderr
+    start = scn.flagged(HOOKED, env)  # what a flagged start does, as doctor says
+    if hooked:
+        assert start.returncode == 0 and json.loads(start.stdout) == [True, [str(scn.site / CU13)]], start.stderr
+    elif gone == "_tms_autopreload_start.py":
+        assert start.returncode == 78 and _fix_of(start.stderr) == _fix_of(line), (start.stderr, line)
+    else:
+        assert (start.returncode, start.stderr) == (0, "") and json.loads(start.stdout)[1] == [], start
+    r = paste(scn, _fix_of(line), {"SLIME_OFFLOAD_TRAIN": "1", **env})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [n for n in START_UP_FILES if (scn.site / n).is_file()] == list(START_UP_FILES), r.stderr[-3000:]
+    r = scn.flagged(HOOKED, env)
+    assert r.returncode == 0 and json.loads(r.stdout)[1] == [str(scn.site / CU13)], r.stderr
+    r = scn.run(["-m", "tms_autopreload", "doctor"], env)
+    assert r.returncode == 0 and "START-UP" not in r.stdout, r.stdout
+    assert pth.exists() or gone == "tms_autopreload.pth"
+
+
+def test_doctor_judges_no_start_up_files_where_pip_has_no_record_of_the_package(scenario):
+    """The package's dist-info removed (pip's record gone, its files in place, as a copy put there by hand leaves
+    them): nothing says which directory the start-up files belong to, so ``doctor`` judges none (``start_up``
+    null, exit 0), and agrees with a flagged start, which is hooked."""
+    scn = report_host(scenario, tag="doctor-no-record")
+    for info in scn.site.glob("tms_autopreload-*.dist-info"):
+        shutil.rmtree(info)
+    doc = scn.doctor()
+    assert doc["ok"] is True and doc["start_up"] is None, doc
+    r = scn.flagged(HOOKED)
+    assert r.returncode == 0 and json.loads(r.stdout) == [True, [str(scn.site / CU13)]], r.stderr
+
+
 def test_the_lines_own_fallback_decides_as_the_package_does(tmp_path, monkeypatch, capfd):
     """:func:`tms_autopreload.leftover.start_gone`, which the ``.pth``'s second line runs where what its line
     imports is gone, stops a start (exit 78) where the package would hook it, and nowhere else: for every
     flag and kill-switch word (``flags()`` is the judge) and every program the package never hooks, as
     site.py leaves ``sys.argv`` for it (``unhooked_program`` and its tables are the judge), each of which it
-    leaves with the kill switch on for its children. The one difference, by design: its own command, which
-    can repair nothing where the start module is gone, is stopped too; ``TMS_AUTOPRELOAD_ON_ERROR=warn`` goes
-    on. In this process, as the real starts above run it written into the file."""
+    leaves with the kill switch on for its children; the package's own command runs, as it does there, with
+    the kill switch as it was; ``TMS_AUTOPRELOAD_ON_ERROR=warn`` goes on. In this process, as the real starts
+    above run it written into the file (here the package can be imported: its own stop says it)."""
     import os
     from unittest import mock
 
     import tms_autopreload as package
     from tms_autopreload import leftover
 
-    class Stopped(Exception):
+    class Stopped(BaseException):  # as os._exit, nothing start_gone catches
         pass
 
     def stop(code):
@@ -344,7 +443,7 @@ def test_the_lines_own_fallback_decides_as_the_package_does(tmp_path, monkeypatc
         programs.append((["-c"], [python, "-I", "-B", "-c", f"import sys; sys.path = ['/x']; {text}"]))
     for argv, orig in programs:
         tool = package.unhooked_program(argv, orig)
-        want = ("stopped", None) if tool in (None, package.COMMAND) else ("ran", "1")
+        want = ("stopped", None) if tool is None else ("ran", None) if tool == package.COMMAND else ("ran", "1")
         assert start({"TMS_AUTOPRELOAD": "1"}, argv, orig) == want, (orig, tool)
     words = sorted(package.TRUE_WORDS | package.FALSE_WORDS) + [" On ", "maybe", "ture"]
     hooked = programs[0]

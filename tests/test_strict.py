@@ -51,6 +51,13 @@ XDIST_STATUS = {"a_skip_at_collection": 1}
 FAST = (("a_skip", "two-workers"),)
 
 
+def own_temp(tmp_path: Path) -> list[str]:
+    """The options that keep a made-up run's cache and temporary files inside ``tmp_path``: with pytest's
+    numbered base temp under /tmp, the run would first delete the worlds of earlier sessions (gigabytes, up
+    to a minute and a half), and nothing of this test's own may stay behind."""
+    return ["-p", "no:cacheprovider", "--basetemp", str(tmp_path / "basetemp")]
+
+
 def lane_options(jobs: str, args: str = "") -> list[str]:
     """The pytest options of ``make check JOBS=<jobs> PYTEST_ARGS=<args>``, read from the commands ``make -n``
     prints, but its ``-m "not slow"`` (the made-up files have no slow test)."""
@@ -76,7 +83,7 @@ def test_the_makefiles_debugging_example_runs_one_file_in_one_process(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | {
         "TMS_TEST_STRICT": "1", "PYTHONPATH": str(TESTS)}
     r = subprocess.run([sys.executable, "-m", "pytest", *lane_options("0", args), "-p", "strict",
-                        "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
+                        *own_temp(tmp_path), "--rootdir", str(tmp_path)],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
 
@@ -92,7 +99,7 @@ def test_the_exit_status_fails_every_outcome_but_a_pass(case, workers, tmp_path)
     (tmp_path / "test_zz_ok.py").write_text("def test_ok():\n    pass\n")
     env = {**os.environ, "TMS_TEST_STRICT": "1", "PYTHONPATH": str(TESTS)}
     r = subprocess.run([sys.executable, "-m", "pytest", *lane_options(WORKERS[workers]), "-p", "strict",
-                        "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "test_zz_case.py", "test_zz_ok.py"],
+                        *own_temp(tmp_path), "--rootdir", str(tmp_path), "test_zz_case.py", "test_zz_ok.py"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert (r.returncode, words in r.stdout) == (status, True), r.stdout + r.stderr
 
@@ -102,7 +109,7 @@ def test_without_strict_an_xfail_is_only_an_xfail(tmp_path):
     """The plugin changes nothing unless ``TMS_TEST_STRICT=1``: the edit loop keeps pytest's own meaning."""
     (tmp_path / "test_zz_case.py").write_text(CASES["a_failing_xfail"][0])
     env = {k: v for k, v in os.environ.items() if k != "TMS_TEST_STRICT"} | {"PYTHONPATH": str(TESTS)}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "strict", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "strict", *own_temp(tmp_path),
                         "--rootdir", str(tmp_path), "test_zz_case.py"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "1 xfailed" in r.stdout, r.stdout + r.stderr

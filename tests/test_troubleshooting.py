@@ -101,8 +101,8 @@ def test_where_doctor_runs_beside_a_wrong_preload_it_says_so_and_its_fix_works_p
     warning = next(line for line in r.stdout.splitlines() if line.startswith("warning: this shell's LD_PRELOAD"))
     assert CU12 in warning and str(scn.site / CU13) in warning, warning
     fix = re.findall(r"`([^`]+)`", warning.partition("Fix: ")[2])
-    assert fix[0] == "unset LD_PRELOAD", fix
-    for then in ("export TMS_AUTOPRELOAD=1", fix[1]):
+    assert fix[:2] == ["unset LD_PRELOAD", "export TMS_AUTOPRELOAD=1"], fix  # the flag named, as pasted
+    for then in fix[1:]:
         script = f"export LD_PRELOAD={wrong}\n{fix[0]}\n{then}\npython -c \"$PROBE\"\n"
         r = scn.host.run(["bash", "-c", script], clean_env(PATH=path, PROBE=PROBE))
         assert r.returncode == 0, (then, r.stderr)

@@ -66,13 +66,15 @@ FAILURES = ["no-tms", "deleted-build", "cu12-only-release", "package-removed", "
 LEFT_OVER = ("package-removed", "package-removed-unrecorded", "start-removed")
 SHELLS = {"TMS_AUTOPRELOAD": {"TMS_AUTOPRELOAD": "1"}, "SLIME_OFFLOAD_TRAIN": {"SLIME_OFFLOAD_TRAIN": "1"},
           "dlopen": {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_MODE": "dlopen"}, "no-flag": {}}
-# Six cells in the fast lane: five of the cheapest (a uv venv is made and filled in a second), for five failures
+# Seven cells in the fast lane: six of the cheapest (a uv venv is made and filled in a second), for six failures
 # and each shell; and the one world where a fix for what is not installed must say where: the user site (about
 # 15 s here, most of it ensurepip). make test runs every world.
 FAST = {("uv-venv", "deleted-build", "TMS_AUTOPRELOAD"), ("uv-venv", "package-removed", "SLIME_OFFLOAD_TRAIN"),
         ("uv-venv", "no-tms", "dlopen"), ("uv-venv", "cuda12-override", "no-flag"),
-        ("uv-venv", "cu12-only-release", "SLIME_OFFLOAD_TRAIN"), ("user-site", "no-tms", "SLIME_OFFLOAD_TRAIN")}
+        ("uv-venv", "cu12-only-release", "SLIME_OFFLOAD_TRAIN"), ("user-site", "no-tms", "SLIME_OFFLOAD_TRAIN"),
+        ("uv-venv", "start-removed", "TMS_AUTOPRELOAD")}
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+START_UP_FILES = ("tms_autopreload.pth", "_tms_autopreload_start.py", "_tms_autopreload_left_over.py")
 DEBIAN = "trixie"  # the Debian root of debian-user-site (tools/rootfs.py: its python3 with python3-pip)
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -257,6 +259,8 @@ def test_every_fix_pasted_where_it_was_printed_makes_the_retry_pass(kit, tmp_pat
     assert found.returncode == 0, found.stderr
     placed = {name: os.path.realpath(site / name) for name, site in _placed(w, failure).items()}
     assert {n: os.path.realpath(d) for n, d in json.loads(found.stdout).items() if d} == placed, (fix, found.stdout)
+    if "tms_autopreload" in placed:  # and its start-up files beside it: a flagged start is hooked again
+        assert sorted(n for n in START_UP_FILES if (w.site / n).is_file()) == sorted(START_UP_FILES), fix
 
 
 def _on_record(kit, w: World, cell: Path, text: str) -> str:

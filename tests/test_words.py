@@ -124,6 +124,10 @@ def _bash_child_shadowed(scn):
     shutil.rmtree(gone.parent)
 
 
+def _start_module_gone(scn):
+    (scn.site / "_tms_autopreload_start.py").unlink()
+
+
 # name: (the scenario, the variables of the shell (values formatted with the site), what damages its venv: each of
 # those has a venv of its own, ``tag``)
 MORE_WORLDS = {
@@ -148,11 +152,14 @@ MORE_WORLDS = {
     "torch-runtime-not-on-this-host": (dict(torch="cu13-sys", host=("driver",)), {}, None),
     "system-torch-beside-a-pip-runtime": (dict(torch="cu13-sys", pip=(13,)), {}, None),
     "bash-child-would-not-start": (dict(torch="cu13-pip", pip=(13,), tag="child-shadowed"), {}, _bash_child_shadowed),
+    "start-module-gone": (dict(torch="cu13-sys", tag="start-module-gone"), {}, _start_module_gone),
+    "kill-switch-and-misspelt-values": (dict(torch="cu13-sys"), {"TMS_AUTOPRELOAD_DISABLE": "ture",
+                                                                 "TMS_AUTOPRELOAD_VERBOSE": "ture"}, None),
 }
 # The fast lane's: those on a venv the fast worlds above make anyway, or a copy of one.
 FAST_MORE = ("forced-path-no-file", "forced-path-does-not-fit", "cuda-override-not-a-version", "build-world-writable",
              "torch-version-unreadable", "torch-says-12-links-13", "planned-library-path-too-long",
-             "torch-runtime-not-on-this-host")
+             "torch-runtime-not-on-this-host", "start-module-gone", "kill-switch-and-misspelt-values")
 
 
 @pytest.mark.parametrize("world", [w if w in FAST_MORE else pytest.param(w, marks=pytest.mark.slow)

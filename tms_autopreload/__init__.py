@@ -303,13 +303,19 @@ def kill_switch(env: "Mapping[str, str] | None" = None) -> "tuple[bool, str | No
     return parse_flag(DISABLE_VAR, (os.environ if env is None else env).get(DISABLE_VAR), unknown=True)
 
 
+def flag_values(env: "Mapping[str, str] | None" = None) -> "dict[str, tuple[bool, str | None]]":
+    """Each boolean a start reads (the kill switch, the flags, :data:`VERBOSE_VAR`) as :func:`parse_flag` judges
+    it in ``env`` (default: this process's): (is it on, a warning)."""
+    env = os.environ if env is None else env
+    return {DISABLE_VAR: kill_switch(env),
+            **{name: parse_flag(name, env.get(name)) for name in (*FLAG_VARS, VERBOSE_VAR)}}
+
+
 def flags(env: "Mapping[str, str] | None" = None, warn: bool = True) -> "tuple[bool, bool]":
     """(hook on, slime mode) for ``env`` (default: this process's); one warning per unrecognised value of the
     booleans a start reads: the flags, the kill switch and :data:`VERBOSE_VAR` (read where a decision is said,
     by :func:`parse_flag` alone: its warning is said here, once per start, as the others')."""
-    env = os.environ if env is None else env
-    values = {DISABLE_VAR: kill_switch(env),
-              **{name: parse_flag(name, env.get(name)) for name in (*FLAG_VARS, VERBOSE_VAR)}}
+    values = flag_values(env)
     for _, warning in values.values():
         if warning and warn:
             say("warning: " + warning)

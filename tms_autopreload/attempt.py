@@ -97,7 +97,7 @@ def children_of(env: "Mapping[str, str]", exe: str) -> "Callable[[], list[tuple[
 
 def _effective_rpath(info: "DynamicInfo") -> "tuple[str, ...]":
     """The DT_RPATH the loader uses for objects a program loads: none where it has DT_RUNPATH."""
-    return () if info.runpath else info.rpath
+    return info.rpath if info.runpath is None else ()
 
 
 def _search_differs(exe: "DynamicInfo", child: "DynamicInfo") -> bool:
@@ -190,7 +190,7 @@ def _walk(build: Build, where: "Callable[[str, Object], str | None]", read: "dic
                 info = read[path] if path in read else read.setdefault(path, read_dynamic(path))
             except ElfError:
                 continue
-            todo += [(need, Object(path, info)) for need in info.needed]
+            todo += [(need, Object(path, info, parent)) for need in info.needed]
     return names
 
 

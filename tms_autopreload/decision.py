@@ -168,7 +168,8 @@ def _judge_forced(build: Build, runtime: Runtime, warnings: list[str]) -> None:
     try:
         symbols = interposed(build.path, runtime.library)
     except ElfError as exc:
-        warnings.append(f"{named}: what it intercepts is unknown ({runtime.library}: {exc}); preloading it anyway")
+        warnings.append(f"{named}: what it intercepts is unknown (the symbol tables of it and {runtime.library} "
+                        f"cannot be read: {exc}); preloading it anyway")
         return
     if not symbols:
         raise ResolveError(f"{named} defines nothing that {runtime.library} defines, so preloading it intercepts "

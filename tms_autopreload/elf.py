@@ -90,11 +90,14 @@ class DynamicInfo:
     __slots__ = ("elf_class", "machine", "needed", "soname", "rpath", "runpath", "interpreter")
 
     def __init__(self, elf_class: int, machine: int, needed: tuple[str, ...], soname: str | None,
-                 rpath: tuple[str, ...], runpath: tuple[str, ...], interpreter: "str | None" = None) -> None:
+                 rpath: tuple[str, ...], runpath: "tuple[str, ...] | None",
+                 interpreter: "str | None" = None) -> None:
         self.elf_class = elf_class  # 32 or 64
         self.machine = machine  # e_machine
         self.needed = needed
         self.soname = soname
+        # DT_RPATH's and DT_RUNPATH's entries, as ld.so splits them (_search_path_entries). DT_RUNPATH is None
+        # where the object has none: an empty one holds no directory, yet it turns DT_RPATH off all the same.
         self.rpath = rpath
         self.runpath = runpath
         self.interpreter = interpreter  # PT_INTERP: the loader a program is started by (None for a library)
@@ -313,12 +316,12 @@ def read_dynamic(path: str) -> DynamicInfo:
 
     layout, entries, (strings, start, strsz), interpreter = parsed(path, parse)
     if not entries:
-        return DynamicInfo(layout.elf_class, layout.machine, (), None, (), (), interpreter)
+        return DynamicInfo(layout.elf_class, layout.machine, (), None, (), None, interpreter)
 
     needed: list[str] = []
     soname = None
     rpath: tuple[str, ...] = ()
-    runpath: tuple[str, ...] = ()
+    runpath: "tuple[str, ...] | None" = None
     for tag, val in entries:
         text = cstr(strings, val, start, strsz)
         if tag == DT_NEEDED:
@@ -326,7 +329,14 @@ def read_dynamic(path: str) -> DynamicInfo:
         elif tag == DT_SONAME:
             soname = text
         elif tag == DT_RPATH:
-            rpath = tuple(p for p in text.split(":") if p)
+            rpath = _search_path_entries(text)
         else:
-            runpath = tuple(p for p in text.split(":") if p)
+            runpath = _search_path_entries(text)
     return DynamicInfo(layout.elf_class, layout.machine, tuple(needed), soname, rpath, runpath, interpreter)
+
+
+def _search_path_entries(text: str) -> "tuple[str, ...]":
+    """The entries of a DT_RPATH or DT_RUNPATH value as ld.so reads them (elf/dl-load.c, decompose_rpath and
+    fillin_rpath): split at ':'; an empty value has none, and an empty entry of another value is the current
+    directory (``$ORIGIN/lib:``, as a build script that appends an unset variable writes it)."""
+    return tuple(text.split(":")) if text else ()

@@ -58,6 +58,7 @@ CAUSE_LESS_PREFERRED = "less-preferred"  # it loads, but a preferred build was c
 CAUSE_IDLE_RUNTIME = "idle-runtime"  # torch loads a second runtime copy by path (RTLD_LOCAL) that nothing binds to
 CAUSE_SECOND_RUNTIME_BOUND = "second-runtime-bound"  # doctor --deep: not only torch's runtime copy takes bindings
 CAUSE_SPLIT_RUNTIME = "split-runtime"  # an override makes the hook use another runtime than torch links
+CAUSE_NOT_STARTED = "start-up-files"  # a start-up file of this package is missing, or not where site.py runs it
 
 # Given by tms_autopreload.inprocess: why the plan cannot be, or was not, loaded in this running process.
 CAUSE_IN_PROCESS = "in-process"  # InProcessError's default
@@ -101,7 +102,7 @@ CAUSES = (
     CAUSE_INVALID_REQUEST, CAUSE_NO_KERNEL, CAUSE_NOT_OURS, CAUSE_NO_RAY, CAUSE_NO_CLUSTER, CAUSE_CLUSTER_LOST,
     CAUSE_RAY_TOKEN, CAUSE_USAGE, CAUSE_NO_RUNTIME_FILE, CAUSE_UNREADABLE_SYMBOLS, CAUSE_PRELOAD_DEFINES,
     CAUSE_NO_IPYKERNEL, CAUSE_BAD_KERNEL_NAME, CAUSE_EMPTY_PREFIX, CAUSE_HOOK_OFF, CAUSE_IDLE_RUNTIME,
-    CAUSE_SECOND_RUNTIME_BOUND, CAUSE_SPLIT_RUNTIME,
+    CAUSE_SECOND_RUNTIME_BOUND, CAUSE_SPLIT_RUNTIME, CAUSE_NOT_STARTED,
 )
 
 

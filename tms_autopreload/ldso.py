@@ -2,24 +2,28 @@
 
 For a name without a slash, ld.so(8) ("Finding shared objects") searches:
 
-1. DT_RPATH of the object that needs it, then of the executable, unless the object has DT_RUNPATH
-   (an executable with DT_RUNPATH has its DT_RPATH ignored). A preloaded object is loaded by the
-   executable (elf/rtld.c, do_preload), so the DT_RPATH of the program decides where a preloaded
-   hook's own ``libcudart.so.N`` comes from, before LD_LIBRARY_PATH: conda's interpreters carry
-   ``$ORIGIN/../lib`` (set with ``patchelf --force-rpath``), and a shell has none;
+1. DT_RPATH of the object that needs it, then of the object that brought that one in, and on up, then of
+   the executable, unless the object that needs it has DT_RUNPATH, even an empty one (an object with
+   DT_RUNPATH has its DT_RPATH ignored, and lends it to none). A preloaded object is
+   loaded by the executable (elf/rtld.c, do_preload), so the DT_RPATH of the program decides where a
+   preloaded hook's own ``libcudart.so.N`` comes from, before LD_LIBRARY_PATH: conda's interpreters
+   carry ``$ORIGIN/../lib`` (set with ``patchelf --force-rpath``), and a shell has none;
 2. LD_LIBRARY_PATH (ignored in secure mode);
 3. DT_RUNPATH of the object that needs it;
 4. /etc/ld.so.cache;
 5. the default paths (/lib, /usr/lib, and the 64-bit and multiarch variants of the loader's machine).
 
+An empty entry of these lists is the current directory (``$ORIGIN/lib:``); an empty value has none.
+
 Before any search, a name matches an object already loaded: the loader compares it with the
 name each object was loaded by and with its DT_SONAME (elf/dl-load.c, _dl_map_object). The
 objects of ``LD_PRELOAD`` are loaded before every DT_NEEDED entry, so a preloaded runtime
 library is the one every later ``libcudart.so.N`` binds to. A directory is taken only when it
-holds a file of the same ELF class and machine; the loader skips others and goes on. ``$ORIGIN``
-expands to the directory of the object whose entry it is. This module predicts;
-:mod:`tms_autopreload.trace` asks the real loader, and the resolver trusts only a plan the real
-loader agrees with.
+holds a file of the same ELF class and machine; the loader skips others and goes on, but stops at a file
+that is no ELF object at all (an empty one, a linker script): the name is then found nowhere. ``$ORIGIN``
+expands to the directory of the object whose entry it is: the program's in LD_LIBRARY_PATH and
+LD_PRELOAD. This module predicts; :mod:`tms_autopreload.trace` asks the real loader, and the resolver
+trusts only a plan the real loader agrees with.
 
 The loader's path lists live here too: how ld.so splits ``LD_LIBRARY_PATH``, how this package adds to it (and
 records what it added), and which characters an entry of it or of ``LD_PRELOAD`` cannot hold.
@@ -31,7 +35,11 @@ live in the start-up module, which needs them in every child of a hooked process
 import os
 
 from . import is_tms_entry, ldcache, split_preload
-from .elf import DynamicInfo, ElfError, read_dynamic, read_kind
+from .elf import DynamicInfo, ElfError, UnreadableFile, read_dynamic, read_kind
+
+TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["Found", "Object", "Loader", "loaded_as", "default_dirs", "PRELOADED", "split_search_path",
            "prepend_search_path", "search_path_unsafe", "added_record", "read_added",
@@ -95,17 +103,27 @@ def default_dirs(machine: int) -> "tuple[str, ...]":
 
 
 class Object:
-    """A loaded or loadable object: its path and dynamic-section facts."""
+    """A loaded or loadable object: its path, its dynamic-section facts, and the object whose DT_NEEDED entry
+    brought it in (None: the program, or nothing, for the program itself, a preloaded object and one
+    ``dlopen`` loaded), whose DT_RPATH its own needs search after its own."""
 
-    __slots__ = ("path", "info")
+    __slots__ = ("path", "info", "loader")
 
-    def __init__(self, path: str, info: DynamicInfo) -> None:
+    def __init__(self, path: str, info: DynamicInfo, loader: "Object | None" = None) -> None:
         self.path = path
         self.info = info
+        self.loader = loader
+
+    def origin(self) -> str:
+        """What ``$ORIGIN`` is in its entries: its path's directory, from the current directory where the path
+        is relative (an object found through an empty or relative search path entry), as the loader makes it
+        absolute when it maps the object (elf/dl-object.c, _dl_new_object)."""
+        directory = os.path.dirname(self.path)
+        return directory if os.path.isabs(directory) else os.path.join(os.getcwd(), directory)
 
     def runpath_dirs(self) -> "list[str]":
         """Its DT_RUNPATH, ``$ORIGIN`` expanded: where the loader looks for its own needs only."""
-        return _expand(self.info.runpath, os.path.dirname(self.path))
+        return _expand(self.info.runpath or (), self.origin())
 
 
 class Found:
@@ -121,7 +139,7 @@ class Found:
         return f"Found({self.path!r}, {self.rule!r})"
 
 
-def _expand(entries: tuple[str, ...], origin: str) -> list[str]:
+def _expand(entries: "tuple[str, ...] | list[str]", origin: str) -> list[str]:
     return [e.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for e in entries]
 
 
@@ -142,12 +160,32 @@ def loaded_as(name: str, loaded: "list[tuple[str, str]]") -> "str | None":
     return None
 
 
-def _accepts(path: str, want: DynamicInfo) -> bool:
-    """True when ``path`` is a file the loader would map for an object like ``want``."""
+def _normalized(path: str) -> str:
+    """``path`` without its ``.`` and ``..`` entries (:func:`os.path.normpath`) where that names the same file;
+    as written where a ``..`` follows a symbolic link, which the kernel takes to the link's target's parent,
+    not to the link's own (``lnk/../deps`` is ``store/deps`` where ``lnk`` is ``store/lib``)."""
+    kept: list[str] = []
+    for part in path.split("/"):
+        if part == ".." and kept and kept[-1] not in ("", ".."):
+            if os.path.islink("/".join(kept)):
+                return path
+            kept.pop()
+        elif part not in ("", ".") or not kept:
+            kept.append(part)
+    return os.path.normpath(path)
+
+
+def _accepts(path: str, want: DynamicInfo) -> "bool | None":
+    """True when ``path`` is a file the loader would map for an object like ``want``; False when it passes
+    over it and searches on (no such file, or an object of another ELF class or machine); None when it stops
+    there with an error: a file that is no ELF object at all, such as an empty one or a linker script
+    (elf/dl-load.c, open_verify: "file too short", "invalid ELF header")."""
     try:
         return read_kind(path) == (want.elf_class, want.machine)
-    except ElfError:
+    except UnreadableFile:
         return False
+    except ElfError:
+        return None
 
 
 def _hwcaps_used(interpreter: "str | None", tunables: bool = True) -> "tuple[str, ...]":
@@ -205,34 +243,46 @@ class Loader:
         """The executable's own search path (DT_RUNPATH, else DT_RPATH), expanded: its environment's
         library directory (conda's ``$PREFIX/lib``), where far more than one runtime lives."""
         info = self.executable.info
-        return _expand(info.runpath or info.rpath, os.path.dirname(self.executable.path))
+        return _expand(info.rpath if info.runpath is None else info.runpath, self.executable.origin())
 
     def find(self, name: str, needed_by: Object | None = None) -> Found | None:
         """Where ``name``, a DT_NEEDED entry of ``needed_by`` (default: the executable), loads from."""
         obj = needed_by or self.executable
-        if "/" in name:
-            return Found(name, "path") if _accepts(name, obj.info) else None
+        if "/" in name:  # ``$ORIGIN`` there is the needing object's directory (the program's, for LD_PRELOAD)
+            path, = _expand((name,), obj.origin())
+            return Found(path, "path") if _accepts(path, obj.info) else None
         preloaded = loaded_as(name, self.preloaded)
         if preloaded is not None:
             return Found(preloaded, PRELOADED)
+        for rule, candidate in self._candidates(name, obj):
+            taken = _accepts(candidate, obj.info)
+            if taken is None:
+                return None  # the loader stops at it with an error: the name is found nowhere
+            if taken:
+                return Found(candidate, rule)
+        return None
+
+    def _candidates(self, name: str, obj: Object) -> "Iterator[tuple[str, str]]":
+        """(rule, path) of each file the loader tries for ``name``, needed by ``obj``, in its order: made as
+        they are asked, so that the cache is read only where the search gets that far."""
         steps: list[tuple[str, list[str]]] = []
-        if not obj.info.runpath:
-            rpath = _expand(obj.info.rpath, os.path.dirname(obj.path))
-            if obj is not self.executable and not self.executable.info.runpath:
-                rpath += _expand(self.executable.info.rpath, os.path.dirname(self.executable.path))
+        if obj.info.runpath is None:
+            rpath: list[str] = []
+            up: "Object | None" = obj
+            while up is not None:  # "then that object's dependent, and on up" (elf/dl-load.c)
+                if up.info.runpath is None:
+                    rpath += _expand(up.info.rpath, up.origin())
+                up = up.loader
+            if obj is not self.executable and self.executable.info.runpath is None:
+                rpath += _expand(self.executable.info.rpath, self.executable.origin())
             steps.append(("DT_RPATH", rpath))
-        steps.append(("LD_LIBRARY_PATH", split_search_path(self.ld_library_path)))
-        steps.append(("DT_RUNPATH", _expand(obj.info.runpath, os.path.dirname(obj.path))))
+        steps.append(("LD_LIBRARY_PATH", _expand(split_search_path(self.ld_library_path), self.executable.origin())))
+        steps.append(("DT_RUNPATH", obj.runpath_dirs()))
         for rule, dirs in steps:
             for d in dirs:
-                candidate = os.path.normpath(os.path.join(d, name))
-                if _accepts(candidate, obj.info):
-                    return Found(candidate, rule)
+                yield rule, _normalized(os.path.join(d, name))
         cached = self.cache.lookup(name)
-        if cached is not None and _accepts(cached, obj.info):
-            return Found(cached, "/etc/ld.so.cache")
+        if cached is not None:
+            yield "/etc/ld.so.cache", cached
         for d in default_dirs(self.executable.info.machine):
-            candidate = os.path.join(d, name)
-            if _accepts(candidate, obj.info):
-                return Found(candidate, "default path")
-        return None
+            yield "default path", os.path.join(d, name)

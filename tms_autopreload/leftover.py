@@ -30,8 +30,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
 
-__all__ = ["left_over", "processed_pth", "removal", "start_gone", "PTH", "START", "FALLBACK", "START_UP_FILES",
-           "REPAIR_TOOLS"]
+    from .errors import Error
+
+__all__ = ["left_over", "stop", "fix", "processed_pth", "removal", "start_gone", "PTH", "START", "FALLBACK",
+           "START_UP_FILES", "REPAIR_TOOLS", "OWN_PROGRAMS", "not_started"]
 
 # The files the wheel puts at the root of site-packages (tools/pthfile.py writes them, setup.py ships them): the
 # .pth, the start module its line imports where a flag is set, and the fallback that imports where the package
@@ -44,6 +46,9 @@ START_UP_FILES = (PTH, f"{START}.py", f"{FALLBACK}.py")
 # lines: unhooked_program): pip's scripts (pip3.12 is pip), -m pip and pip's runner, ensurepip, venv, virtualenv;
 # and uv's interpreter query, by its -c text (_COMMANDS).
 REPAIR_TOOLS = ("pip", "__pip-runner__", "ensurepip", "venv", "virtualenv")
+# The package's own command, which start_gone leaves alone as the package does (unhooked_program): its console
+# script, and ``-m tms_autopreload`` (``.__main__`` too).
+OWN_PROGRAMS = (COMMAND, "tms_autopreload")
 
 
 def _record(site: str) -> "dict[str, object] | None":
@@ -92,12 +97,14 @@ def _again(python: str, options: "list[str]", editable: bool) -> str:
             f"it is not on the package index")
 
 
-def _fix(pth: str) -> str:
+def fix(pth: str, read: bool = True) -> str:
     """What puts the package back for this interpreter, from the shell this is read in: the ``pip install`` of
     the source pip recorded, where it is still there, or else the removal of the start-up files, with what
-    hooks it again in words; each after what stands in the way (:func:`tms_autopreload.installer.where`)."""
+    hooks it again in words; each after what stands in the way (:func:`tms_autopreload.installer.where`).
+    ``read``: whether site.py runs the ``.pth`` files of the directory of ``pth``; where it does not (a
+    ``--target`` folder), the install goes where this interpreter installs by default, where it does."""
     site = os.path.dirname(pth)
-    words, options = where("install", site, True)
+    words, options = where("install", site if read else None, True)
     record = _record(site)
     args = source_args(record) if record is not None else None
     editable = args is not None and args[:1] == ["-e"]
@@ -141,10 +148,17 @@ def left_over(pth: str) -> None:
         return
     if not flags(warn=False)[0]:
         return  # a misspelt flag is the package's to warn about, where it is installed
-    sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start, read above
+    stop(pth, "the tms_autopreload package it starts cannot be imported")
+
+
+def stop(pth: str, why: str) -> None:
+    """What a flagged start does where the start-up files beside ``pth`` cannot start the package (``why``): say
+    it once, with the fix (:func:`fix`), and stop (exit 78), or go on under ``TMS_AUTOPRELOAD_ON_ERROR=warn``.
+    The one wording of that stop: :func:`left_over` and :func:`start_gone` (where the package, or the fallback,
+    can still be imported) both end here."""
+    sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start: said once
     warn = parse_choice(ON_ERROR_VAR, os.environ.get(ON_ERROR_VAR), ("exit", "warn"))[0] == "warn"
-    message = (f"tms-autopreload: {pth} is left over: the tms_autopreload package it starts cannot be imported, so "
-               f"this process is not hooked. Fix: {_fix(pth)}"
+    message = (f"tms-autopreload: {pth} is left over: {why}, so this process is not hooked. Fix: {fix(pth)}"
                + (f"; continuing without the hook ({ON_ERROR_VAR}=warn)" if warn else f"\n{way_out()}") + "\n")
     os.write(2, message.encode("utf-8", "surrogateescape"))
     if not warn:
@@ -157,9 +171,12 @@ def start_gone(pth: str) -> None:
     ``tools/pthfile.py`` writes this function, with what it uses, into the file's second line (a comment, which
     site.py skips at every other start), and the line's ``except`` runs it, with ``os``, ``sys`` and ``shlex``
     alone, in as few words as every start can afford to skip (docs/design.md says what they leave out): the
-    package's flag words and kill switch, the repair tools by their names alone (:data:`REPAIR_TOOLS`, uv's
-    query), and one message with the removal of the start-up files and the way out of this shell; then
-    :data:`ON_ERROR_VAR`'s exit 78, or with ``warn`` the start goes on, said once as :func:`left_over` says it."""
+    package's flag words and kill switch, the package's own command and the repair tools by their names alone
+    (:data:`OWN_PROGRAMS`, :data:`REPAIR_TOOLS`, uv's query). A flagged start is then stopped by the package's
+    own :func:`stop` where the package can still be imported, or by its fallback's where that can (each with
+    :func:`fix`: the source pip recorded, installed again, which puts the start-up files back); where neither
+    can, by one message here with the removal of the start-up files and the way out of this shell. Each ends in
+    :data:`ON_ERROR_VAR`'s exit 78, or with ``warn`` the start goes on, said once."""
     error = sys.exc_info()[1]
     if not isinstance(error, ImportError):
         raise  # the start module failed otherwise: site.py says how, as it did before the line caught it
@@ -173,10 +190,25 @@ def start_gone(pth: str) -> None:
     program = sys.orig_argv[-len(sys.argv)] if 0 < len(sys.argv) <= len(sys.orig_argv) else ""
     if program[:1] == "-":
         program = program[program.find("m") + 1:]
-    if os.path.basename(program).split(".")[0].rstrip("0123456789") in REPAIR_TOOLS or program.endswith(
-            tuple(_COMMANDS)):
+    name = os.path.basename(program).split(".")[0]
+    if name in OWN_PROGRAMS:
+        return  # the package's own command answers for this shell, as it does where it is installed whole
+    if name.rstrip("0123456789") in REPAIR_TOOLS or program.endswith(tuple(_COMMANDS)):
         env[DISABLE_VAR] = "1"  # for its children, as the package does
         return
+    # Where the package, or its fallback, can still be imported, its own stop says it, with the fix that puts
+    # the start-up files back (the source pip recorded, installed again); this line's words are for the rest.
+    try:
+        import tms_autopreload.leftover as package
+
+        package.stop(pth, str(error))
+    except Exception:  # noqa: BLE001 - the package is gone or broken: its fallback, else this line's own words
+        try:
+            import _tms_autopreload_left_over  # noqa: F401 - it runs on import: left_over, which ends in stop
+        except Exception:  # noqa: BLE001 - gone or broken too
+            pass
+    if hasattr(sys, "tms_autopreload_left_over"):
+        return  # said there, under warn
     sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # read above, and by left_over
     warn = word[ON_ERROR_VAR] == "warn"
     os.write(2, (f"tms-autopreload: {pth} is left over: {error}, so this process is not hooked. Fix: `{removal(pth)}` "
@@ -186,3 +218,44 @@ def start_gone(pth: str) -> None:
                  + "\n").encode("utf-8", "surrogateescape"))
     if not warn:
         os._exit(EXIT_CONFIG)
+
+
+def not_started() -> "Error | None":
+    """Why flagged starts of this interpreter are not hooked although the package is installed, with the fix a
+    flagged start gives (:func:`fix`); None where nothing says so. Judged from the installed distribution's
+    directory (the site directory pip put the start-up files in, an editable install's too): a start-up file
+    missing there (a flagged start then stops, or runs unhooked where the ``.pth`` is the one gone), or that
+    directory one whose ``.pth`` files site.py does not run (a ``--target`` folder on ``PYTHONPATH``), with no
+    ``.pth`` of this package in one it does. Where no
+    distribution is installed (the package run from a checkout), nothing is judged. ``doctor``, ``which`` and
+    ``env`` ask this."""
+    from importlib import metadata
+
+    from .errors import CAUSE_NOT_STARTED, Error
+
+    try:
+        site = os.path.abspath(str(metadata.distribution("tms-autopreload").locate_file("")))
+    except metadata.PackageNotFoundError:
+        return None
+    pth = os.path.join(site, PTH)
+    missing = [name for name in START_UP_FILES if not os.path.isfile(os.path.join(site, name))]
+    if missing:
+        # Without the fallback alone a flagged start is hooked, and stops where the package goes, in fewer words.
+        then = (f"flagged starts of {sys.executable} are not hooked" if {PTH, f"{START}.py"} & set(missing) else
+                f"flagged starts of {sys.executable} are hooked, but where the package goes they stop without this "
+                f"fix")
+        return Error(f"the start-up file{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                     f"{'are' if len(missing) > 1 else 'is'} missing from {site}, where tms-autopreload is installed: "
+                     f"{then}", fix(pth), CAUSE_NOT_STARTED)
+    site_module = sys.modules.get("site")
+    if site_module is None or sys.flags.no_site:
+        return None  # site.py did not run here: which directories it reads cannot be asked
+    from .sitepath import site_dirs
+
+    read = {os.path.realpath(d) for d in site_dirs(site_module)}
+    # Where a site directory holds a .pth of this package too, its line starts the package from sys.path.
+    if os.path.realpath(site) not in read and not any(os.path.isfile(os.path.join(d, PTH)) for d in read):
+        return Error(f"{pth} lies in {site}, which is not a site directory of {sys.executable} (site.py runs the "
+                     f".pth files of those alone), so flagged starts of it are not hooked", fix(pth, read=False),
+                     CAUSE_NOT_STARTED)
+    return None

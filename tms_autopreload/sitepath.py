@@ -34,7 +34,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
 
-__all__ = ["search_path", "add_site_dir", "pth_paths", "system_site", "package_dir", "pip_runtime_libcudart"]
+__all__ = ["search_path", "site_dirs", "add_site_dir", "pth_paths", "system_site", "package_dir",
+           "pip_runtime_libcudart"]
 
 # From 3.15 every .pth path line is on sys.path before any import line runs.
 _BATCHED = (3, 15)
@@ -68,13 +69,13 @@ def _search_path() -> "list[str]":
     # A directory site.py processes again (a venv's site-packages, as the venv's and as its prefix's) adds
     # nothing to this model the first time did not (it runs no import line, and every path line it could add is
     # known by then), so it is read once.
-    for sitedir in dict.fromkeys(_site_dirs(site)):
+    for sitedir in dict.fromkeys(site_dirs(site)):
         if os.path.isdir(sitedir):
             add_site_dir(sitedir, path, known, skip_dotted)
     return path
 
 
-def _site_dirs(site: "ModuleType") -> "list[str]":
+def site_dirs(site: "ModuleType") -> "list[str]":
     """Every site directory the running ``site`` module's ``main`` processes, in its order (the same
     directory may repeat)."""
     conf = _pyvenv_cfg()

@@ -23,14 +23,16 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from . import (APPLY_ENV, EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, mapped_hooks,
-               parse_flag, reexecuted, say, state_build, unrecognised)
+from . import (APPLY_ENV, EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, flag_values,
+               mapped_hooks, parse_flag, reexecuted, say, state_build, unrecognised)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .decision import Report
 
-__all__ = ["run", "parse_choice", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
+__all__ = ["run", "parse_choice", "start_warnings", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
 
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
 EXIT_INTERRUPTED = 130
@@ -67,6 +69,17 @@ def parse_choice(name: str, value: "str | None", choices: "tuple[str, ...]") -> 
     if not word or word in choices:
         return word or choices[0], None
     return choices[0], unrecognised(name, value, " or ".join(choices), choices[0])
+
+
+# The choices a start reads, each by parse_choice: what it says of their values is :func:`start_warnings`'s too.
+CHOICES = ((ON_ERROR_VAR, ON_ERROR_POLICIES), (MODE_VAR, MODES))  # in the order a start reads them
+
+
+def start_warnings(env: "Mapping[str, str]") -> "list[str]":
+    """Every warning a flagged start says of the variables in ``env``, in its words: the booleans'
+    (:func:`tms_autopreload.flag_values`) and the choices' (:data:`CHOICES`). ``doctor`` says them too."""
+    booleans = [warning for _, warning in flag_values(env).values() if warning]
+    return booleans + [w for name, choices in CHOICES if (w := parse_choice(name, env.get(name), choices)[1])]
 
 
 def _choice(name: str, choices: "tuple[str, ...]") -> str:

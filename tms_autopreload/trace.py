@@ -24,6 +24,9 @@ __all__ = ["Trace", "Tracing", "collect", "run_trace", "run_traces", "spawn", "s
 # byte but NUL, newlines included, so the message is cut out by its fixed parts, not by lines.
 _SKIP_HEAD, _SKIP_FROM, _SKIP_WHY, _SKIP_TAIL = ("ERROR: ld.so: object '", "' from ", " cannot be preloaded (",
                                                  "): ignored.\n")
+# The names Linux gives its vDSO (x86-64, aarch64, riscv: linux-vdso.so.1; i386: linux-gate.so.1; ppc, s390: the
+# 32- and 64-bit ones), which a trace lists as it lists an object found in the current directory.
+_VDSO = frozenset({"linux-vdso.so.1", "linux-gate.so.1", "linux-vdso32.so.1", "linux-vdso64.so.1"})
 
 
 class Trace:
@@ -99,9 +102,14 @@ def _parse(output: str, status: int) -> Trace:
             else:
                 resolved[name] = where.rsplit(" (0x", 1)[0].strip()
         else:
+            # An object named by a path (the program's loader, a preloaded object), or one the loader opened by
+            # its bare name, where an empty search path entry (the current directory) found it: the loader
+            # prints the name once where the path it opened is the name. The kernel's vDSO is printed so too.
             path = line.rsplit(" (0x", 1)[0].strip()
-            if path.startswith("/"):
+            if "/" in path:
                 loaded.append(path)
+            elif path not in _VDSO:
+                resolved[path] = path
     return Trace(resolved, tuple(loaded), tuple(missing), tuple(errors), tuple(skipped), status)
 
 

@@ -29,8 +29,8 @@ PACKAGE = "tms_autopreload"
 GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("aliases", ("__main__.py", "cli.py"), ("tests/test_cli.py", "tests/test_calls.py")),
     ("loader", ("elf.py", "symbols.py", "ldcache.py", "glibc_hwcaps.py", "ldso.py", "trace.py"),
-     ("tests/test_ldso.py", "tests/test_runpath_model.py", "tests/test_symbols.py", "tests/test_fuzz.py",
-      "tests/test_mutant_kinds.py", "tests/test_resolver.py", "tests/test_edges.py")),
+     ("tests/test_ldso.py", "tests/test_runpath_model.py", "tests/test_symbols.py", "tests/test_ldso_property.py",
+      "tests/test_fuzz.py", "tests/test_mutant_kinds.py", "tests/test_resolver.py", "tests/test_edges.py")),
     ("decision", ("decision.py", "no_plan.py", "attempt.py", "verdict.py", "runtime.py", "builds.py",
                   "gpu_libraries.py", "releases.py", "wheels.py", "install_source.py", "errors.py", "installer.py"),
      ("tests/test_plan_steps.py", "tests/test_install_commands.py", "tests/test_mutant_kinds.py",

@@ -104,10 +104,14 @@ def run_tests(tree: Path, tests: list[str], timeout: float, lane: str = "check",
               workers: int = 0) -> tuple[int | None, str]:
     """(pytest's exit code or None on timeout, the tail of its output) for ``tests`` in ``tree``, as the
     lane runs them: ``check`` leaves out the tests marked slow, ``test`` runs them all. One process stopping
-    at the first failure (a mutant's run), or ``workers`` of them running every test (the baseline)."""
+    at the first failure (a mutant's run), or ``workers`` of them running every test (the baseline).
+
+    Each run keeps its worlds in a base temp of its own beside ``tree``, removed with it: pytest's default,
+    numbered directories under /tmp, would make each run delete the worlds of runs before it (gigabytes),
+    and the mutants judged at once would spend their time on that."""
     command = [sys.executable, "-m", "pytest", "-q", *(["-m", "not slow"] if lane == "check" else []),
-               "-p", "no:cacheprovider", *(["-n", str(workers), "--dist", "loadscope"] if workers else ["-x"]),
-               *tests]
+               "-p", "no:cacheprovider", "--basetemp", str(basetemp(tree)),
+               *(["-n", str(workers), "--dist", "loadscope"] if workers else ["-x"]), *tests]
     env = {**os.environ, "TMS_TEST_STRICT": "1"}
     with subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as child:
@@ -156,6 +160,13 @@ def try_mutant(mutant: Mutant | Generated, base: Path, work: Path, options: argp
         return outcome, time.monotonic() - started, "" if outcome != ERROR else f"pytest exit {code}: {tail}"
     finally:
         shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(basetemp(tree), ignore_errors=True)
+
+
+def basetemp(tree: Path) -> Path:
+    """Where the tests run in ``tree`` keep their temporary files: beside it, not in it, so that nothing a
+    test copies of the tree carries them."""
+    return tree.with_name(tree.name + "-tmp")
 
 
 def options(argv: list[str] | None) -> argparse.Namespace:

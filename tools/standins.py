@@ -43,16 +43,16 @@ def compiler(arch: str | None = None) -> str | None:
     return shutil.which(f"{triplet}-gcc")
 
 
-def cc(out: Path, source: str, *args: str, arch: str | None = None) -> Path:
+def cc(out: Path, source: str, *args: str, arch: str | None = None, shared: bool = True) -> Path:
     """Compile ``source`` (C) into the shared object ``out`` with the system C compiler (for ``arch``:
-    its cross compiler)."""
+    its cross compiler); ``shared=False``: into the program ``out``."""
     compiler_path = compiler(arch)
     if compiler_path is None:
         raise SetupError("no C compiler (gcc or cc) on PATH: install one (Debian: apt-get install gcc)")
     out.parent.mkdir(parents=True, exist_ok=True)
     src = out.with_name(out.name + ".c")
     src.write_text(source)
-    r = subprocess.run([compiler_path, "-shared", "-fPIC", "-o", str(out), str(src), *args],
+    r = subprocess.run([compiler_path, *(["-shared", "-fPIC"] if shared else []), "-o", str(out), str(src), *args],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise SetupError(f"{compiler_path} failed building {out}:\n{r.stderr}")

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     Parser = TypeVar("Parser", bound=argparse.ArgumentParser)  # a subcommand's parser is of its parent's class
 
-__all__ = ["command", "note_link"]
+__all__ = ["command", "note_link", "note_not_started"]
 
 
 def command(parent: "argparse._SubParsersAction[Parser]", name: str,
@@ -45,3 +45,16 @@ def note_link(report: "Report", name: str) -> None:
     build = report.chosen
     if build is not None and is_renamed(build.path, build.file):
         print(f"tms-autopreload {name}: {build.shown()}", file=sys.stderr)
+
+
+def note_not_started(name: str) -> None:
+    """Command ``name``'s warning on stderr where flagged starts of this interpreter are not hooked although the
+    package is installed (:func:`tms_autopreload.leftover.not_started`: its start-up files), with the fix a flagged
+    start gives: the plan it prints is what a flag would apply, and the flag would not."""
+    import sys
+
+    from ..leftover import not_started
+
+    gap = not_started()
+    if gap is not None:
+        print(f"tms-autopreload {name}: warning: {gap}", file=sys.stderr)

@@ -403,6 +403,10 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
             ev.error = f"the child failed before it could report (exit {child.returncode}): {tail}"
             return ev
         answer = json.loads(report[len(_MARK):])
+        if not answer["maps"]:  # a process maps its executable at least: none seen, /proc/self/maps was not read
+            ev.error = (f"the child could not read /proc/self/maps (is /proc mounted?), so what it maps after "
+                        f"`import {module}` is unknown")
+            return ev
         if in_process and answer["execd"]:
             said = [line for line in stderr.splitlines() if line.startswith("tms-autopreload:")]
             ev.error = ("the child did not load the hook in-process: "

@@ -29,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["own_plan", "before_plan", "PLAN_VARS"]
+__all__ = ["own_plan", "before_plan", "plan_applied", "PLAN_VARS"]
 
 # The variables a plan sets (Plan.changes) and those a process applying one adds (Plan.environment).
 PLAN_VARS = ("LD_PRELOAD", "LD_LIBRARY_PATH")
@@ -50,6 +50,13 @@ def _without(entries: "list[str]", drop: "list[str]") -> "list[str]":
         if entry in out:
             out.remove(entry)
     return out
+
+
+def plan_applied(environ: "Mapping[str, str]") -> bool:
+    """Whether a plan of this package was applied to ``environ`` (a hooked process, or a shell that took
+    ``env``'s output): it carries a plan's record, so the builds in its ``LD_PRELOAD`` are that plan's, not a
+    pick the caller exported."""
+    return any(name in environ for name in _MARKERS)
 
 
 def before_plan(environ: "Mapping[str, str] | None" = None) -> "dict[str, str]":

@@ -10,9 +10,9 @@ import os
 import sys
 import time
 
-from .. import APPLY_ENV, is_tms_entry, same_file, split_preload
+from .. import APPLY_ENV, GENERIC_FLAG, is_tms_entry, same_file, split_preload
 from ..decision import survey
-from .caller_env import before_plan
+from .caller_env import before_plan, plan_applied
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE, say_warnings
 from . import command
 
@@ -98,22 +98,42 @@ def execute(args: argparse.Namespace) -> int:
     named = _named_elsewhere(doc["plan"]["build"] if doc["plan"] else None)
     if named:
         doc["warnings"].append(named)
+    doc["warnings"] += _said_of_variables()
     print(json.dumps(doc, indent=2) if args.json else report.text(doc))
     return EXIT_OK if doc["ok"] else EXIT_NO_PLAN
+
+
+def _said_of_variables() -> "list[str]":
+    """What a flagged start from this shell says of its variables (:func:`tms_autopreload.startup.start_warnings`),
+    and, where the kill switch is on, that such a start runs unhooked and how to turn it off: a stop's way out
+    tells the user to export it for the rest of the shell, and the start then says nothing."""
+    from .. import DISABLE_VAR, kill_switch
+    from ..startup import start_warnings
+
+    said = start_warnings(os.environ)
+    if kill_switch(os.environ)[0]:
+        said.append(f"the kill switch is on in this shell ({DISABLE_VAR}={os.environ[DISABLE_VAR]!r}): flagged starts "
+                    f"from it run unhooked and say nothing, whatever the flags say. To turn it off: "
+                    f"`unset {DISABLE_VAR}`")
+    return said
 
 
 def _named_elsewhere(chosen: "str | None") -> "str | None":
     """The warning where this shell's own ``LD_PRELOAD`` names a torch_memory_saver build other than the one
     chosen for it (a launcher's pick by file name, exported): every unflagged program the shell starts
     preloads that build, which dies in the loader where its runtime is missing and forwards to another
-    runtime where it is not. The fix starts with the shell's builtin, as it must where programs die."""
+    runtime where it is not. The fix starts with the shell's builtin, as it must where programs die. Nothing
+    where a plan put the build there (another environment's, whose record says so: the command answers for the
+    environment from before it)."""
+    if plan_applied(os.environ):
+        return None
     preload = split_preload(os.environ.get("LD_PRELOAD", ""))
     others = [e for e in preload if is_tms_entry(e) and not same_file(e, chosen)]
     if not others:
         return None
     return (f"this shell's LD_PRELOAD names {', '.join(others)}, not the build chosen here"
             f"{f' ({chosen})' if chosen else ''}: every program started from it without the flag preloads that "
-            f"build. Fix: `unset LD_PRELOAD`, then set the flag, or `{APPLY_ENV}`")
+            f"build. Fix: `unset LD_PRELOAD`, then set the flag (`export {GENERIC_FLAG}=1`), or `{APPLY_ENV}`")
 
 
 def _ray(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from ..decision import survey
 from ..decision import Report
 from .caller_env import before_plan, own_plan
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, plan_or_fail
-from . import command, note_link
+from . import command, note_link, note_not_started
 
 __all__ = ["configure_parser", "execute"]
 
@@ -49,6 +49,8 @@ def execute(args: argparse.Namespace) -> int:
         for k, v in plan.environment().items():
             print(f"export {k}={shlex.quote(v)}")
     note_link(report, "env")
+    if not args.json:  # the workers of a Ray job start on their own nodes, from their own files
+        note_not_started("env")
     return EXIT_OK
 
 

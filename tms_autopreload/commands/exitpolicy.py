@@ -40,7 +40,8 @@ EXIT_USAGE = 2
 # One table, shown by --help and copied into the README's (a test compares them).
 EXIT_CODES = (
     ("0", "the plan exists, or the command did what was asked"),
-    ("1", "no plan (the reason is printed), a failing check (doctor: a driver that cannot run torch's CUDA too), "
+    ("1", "no plan (the reason is printed), a failing check (doctor: a driver that cannot run torch's CUDA, or "
+          "start-up files that leave flagged starts unhooked, too), "
           "a kernel action refused or failed, a write error"),
     ("2", "usage error (an unreadable doctor --nodes FILE too), a tool the command needs (Ray, jupyter_client) "
           "is not installed, or doctor --ray reached no cluster"),

@@ -164,6 +164,7 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
     env = os.environ if environ is None else environ
     split = _split(report, env)
     second = None if rt is None or rt.second is None else second_runtime(rt.second, rt.library)
+    start_up = _start_up()
     runtime = None if rt is None else {
         "kind": rt.kind, "major": rt.major, "source": rt.source, "library": rt.library,
         "library_rule": rt.library_rule, "library_why": rt.library_why,
@@ -174,7 +175,7 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
         "hostname": os.uname().nodename,
         "python": sys.version.split()[0],
         "versions": versions(),
-        "ok": is_ok(plan, driver, runtime),
+        "ok": is_ok(plan, driver, runtime) and start_up is None,
         "executable": report.executable,
         "torch_memory_saver_dir": report.package_dir,
         "runtime": runtime,
@@ -193,7 +194,17 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
         "cause": None if failure is None else failure.cause,
         "fix": None if failure is None else failure.fix,
         "driver": driver,
+        "start_up": start_up,
     }
+
+
+def _start_up() -> "dict[str, Any] | None":
+    """``start_up``: why flagged starts of this interpreter are not hooked although this package is installed
+    (its start-up files), with the fix a flagged start gives (:func:`tms_autopreload.leftover.not_started`)."""
+    from ..leftover import not_started
+
+    gap = not_started()
+    return None if gap is None else {"cause": gap.cause, "message": gap.message, "fix": gap.fix}
 
 
 def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
@@ -265,4 +276,7 @@ def text(doc: "dict[str, Any]") -> str:
         out += [f"set:      {k}={v}" for k, v in doc["plan"]["env"].items()]
     else:
         out.append(f"NO PLAN:  {doc['error']}")
+    start_up = doc.get("start_up")
+    if start_up:
+        out.append(f"START-UP: {Error(start_up['message'], fix=start_up['fix'])}")
     return "\n".join(out)

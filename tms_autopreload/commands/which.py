@@ -6,7 +6,7 @@ import argparse
 from ..decision import survey
 from .caller_env import before_plan
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, plan_or_fail
-from . import command, note_link
+from . import command, note_link, note_not_started
 
 __all__ = ["configure_parser", "execute"]
 
@@ -22,4 +22,5 @@ def execute(args: argparse.Namespace) -> int:
         return EXIT_NO_PLAN
     print(plan.build)
     note_link(report, "which")
+    note_not_started("which")
     return EXIT_OK
