@@ -16,6 +16,7 @@ epoch give the same bytes (``make dist``, tools/dist.py); the wheel built from t
 
 import gzip
 import os
+import sys
 import tarfile
 import zipfile
 
@@ -48,11 +49,20 @@ class BuildPyWithStartup(build_py):
 
 
 class EditableWheelWithStartup(editable_wheel):
+    """The start-up files of an editable install, its start module importing the checkout's entry: the one
+    of a wheel holds a copy of the package's start-up rules, which would keep the rules of the day of the
+    install while the checkout's change (tools/pthfile.py, ``editable_start``)."""
+
     def _create_wheel_file(self, bdist_wheel):  # noqa: ANN001, ANN202 - setuptools internal hook
         wheel_path = super()._create_wheel_file(bdist_wheel)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
+        from pthfile import START, editable_start  # the checkout's own generator: an editable install has one
+
         with zipfile.ZipFile(wheel_path, "a") as wheel:
             for name in STARTUP_FILES:
-                wheel.write(name, name)
+                with open(name) as f:
+                    text = f.read()
+                wheel.writestr(name, editable_start(text) if name == f"{START}.py" else text)
         return wheel_path
 
 

@@ -177,7 +177,7 @@ def _script(path, body: str = "from tms_autopreload.commands.main import main\nm
 def test_unhooked_programs_read_dash_m_as_site_py_leaves_it(orig, program):
     """While the ``.pth`` line runs, ``sys.argv`` is ``['-m', *args]``: the module's name is the entry of
     ``sys.orig_argv`` just before the arguments, alone or joined to its option."""
-    from tms_autopreload import unhooked_program
+    from tms_autopreload.environment import unhooked_program
 
     assert unhooked_program(["-m", "env"], orig) == program
 
@@ -185,7 +185,7 @@ def test_unhooked_programs_read_dash_m_as_site_py_leaves_it(orig, program):
 def test_uvs_interpreter_query_is_known_by_its_text():
     """uv asks an interpreter what it is with ``-I -B -c TEXT`` (its text as uv 0.13.9 writes it, seen in
     the suite's own uv); another ``-c`` is hooked."""
-    from tms_autopreload import unhooked_program
+    from tms_autopreload.environment import unhooked_program
 
     query = ('import sys; sys.path = [__import__("os").fsdecode(b"/root/.cache/uv/.tmpukRwJJ")] + sys.path; '
              'from python.get_interpreter_info import main; main()')
@@ -198,7 +198,7 @@ def test_console_scripts_are_known_by_name_and_content(tmp_path):
     """The console script pip or uv writes (named tms-autopreload, importing the command; pip's, named pip,
     pip3 or pip3.N, importing pip); a user's own program of that name, or the script under another name,
     is not the program (it is hooked). pip's runner script is known by its name."""
-    from tms_autopreload import unhooked_program
+    from tms_autopreload.environment import unhooked_program
 
     ours = _script(tmp_path / "tms-autopreload")
     (tmp_path / "user").mkdir()
@@ -260,7 +260,7 @@ def test_a_callers_own_runtime_directory_stays_theirs(scenario, own):
 def test_only_the_plans_build_is_taken_out_of_the_callers_preload():
     """``before_plan``: a torch_memory_saver build goes by its released name or as the build the state
     names (a link of another name); a caller's own file in a folder named after torch_memory_saver stays."""
-    from tms_autopreload import STATE_VAR, state_key
+    from tms_autopreload.environment import STATE_VAR, state_key
     from tms_autopreload.commands.caller_env import before_plan
 
     own = {"LD_PRELOAD": "/opt/torch_memory_saver/libmine.so", "HOME": "/root"}

@@ -134,16 +134,16 @@ def test_a_wrong_command_line_is_refused(capsys):
 
 
 def test_every_variable_of_the_package_is_listed_once_and_documented():
-    """``tms_autopreload.OWN_VARS`` is every variable name the package's source spells (so the fuzz
+    """``tms_autopreload.environment.OWN_VARS`` is every variable name the package's source spells (so the fuzz
     targets of test_inputs.py, derived from it, cover a new one), and docs/reference.md has a row for each."""
-    import tms_autopreload
+    from tms_autopreload import environment
 
     spelled = set()
     for module in (ROOT / "tms_autopreload").glob("*.py"):
         spelled |= set(re.findall(r"[\"'](TMS_AUTOPRELOAD\w*|SLIME_[A-Z_]+)[\"']", module.read_text()))
-    assert spelled == set(tms_autopreload.OWN_VARS), spelled ^ set(tms_autopreload.OWN_VARS)
+    assert spelled == set(environment.OWN_VARS), spelled ^ set(environment.OWN_VARS)
     rows = set(re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "reference.md").read_text(), flags=re.M))
-    assert set(tms_autopreload.OWN_VARS) <= rows, set(tms_autopreload.OWN_VARS) - rows
+    assert set(environment.OWN_VARS) <= rows, set(environment.OWN_VARS) - rows
 
 
 def _causes_given() -> set[str]:
@@ -215,7 +215,7 @@ def test_every_cause_is_named_once_and_documented():
 
 def test_the_state_variables_fields_are_what_state_key_writes(monkeypatch):
     """reference.md names TMS_AUTOPRELOAD_STATE's fields; state_key() writes exactly those, in that order."""
-    from tms_autopreload import CUDA_MAJOR_VAR, PATH_VAR, STATE_VAR, state_key
+    from tms_autopreload.environment import CUDA_MAJOR_VAR, PATH_VAR, STATE_VAR, state_key
 
     row = next(line for line in (ROOT / "docs" / "reference.md").read_text().splitlines()
                if line.startswith(f"| `{STATE_VAR}` |"))

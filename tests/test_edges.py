@@ -30,9 +30,8 @@ from test_driver import module
 
 sys.path.insert(0, str(ROOT))
 
-import tms_autopreload
-from tms_autopreload import elf, errors, sitepath, symbols
-from tms_autopreload.attempt import MAX_ARG_STRLEN, env_string_size
+from tms_autopreload import elf, environment, errors, sitepath, symbols
+from tms_autopreload.environment import MAX_ARG_STRLEN, env_string_size
 from tms_autopreload.builds import DRIVER_ONLY_PREFIX
 from tms_autopreload.commands import kernelspec, nvidia_driver
 from tms_autopreload.gpu_libraries import CUDA, CUDA_MAJORS, release
@@ -273,8 +272,8 @@ def test_a_forced_path_and_an_override_are_quoted_to_their_limits(scenario):
     ``TMS_AUTOPRELOAD_CUDA_MAJOR`` (a value: :data:`errors.VALUE_SHOWN`), each at its limit quoted whole, one
     character longer cut with its length."""
     scn = report_host(scenario)
-    cases = {tms_autopreload.PATH_VAR: (errors.PATH_SHOWN, lambda n: "/" + "p" * (n - 1)),
-             tms_autopreload.CUDA_MAJOR_VAR: (errors.VALUE_SHOWN, lambda n: "x" * n)}
+    cases = {environment.PATH_VAR: (errors.PATH_SHOWN, lambda n: "/" + "p" * (n - 1)),
+             environment.CUDA_MAJOR_VAR: (errors.VALUE_SHOWN, lambda n: "x" * n)}
     for name, (limit, value_of) in cases.items():
         for length in (limit, limit + 1):
             value = value_of(length)
@@ -287,7 +286,7 @@ def test_a_forced_path_and_an_override_are_quoted_to_their_limits(scenario):
 # ---------------------------------------------------------------- what the readers read at most
 
 def test_proc_self_maps_is_taken_up_to_its_limit_and_dropped_past_it(monkeypatch):
-    """:func:`tms_autopreload.read_maps` asks for one byte past MAPS_LIMIT, so that it can tell: a list of
+    """:func:`tms_autopreload.environment.read_maps` asks for one byte past MAPS_LIMIT, so that it can tell: a list of
     exactly MAPS_LIMIT bytes is used, one byte more is taken as unreadable (b"")."""
     asked = []
 
@@ -297,11 +296,11 @@ def test_proc_self_maps_is_taken_up_to_its_limit_and_dropped_past_it(monkeypatch
             return b"m" * min(size, limit)
         return read
 
-    limit = tms_autopreload.MAPS_LIMIT
-    monkeypatch.setattr(tms_autopreload, "read_regular", reading(limit))
-    assert len(tms_autopreload.read_maps()) == limit
-    monkeypatch.setattr(tms_autopreload, "read_regular", reading(limit + 1))
-    assert tms_autopreload.read_maps() == b""
+    limit = environment.MAPS_LIMIT
+    monkeypatch.setattr(environment, "read_regular", reading(limit))
+    assert len(environment.read_maps()) == limit
+    monkeypatch.setattr(environment, "read_regular", reading(limit + 1))
+    assert environment.read_maps() == b""
     assert asked == [("/proc/self/maps", limit + 1)] * 2
 
 

@@ -1,7 +1,7 @@
 """A file named by ``TMS_AUTOPRELOAD_PATH`` is judged as the start judges it, and as torch_memory_saver's own
 check will: ``doctor``, ``doctor --deep``, a flagged start in exec and in dlopen mode all agree.
 
-* One answer to "is this a torch_memory_saver build" (:func:`tms_autopreload.is_tms_entry`): the words
+* One answer to "is this a torch_memory_saver build" (:func:`tms_autopreload.environment.is_tms_entry`): the words
   ``torch_memory_saver`` anywhere in the path, as 0.0.10's check counts its entries (and 0.0.8 to 0.0.9.post1
   look for them in the whole value). A copy of the real cu13 build at ``builds/hook_cu13.so`` would be
   refused by that check in every process: it is refused here, everywhere, with cause ``bad-forced-path``.

@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import tms_autopreload
-from tms_autopreload import elf, glibc_hwcaps, ldcache, ldso, runtime, sitepath, symbols, trace
+from tms_autopreload import elf, environment, glibc_hwcaps, ldcache, runtime, sitepath, symbols, trace
 from tms_autopreload.commands import binding_log as bindings
 from tms_autopreload.commands import main as cli
 from tms_autopreload.commands import node_documents as nodes
@@ -211,7 +210,7 @@ def test_binding_log_parser_never_raises(line):
                  st.builds(lambda cut, ins: REAL_MAPS[:cut] + ins + REAL_MAPS[cut:],
                            st.integers(0, 120), st.binary(max_size=30))))
 def test_proc_maps_line_parser_never_raises(line):
-    path = _bounded(tms_autopreload._maps_path, line)
+    path = _bounded(environment._maps_path, line)
     assert path is None or (isinstance(path, str) and path.startswith("/"))
 
 
@@ -226,10 +225,10 @@ _MAPS_PIECES = st.sampled_from([b"\n", b" ", b"\r", b"/", b"x", b"\xff", b"torch
 def test_proc_maps_hooks_are_the_mapped_files_that_name_torch_memory_saver(data):
     """mapped_hooks cuts out only the lines naming torch_memory_saver; what it finds is what reading every
     line finds."""
-    with mock.patch.object(tms_autopreload, "read_maps", lambda: data):
-        hooks = _bounded(tms_autopreload.mapped_hooks)
-        every = tms_autopreload.mapped_objects()
-    assert hooks == [path for path in every if tms_autopreload.is_tms_entry(path)]
+    with mock.patch.object(environment, "read_maps", lambda: data):
+        hooks = _bounded(environment.mapped_hooks)
+        every = environment.mapped_objects()
+    assert hooks == [path for path in every if environment.is_tms_entry(path)]
 
 
 # A node's `doctor --json` document as `srun --label` prints it (the keys the per-node table reads).
@@ -316,7 +315,7 @@ def test_preload_composition_keeps_others_in_order(entries, lead, hook):
     hook = "/x/torch_memory_saver_" + hook
     current = lead + "".join(entry + sep for entry, sep in entries)
     expected = [hook, *(e for e, _ in entries if "torch_memory_saver" not in e.rsplit("/", 1)[-1])]
-    assert tms_autopreload.compose_preload(current, hook) == ":".join(expected)
+    assert environment.compose_preload(current, hook) == ":".join(expected)
 
 
 @FUZZ
@@ -330,7 +329,7 @@ def test_search_path_prepend_keeps_what_every_other_entry_means(entries, seps, d
     current = "".join(e + sep for e, sep in zip(entries, seps, strict=False))[:-1] if entries else ""
     meant = [e or "." for e in entries] if current else []
     expected = [directory, *(e for e in meant if e != directory)]
-    assert ldso.prepend_search_path(current, directory) == ":".join(expected)
+    assert environment.prepend_search_path(current, directory) == ":".join(expected)
 
 
 _ADDED_ENTRY = st.text(alphabet=st.sampled_from(list("ab/._-")), min_size=1, max_size=12)
@@ -342,8 +341,9 @@ def test_the_added_record_reads_back_and_any_value_reads(junk, preload, library_
     """TMS_AUTOPRELOAD_ADDED (written by a plan, read by every command from an environment anyone may have
     set): what a plan writes reads back as its two lists; any other value reads without raising, as
     entries without separators in them."""
-    assert ldso.read_added(ldso.added_record(tuple(preload), tuple(library_path))) == (preload, library_path)
-    got = ldso.read_added(junk)
+    record = environment.added_record(tuple(preload), tuple(library_path))
+    assert environment.read_added(record) == (preload, library_path)
+    got = environment.read_added(junk)
     assert all(e and ":" not in e for part in got for e in part) and ";" not in "".join(got[0]), (junk, got)
 
 
@@ -503,7 +503,7 @@ def test_a_planned_file_is_known_in_maps_by_its_resolved_path_where_the_device_d
     line = b"7f00-7f10 r-xp 00000000 ff:0f 999999999   " + str(build).encode()
     for data in (line, line + b"\n", b"7f00-7f01 r--p 00000000 00:00 0 \n" + line + b"\n"):
         for planned in (build, tmp_path / "named_otherwise.so", tmp_path / "dir" / build.name):
-            assert tms_autopreload._mapped_as(data, str(planned)) == str(build), (data, planned)
+            assert environment._mapped_as(data, str(planned)) == str(build), (data, planned)
     other = b"7f00-7f10 r-xp 00000000 ff:0f 999999999   " + str(tmp_path / "real" / "other.so").encode() + b"\n"
     for planned in (build, tmp_path / "named_otherwise.so", tmp_path / "dir" / build.name):
-        assert tms_autopreload._mapped_as(other, str(planned)) is None
+        assert environment._mapped_as(other, str(planned)) is None

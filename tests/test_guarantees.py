@@ -582,7 +582,7 @@ def test_storm_of_200_failing_starts_all_stop_clearly(scenario):
 def test_a_preload_entry_that_torch_memory_saver_counts_as_its_own_is_dropped_and_said(scenario, tmp_path):
     """0.0.10's check counts every LD_PRELOAD entry whose path holds "torch_memory_saver" (its own
     ``get_path_binary``, run here) and refuses more than one: the one answer to "is this a torch_memory_saver
-    build" (tms_autopreload.is_tms_entry). A user's entry from such a path (a work directory named after it)
+    build" (tms_autopreload.environment.is_tms_entry). A user's entry from such a path (a work directory named after it)
     cannot stay beside the hook: the plan drops it, its check accepts the process, and the start and doctor
     say what was lost, with the fix; the same file elsewhere is kept and nothing is said."""
     scn = report_host(scenario, tms="0.0.10")

@@ -145,6 +145,31 @@ def test_pth_runs_twice_per_start_but_hook_acts_once(scenario, tmp_path, python)
     assert len(hook_lines(err, "is mapped")) == 1, err
 
 
+def test_a_hooked_child_imports_no_module_of_the_package_and_the_entry_runs_once(scenario, mode):
+    """The start module holds its own copy of the entry and the rules it reads (tools/pthfile.py): a child of a
+    hooked process, and in exec mode the hooked process after its re-exec, imports no module of the package
+    (in dlopen mode the first start loaded the plan with the package). The package's own entry, called after
+    the start module's copy ran, does nothing: one mark between them (``sys.tms_autopreload_started``), so a
+    child told to say what the hook does (``TMS_AUTOPRELOAD_VERBOSE``, which imports what names the build)
+    says it once."""
+    scn = report_host(scenario)
+    child = ("import json, sys; before = sorted(m for m in sys.modules if m.startswith('tms_'))\n"
+             "import tms_autopreload; tms_autopreload.process_startup()\n"
+             "print(json.dumps([before, sys.tms_autopreload_started]))")
+    code = REPORT.replace("print(json.dumps({", textwrap.dedent(f"""
+        import subprocess
+        kids = [subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True,
+                               env={{**os.environ, **extra}}) for extra in ({{}}, {{'TMS_AUTOPRELOAD_VERBOSE': '1'}})]
+        print(json.dumps({{'children': [(json.loads(k.stdout), k.stderr) for k in kids], """).strip("\n") + " ", 1)
+    _, rep, err, rc = start(scn, ["-c", code], env={"TMS_AUTOPRELOAD_MODE": mode}, verbose=False)
+    assert rc == 0, err
+    assert_applied(mode, rep["reexecd"], rep["maps"], scn.site / CU13)
+    assert (rep["modules"] == []) is (mode == "exec"), rep["modules"]
+    (quiet, said), (loud, told) = rep["children"]
+    assert quiet == [[], True] and said == "", (quiet, said)
+    assert loud[1] is True and len(hook_lines(told, "resolved for this interpreter")) == 1, told
+
+
 @pytest.mark.parametrize("python", PYTHONS)
 def test_loop_guard_stops_with_a_clear_error(scenario, python):
     """An exec'd PID whose hook is still not mapped stops; it never execs again."""

@@ -165,11 +165,9 @@ def _graph(where: str) -> dict[str, set[str]]:
 @pytest.mark.parametrize("where", ["tms_autopreload", "tools"])
 def test_no_import_circle(where):
     """The package's modules, and tools/, import one another in layers: no circle, counting deferred and
-    TYPE_CHECKING imports. The package's ``__init__`` is left out: it is the start-up entry every module
-    reads its shared rules from, and it loads the public API lazily (PEP 562) by name, not by import; so
-    is the commands' wing's, which holds only the helper its command modules make their parsers with."""
-    graph = {m: deps - {"__init__", "commands"} for m, deps in _graph(where).items()
-             if m not in ("__init__", "commands")}
+    TYPE_CHECKING imports. The commands' wing's ``__init__`` is left out: it holds only the helper its command
+    modules make their parsers with. (The package's loads the public API lazily, by name: no edge.)"""
+    graph = {m: deps - {"commands"} for m, deps in _graph(where).items() if m != "commands"}
     assert _circle(graph) is None, " -> ".join(_circle(graph) or [])
 
 
@@ -232,12 +230,26 @@ def test_the_module_map_lists_every_module_once_as_its_docstring_says():
 
 
 def test_the_module_map_is_in_layers():
-    """Each module imports only from its own layer of the map or the layers listed before it (the start-up
-    entry, ``__init__``, aside: every module reads the shared rules from it)."""
+    """Each module imports only from its own layer of the map or the layers listed before it."""
     where = {name: layer for name, layer, _ in _module_map()}
     graph = _graph("tms_autopreload")
-    wrong = [f"{m} imports {dep}" for m in sorted(set(where) - {"__init__"})
-             for dep in sorted(graph.get(m, set()) - {"__init__"}) if dep in where and where[dep] > where[m]]
+    wrong = [f"{m} imports {dep}" for m in sorted(where) for dep in sorted(graph.get(m, set()))
+             if dep in where and where[dep] > where[m]]
+    assert not wrong, wrong
+
+
+def test_the_front_door_lends_no_helper():
+    """``__init__`` is what the package is, its version and its public API: a module that imports a name from
+    it imports ``__version__`` or a submodule, never a helper; the environment's rules are
+    :mod:`tms_autopreload.environment`'s, and the start module copies them from there (tools/pthfile.py)."""
+    submodules = {p.stem for p in PACKAGE.glob("*.py")} | {"commands"}
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        home = 1 if path.parent == PACKAGE else 2  # the dots of an import of the package's __init__
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level, node.module) in ((home, None), (0, "tms_autopreload")):
+                wrong += [f"{path.relative_to(PACKAGE)}: {a.name}" for a in node.names
+                          if a.name not in submodules | {"__version__"}]
     assert not wrong, wrong
 
 

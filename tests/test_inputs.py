@@ -32,18 +32,17 @@ from support import MAPPED, NO_DAC, REEXECD, assert_stopped, clean_env, execs, m
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import tms_autopreload
-from tms_autopreload import decision, startup
-from tms_autopreload.attempt import MAX_ARG_STRLEN
+from tms_autopreload import decision, environment, startup
+from tms_autopreload.environment import MAX_ARG_STRLEN
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "200"))
 E2E_EXAMPLES = int(os.environ.get("TMS_FUZZ_E2E", "30"))
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 # Read by the resolver (a plan depends on them) and by the start-up hook only: the package's own list
-# (tms_autopreload.OWN_VARS), so that a new variable is fuzzed the day it is added.
-RESOLVER_VARS = (tms_autopreload.CUDA_MAJOR_VAR, tms_autopreload.PATH_VAR, "LD_PRELOAD", "LD_LIBRARY_PATH")
-HOOK_VARS = tuple(v for v in tms_autopreload.OWN_VARS if v not in RESOLVER_VARS)
+# (environment.OWN_VARS), so that a new variable is fuzzed the day it is added.
+RESOLVER_VARS = (environment.CUDA_MAJOR_VAR, environment.PATH_VAR, "LD_PRELOAD", "LD_LIBRARY_PATH")
+HOOK_VARS = tuple(v for v in environment.OWN_VARS if v not in RESOLVER_VARS)
 VARS = RESOLVER_VARS + HOOK_VARS
 
 
@@ -166,10 +165,10 @@ def environment(env):
 TRUE_WORDS = ("1", "true", "yes", "on")  # as docs/reference.md's variable table documents them
 FALSE_WORDS = ("", "0", "false", "no", "off")
 # The words of each variable a user sets that has words (docs/reference.md), any case, spaces around them.
-WORDS = {**{name: TRUE_WORDS + FALSE_WORDS for name in (*tms_autopreload.FLAG_VARS, tms_autopreload.DISABLE_VAR,
-                                                         tms_autopreload.VERBOSE_VAR)},
-         tms_autopreload.MODE_VAR: ("", *tms_autopreload.MODES),
-         tms_autopreload.ON_ERROR_VAR: ("", *tms_autopreload.ON_ERROR_POLICIES)}
+WORDS = {**{name: TRUE_WORDS + FALSE_WORDS for name in (*environment.FLAG_VARS, environment.DISABLE_VAR,
+                                                         environment.VERBOSE_VAR)},
+         environment.MODE_VAR: ("", *environment.MODES),
+         environment.ON_ERROR_VAR: ("", *environment.ON_ERROR_POLICIES)}
 
 
 def test_start_up_decision_answers_every_environment(world):
@@ -184,11 +183,11 @@ def test_start_up_decision_answers_every_environment(world):
         changed, env = case
         said.clear()
         with environment(env):
-            on, _slime = tms_autopreload.flags()  # warnings for values it cannot read, never an exception
-            startup._choice(tms_autopreload.MODE_VAR, tms_autopreload.MODES)
-            startup._choice(tms_autopreload.ON_ERROR_VAR, tms_autopreload.ON_ERROR_POLICIES)
-            tms_autopreload._inherited([], tms_autopreload.state_build())
-            tms_autopreload._inherited([str(world["scn"].site / CU13)], tms_autopreload.state_build())
+            on, _slime = environment.flags()  # warnings for values it cannot read, never an exception
+            startup._choice(environment.MODE_VAR, environment.MODES)
+            startup._choice(environment.ON_ERROR_VAR, environment.ON_ERROR_POLICIES)
+            environment.inherited_hook([], environment.state_build())
+            environment.inherited_hook([str(world["scn"].site / CU13)], environment.state_build())
             try:
                 startup._apply(None)
             except Executed:
@@ -208,7 +207,7 @@ def test_start_up_decision_answers_every_environment(world):
 
     with installed(world), mock.patch.object(os, "execve", no_exec), \
             mock.patch.object(startup, "_load_in_process", lambda env, verbose: "not loaded in the test process"), \
-            mock.patch.object(tms_autopreload, "say", said.append), mock.patch.object(startup, "say", said.append):
+            mock.patch.object(environment, "say", said.append), mock.patch.object(startup, "say", said.append):
         check()
 
 
@@ -216,10 +215,10 @@ def test_start_up_decision_answers_every_environment(world):
 def test_every_word_but_an_off_word_turns_the_kill_switch_on(value):
     """The kill switch fails safe, a misspelling included (with a warning for an unknown word). The
     environments generated above reach such a word only by chance: this asks each kind of one every run."""
-    on, warning = tms_autopreload.kill_switch({"TMS_AUTOPRELOAD_DISABLE": value})
+    on, warning = environment.kill_switch({"TMS_AUTOPRELOAD_DISABLE": value})
     assert on, value
     assert (warning is None) is (value.strip().lower() in TRUE_WORDS), (value, warning)
-    assert tms_autopreload.kill_switch({"TMS_AUTOPRELOAD_DISABLE": "off"}) == (False, None)
+    assert environment.kill_switch({"TMS_AUTOPRELOAD_DISABLE": "off"}) == (False, None)
 
 
 def test_a_mapped_build_that_ld_preload_does_not_name_is_resolved_again(tmp_path):
@@ -232,7 +231,7 @@ def test_a_mapped_build_that_ld_preload_does_not_name_is_resolved_again(tmp_path
     for preload, want in (("", None), ("/opt/other.so", None), (f"/opt/{CU12}", None),
                           (path, (path, path)), (f"/opt/a.so {path}", (path, f"{path}:/opt/a.so"))):
         with environment({"LD_PRELOAD": preload}):
-            assert tms_autopreload._inherited([path], path) == want, preload
+            assert environment.inherited_hook([path], path) == want, preload
 
 
 def test_a_file_whose_path_cannot_be_examined_is_refused_not_raised(tmp_path):

@@ -49,7 +49,8 @@ from support import HWCAPS_TUNABLES, ROOT, Host, cc, ldconfig_listing, retyped
 
 sys.path.insert(0, str(ROOT))
 
-from tms_autopreload import glibc_hwcaps, ldcache, split_preload
+from tms_autopreload import glibc_hwcaps, ldcache
+from tms_autopreload.environment import split_preload
 from tms_autopreload.elf import DT_NEEDED, DT_RUNPATH, UnreadableFile, read_dynamic, read_kind
 from tms_autopreload.ldso import PRELOADED, Found, Loader, Object, loaded_as
 from tms_autopreload.trace import Trace

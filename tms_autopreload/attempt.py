@@ -30,12 +30,13 @@ an empty module's import under callgrind; 0.2 ms on a loaded 2-core machine).
 
 import os
 
-from . import ADDED_VAR, compose_preload, is_tms_entry, same_file, split_preload
 from .builds import Build
 from .elf import ElfError, read_dynamic
 from .errors import (CAUSE_CHILD_FAILS, CAUSE_DOES_NOT_LOAD, CAUSE_ENV_TOO_LARGE, CAUSE_NO_BINDING, CAUSE_NO_DRIVER,
                      CAUSE_NOT_PRELOADED, CAUSE_TWO_RUNTIMES, CAUSE_UNSAFE_PATH, ResolveError)
-from .ldso import LD_UNSAFE_CHARS, prepend_search_path, read_added, search_path_unsafe, split_search_path
+from .environment import (ADDED_VAR, LD_UNSAFE_CHARS, MAX_ARG_STRLEN, compose_preload, env_string_size, is_tms_entry,
+                          prepend_search_path, read_added, same_file, search_path_unsafe, split_preload,
+                          split_search_path)
 from .ldso import Loader, Object, loaded_as
 from .runtime import Runtime, install_hint
 from .gpu_libraries import DRIVER_ONLY, DRIVER_SONAME, GLIBC_SONAMES
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from .elf import DynamicInfo
 
 __all__ = ["attempt", "child_programs", "children_of", "readable", "trace_the_rest", "judge", "refused", "STEPS",
-           "Option", "MAX_ARG_STRLEN", "env_string_size"]
+           "Option"]
 
 # 1. The children. The non-Python children every plan is checked for: the system's shell, and bash where it
 # is another file.
@@ -488,15 +489,7 @@ def _no_binding_fix(options: "list[Option]") -> "str | None":
     return next((o.fix for o in options if o.refused and o.fix), None)
 
 
-# 4. One build. Linux's limit on one "NAME=value" string of an exec'd environment, NUL included (32
-# pages): execve fails with E2BIG beyond it.
-MAX_ARG_STRLEN = 32 * 4096
-
-
-def env_string_size(name: str, value: str) -> int:
-    return len(os.fsencode(f"{name}={value}")) + 1
-
-
+# 4. One build.
 def _plan_of(build: Build, runtime: Runtime, env: "Mapping[str, str]", option: Option,
              passed: "list[str]") -> Plan:
     """The plan of one binding (``passed``: why each earlier one would not hold); raises ResolveError when

@@ -21,7 +21,8 @@ finds no plan holds the :class:`~tms_autopreload.errors.ResolveError` that :func
 import os
 import sys
 
-from . import CUDA_MAJOR_VAR, PATH_VAR, TMS_WORDS, is_tms_entry, same_file, sitepath, split_preload
+from . import sitepath
+from .environment import CUDA_MAJOR_VAR, PATH_VAR, TMS_WORDS, is_tms_entry, same_file, split_preload
 from .attempt import attempt, children_of, trace_the_rest
 from .builds import PRELOAD_PREFIXES, Build, find_builds, interposed, is_preload_name, named_major, read_build
 from .elf import ElfError
@@ -230,7 +231,7 @@ def _with_check_warning(plan: Plan, package_dir: str | None, forced: str | None,
     """The plan, warned where torch_memory_saver's Python side would refuse what it keeps, or where it drops an
     entry of ``preload`` (the process's own LD_PRELOAD) that is not a preload build: any entry kept after
     the hook, where it reads the variable as one path; an entry whose path holds ``torch_memory_saver`` (which
-    its check counts as one of its builds: :func:`tms_autopreload.is_tms_entry`), which the plan drops."""
+    its check counts as one of its builds: :func:`tms_autopreload.environment.is_tms_entry`), which the plan drops."""
     kept = split_preload(plan.ld_preload)[1:]
     dropped = [e for e in split_preload(preload)
                if is_tms_entry(e) and not is_preload_name(os.path.basename(e)) and not same_file(e, plan.build)]

@@ -19,7 +19,7 @@ dynamic entries; DT_STRTAB is a virtual address mapped back to a file offset thr
 import os
 import sys
 
-from . import open_regular
+from .environment import open_regular
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class UnreadableFile(ElfError):
 
 
 def parsed(path: str, parse: "Callable[[int], T]") -> "T":
-    """``parse`` of ``path`` opened for reading (:func:`tms_autopreload.open_regular`: regular files only, no
+    """``parse`` of ``path`` opened for reading (:func:`.environment.open_regular`: regular files only, no
     blocking); the one place an :class:`OSError` of a file becomes an answer, :class:`UnreadableFile`
     (packaging's ``_parse_elf`` turns both kinds of failure into one, as this does)."""
     try:

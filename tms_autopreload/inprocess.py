@@ -30,7 +30,7 @@ import sys
 
 import _ctypes
 
-from . import is_tms_entry, mapped_hooks, mapped_objects, read_maps
+from .environment import is_tms_entry, mapped_hooks, mapped_objects, read_maps
 from .builds import interposed
 from .elf import ElfError
 from .errors import (CAUSE_DLOPEN_FAILED, CAUSE_HOOK_LOADED, CAUSE_IN_PROCESS, CAUSE_NOT_MAPPED, CAUSE_NO_PROC_MAPS,
@@ -185,7 +185,7 @@ def activate() -> "Plan | None":
     global _activated
     if _activated is not None:
         return _activated
-    from . import DISABLE_VAR, SLIME_DEFAULTS, SLIME_FLAG, kill_switch, parse_flag
+    from .environment import DISABLE_VAR, SLIME_DEFAULTS, SLIME_FLAG, kill_switch, parse_flag
 
     env = os.environ
     off, unknown = kill_switch(env)

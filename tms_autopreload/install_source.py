@@ -33,7 +33,7 @@ WHEEL_TEMPLATE = "/path/to/tms_autopreload-<version>-py3-none-any.whl"
 def unknown_source(python: str) -> str:
     """The advice where no record says the source: a missing record proves nothing (an index, another
     installer); the command with the wheel's path to fill in, for the environment of ``python``."""
-    from . import NO_HOOK
+    from .environment import NO_HOOK
 
     return (f"the way you installed it on this machine, from its wheel or checkout (`{NO_HOOK} {python} -m pip "
             f"install --force-reinstall {WHEEL_TEMPLATE}`, with the path of that file; tms-autopreload is not on the "

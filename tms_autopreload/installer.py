@@ -7,7 +7,7 @@ writes:
 
 * starts with :data:`NO_HOOK` (``env TMS_AUTOPRELOAD_DISABLE=1``: ``env`` runs in any shell, csh too), so
   that nothing it starts is hooked, whatever pip version or launcher runs it (the hook also leaves pip,
-  ``venv`` and uv's interpreter query alone: :func:`tms_autopreload.unhooked_program`);
+  ``venv`` and uv's interpreter query alone: :func:`tms_autopreload.environment.unhooked_program`);
 * names the environment by its interpreter's path (``/venv/bin/python -m pip``), never a bare ``pip``;
 * where that environment has no pip: ``uv pip ... --python`` where uv is on ``PATH`` (but into the user
   site, where uv installs nothing), else ``ensurepip`` first (into the user site too, for a ``--user``
@@ -23,7 +23,7 @@ Every message asks here: one function decides the form, the messages only say wh
 import os
 import sys
 
-from . import NO_HOOK
+from .environment import NO_HOOK
 
 __all__ = ["pip_command", "pip_form", "pip_refusal", "where"]
 

@@ -19,7 +19,7 @@ may be one more shared object to map).
 
 import sys
 
-from . import read_regular
+from .environment import read_regular
 from .elf import positions
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path

@@ -19,8 +19,8 @@ import json
 import os
 import sys
 
-from . import (_COMMANDS, COMMAND, DISABLE_VAR, FALSE_WORDS, FLAG_VARS, NO_HOOK, ON_ERROR_VAR, TRUE_WORDS, flags,
-               unhooked_program)
+from .environment import (_COMMANDS, COMMAND, DISABLE_VAR, FALSE_WORDS, FLAG_VARS, NO_HOOK, ON_ERROR_VAR, TRUE_WORDS,
+                          flags, unhooked_program)
 from .installer import _has_ensurepip, _uv_on_path, pip_form, where
 from .install_source import local_path, source_args, source_gone
 from .startup import EXIT_CONFIG, parse_choice

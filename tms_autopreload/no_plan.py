@@ -5,8 +5,8 @@ then): in the decision's module these words were a quarter of the code that ever
 loading code costs a start time (docs/performance.md).
 """
 
-from . import CUDA_MAJOR_VAR, PATH_VAR
-from .attempt import MAX_ARG_STRLEN, env_string_size
+from .environment import CUDA_MAJOR_VAR, PATH_VAR
+from .environment import MAX_ARG_STRLEN, env_string_size
 from .errors import (CAUSE_ENV_TOO_LARGE, CAUSE_FORCED_DOES_NOT_FIT, CAUSE_NO_BINDING, CAUSE_NO_BUILD_FITS,
                      CAUSE_NO_DRIVER, CAUSE_UNTRUSTED_BUILDS, PATH_SHOWN, ResolveError, shown)
 from .gpu_libraries import DRIVER_SONAME

@@ -10,9 +10,8 @@ one row here. The file names of the builds are :mod:`tms_autopreload.builds`' (b
 
 Wheels put them in site-packages itself, the directory above the package; source builds may put them in the
 package directory. ``..._hook_mode_torch*`` builds are pluggable allocators, not preload hooks. Two rules of
-its Python side stay in the start-up entry, which imports nothing of the package
-(:func:`tms_autopreload.is_tms_entry`: which entry is one of its builds; :func:`tms_autopreload.compose_preload`:
-the one value its check accepts).
+its Python side are the environment's, which the start-up entry needs (:mod:`tms_autopreload.environment`:
+``is_tms_entry``, which entry is one of its builds; ``compose_preload``, the one value its check accepts).
 
 Reinstalling: a fix must install something, and ``pip install torch-memory-saver`` over an installed release
 answers "Requirement already satisfied", so the release is forced again. Where pip recorded the source (PEP
@@ -28,7 +27,7 @@ runtime by path never imports this module (each module costs that start about 0.
 
 import os
 
-from . import read_regular
+from .environment import read_regular
 from .builds import DRIVER_ONLY_PREFIX, is_preload_name, named_major
 from .gpu_libraries import CUDA, DRIVER_SONAME, HIP, release
 

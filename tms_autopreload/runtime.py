@@ -36,7 +36,8 @@ about 0.4 million instructions to import.
 
 import os
 
-from . import CUDA_MAJOR_VAR, read_regular, same_file, sitepath
+from . import sitepath
+from .environment import CUDA_MAJOR_VAR, read_regular, same_file
 from .elf import ElfError, read_dynamic
 from .errors import (CAUSE_BAD_VERSION, CAUSE_CPU_ONLY_TORCH, CAUSE_NO_RUNTIME_VISIBLE, CAUSE_SEVERAL_RUNTIMES,
                      CAUSE_TORCH_INCONSISTENT, CAUSE_TORCH_UNREADABLE, ResolveError, shown)

@@ -27,7 +27,7 @@ without running it, and are already loaded.
 import os
 import sys
 
-from . import read_regular
+from .environment import read_regular
 from .gpu_libraries import CUDA, runtime_soname, wheel_lib_dirs
 
 TYPE_CHECKING = False

@@ -1,7 +1,17 @@
-"""The slow path of the start-up hook: resolve, then re-exec once with the planned environment.
+"""The start-up hook: its cheap cases, then resolve and re-exec once with the planned environment.
 
-:func:`tms_autopreload.process_startup` handles the common cases first (no flag; a child that inherited
-the right hook). Here:
+:func:`process_startup` is the entry (``tms_autopreload.pth`` runs a copy of it, tools/pthfile.py's
+``_tms_autopreload_start.py``, with the rules of :mod:`tms_autopreload.environment` it uses). It handles the
+cheap cases without importing anything of the package:
+
+* no flag on, or a program the package never hooks: nothing is changed;
+* the hook this environment was resolved for is already mapped (``/proc/self/maps``) and was resolved for
+  this interpreter's prefix (a child of a hooked process): done, no resolve; when a launcher named it again
+  in LD_PRELOAD (``configure_subprocess()``), the value is rewritten with one entry.
+
+It runs once per process, the package's or the start module's copy (:data:`~tms_autopreload.environment.STARTED`):
+in a venv on Python 3.10-3.14 site-packages is scanned twice, so the ``.pth`` runs twice per start (CPython
+#75723); coverage.py's ``process_startup`` guards the same way. Else :func:`run`:
 
 1. this PID already re-exec'd once and the hook is still not mapped: stop, never loop;
 2. in ``dlopen`` mode (``TMS_AUTOPRELOAD_MODE=dlopen``), and always in an interpreter that cannot be
@@ -23,8 +33,10 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from . import (APPLY_ENV, EXEC_VAR, MODE_VAR, MODES, ON_ERROR_POLICIES, ON_ERROR_VAR, VERBOSE_VAR, flag_values,
-               mapped_hooks, parse_flag, reexecuted, say, state_build, unrecognised)
+from .environment import (APPLY_ENV, COMMAND, DISABLE_VAR, EXEC_VAR, FLAG_VARS, MODE_VAR, MODES, ON_ERROR_POLICIES,
+                          ON_ERROR_VAR, SLIME_DEFAULTS, STARTED, VERBOSE_VAR, flag_values, flags, inherited_hook,
+                          mapped_hooks, parse_flag, read_maps, reexecuted, say, state_build, unhooked_program,
+                          unrecognised)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
@@ -32,10 +44,54 @@ if TYPE_CHECKING:
 
     from .decision import Report
 
-__all__ = ["run", "parse_choice", "start_warnings", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
+__all__ = ["process_startup", "run", "parse_choice", "start_warnings", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
 
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
 EXIT_INTERRUPTED = 130
+
+
+def process_startup() -> None:
+    """Apply the preload hook to this process when SLIME_OFFLOAD_TRAIN or TMS_AUTOPRELOAD asks."""
+    if getattr(sys, STARTED, False):  # the package's entry or the start module's copy of it ran
+        return
+    setattr(sys, STARTED, True)
+    env = os.environ
+    if sys.platform != "linux" or not any(env.get(name) for name in FLAG_VARS):
+        return
+    program = unhooked_program()
+    if program is not None:
+        if program != COMMAND:
+            env[DISABLE_VAR] = "1"  # for its children: a build backend, the pip that ensurepip starts
+        return
+    try:
+        on, slime = flags(warn=not reexecuted(env))  # said once, before the exec
+        if not on:
+            return
+        if slime:
+            for name, value in SLIME_DEFAULTS.items():
+                env.setdefault(name, value)
+        planned = state_build()
+        maps = read_maps()
+        mapped = mapped_hooks(planned, maps)
+        inherited = inherited_hook(mapped, planned)
+        if inherited is not None:
+            path, preload = inherited
+            rewritten = preload != env.get("LD_PRELOAD")
+            if rewritten:
+                env["LD_PRELOAD"] = preload
+            env.pop(EXEC_VAR, None)
+            if parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]:
+                # said of a link to a file of another name as the start said it
+                from tms_autopreload.builds import shown_path
+
+                say(f"{shown_path(path)} is mapped (resolved for this interpreter); "
+                    + (f"LD_PRELOAD rewritten as {preload}" if rewritten else "nothing to do"))
+            return
+    except Exception:  # noqa: BLE001 - the full path below reports anything, without a traceback
+        maps = None
+    from tms_autopreload.startup import run  # by its absolute name: the start module runs a copy of this
+
+    run(maps or None)  # an empty read (no /proc) is tried again there
 
 
 class _Stop(Exception):
@@ -77,7 +133,7 @@ CHOICES = ((ON_ERROR_VAR, ON_ERROR_POLICIES), (MODE_VAR, MODES))  # in the order
 
 def start_warnings(env: "Mapping[str, str]") -> "list[str]":
     """Every warning a flagged start says of the variables in ``env``, in its words: the booleans'
-    (:func:`tms_autopreload.flag_values`) and the choices' (:data:`CHOICES`). ``doctor`` says them too."""
+    (:func:`tms_autopreload.environment.flag_values`) and the choices' (:data:`CHOICES`). ``doctor`` says them too."""
     booleans = [warning for _, warning in flag_values(env).values() if warning]
     return booleans + [w for name, choices in CHOICES if (w := parse_choice(name, env.get(name), choices)[1])]
 

@@ -8,7 +8,7 @@ fallback): a start that finds its plan loads none of these words.
 import os
 import sys
 
-from . import DISABLE_VAR, EXEC_VAR, FLAG_VARS, NO_HOOK, split_preload, state_build
+from .environment import DISABLE_VAR, EXEC_VAR, FLAG_VARS, NO_HOOK, split_preload, state_build
 
 __all__ = ["not_taken", "shell_way_out", "way_out"]
 

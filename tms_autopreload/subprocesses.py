@@ -13,7 +13,7 @@ import os
 import threading
 import warnings
 
-from . import DISABLE_VAR, kill_switch, mapped_hooks, say
+from .environment import DISABLE_VAR, kill_switch, mapped_hooks, say
 from .decision import resolve
 from .verdict import Plan
 

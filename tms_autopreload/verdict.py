@@ -4,8 +4,8 @@ The start-up hook, the commands and ``doctor``'s document read both (the survey'
 :class:`tms_autopreload.decision.Report`); :mod:`tms_autopreload.attempt` makes them for one build.
 """
 
-from . import ADDED_VAR, STATE_VAR, state_key
-from .ldso import added_record
+from .environment import ADDED_VAR, STATE_VAR, state_key
+from .environment import added_record
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:

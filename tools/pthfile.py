@@ -8,9 +8,13 @@ Three files at the root of site-packages, shipped by setup.py (their names: ``tm
   ``except`` runs the file's second line, a comment site.py skips: :func:`tms_autopreload.leftover.start_gone`,
   with what it uses, for a start whose start module (or the fallback and the package) is gone. Its cost over a
   ``.pth`` of one ``import os`` line is the line's own compile and the comment's read (docs/performance.md).
-* ``_tms_autopreload_start.py`` (:data:`START`): imports the package and runs its entry; where the package
-  is gone (the ``.pth`` left over: its directory deleted, or an editable checkout moved), imports
-  :data:`LEFT_OVER` instead of letting site.py print a traceback.
+* ``_tms_autopreload_start.py`` (:data:`START`): :func:`tms_autopreload.startup.process_startup` with
+  every definition it reaches, copied here the same way, then the call. So a start with nothing to do, and a
+  hooked child (the hook it was resolved for already mapped), import no module of the package; a start with
+  work to do imports ``tms_autopreload.startup`` by its absolute name, and where that finds no package (the
+  ``.pth`` left over: its directory deleted), imports :data:`LEFT_OVER` instead of letting site.py print a
+  traceback. An editable install gets the entry imported from the checkout instead of copied
+  (:func:`editable_start`, setup.py): a copy made at install time would keep the rules of that day.
 * ``_tms_autopreload_left_over.py`` (:data:`LEFT_OVER`): :func:`tms_autopreload.leftover.left_over`, with
   every function and constant of the package it uses, copied here from the package's source by name, each
   top-level definition whole. So the fallback obeys the same flag rules, kill switch and unhooked programs
@@ -38,26 +42,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tms_autopreload import FLAG_VARS  # noqa: E402 - the checkout's package, on the path just above
+from tms_autopreload.environment import FLAG_VARS  # noqa: E402 - the checkout's package, on the path just above
 from tms_autopreload.leftover import FALLBACK as LEFT_OVER  # noqa: E402
 from tms_autopreload.leftover import PTH, START  # noqa: E402
-
-from python_minifier import minify  # noqa: E402 - a test and tool dependency, never the package's
 
 PACKAGE = "tms_autopreload"
 ENTRY = ("leftover", "left_over")  # (module, function) the fallback calls with the .pth file's path
 GONE = ("leftover", "start_gone")  # (module, function) the .pth's second line calls with the .pth file's path
 GIVEN = ("fullname",)  # the names that code is run with: site.py's name for the .pth file it reads
 GENERATED = "# Written by tools/pthfile.py from the tms_autopreload package's source; do not edit.\n"
-START_TEXT = f'''{GENERATED}"""tms_autopreload's start-up entry, imported by tms_autopreload.pth where a flag is set."""
-
-try:
-    from {PACKAGE} import process_startup
-except ImportError:  # the package is gone, its .pth left over: say so once, with the fix
-    import {LEFT_OVER}  # noqa: F401 - it runs on import
-else:
+STARTUP = ("startup", "process_startup")  # (module, function) the start module runs
+START_DOC = '''"""tms_autopreload's start-up entry, imported by tms_autopreload.pth where a flag is set:
+tms_autopreload.startup.process_startup with what it uses, copied here (imported from the checkout in an
+editable install), so that a start with nothing to do imports no module of the package."""'''
+# Between these two lines the start module holds its copy of the entry; an editable install's start module
+# imports the checkout's own there instead (setup.py, which cannot run this generator, cuts at these lines).
+COPY_BEGINS = "# The entry, copied from the package (an editable install imports it instead):"
+COPY_ENDS = "# The call."
+START_CALL = f'''try:
     process_startup()
+except ModuleNotFoundError as exc:  # work to do, and no package: its .pth left over; say so once, with the fix
+    if exc.name != "{PACKAGE}" and not (exc.name or "").startswith("{PACKAGE}."):
+        raise
+    import {LEFT_OVER}  # noqa: F401 - it runs on import
 '''
+EDITABLE_ENTRY = f"from {PACKAGE}.{STARTUP[0]} import {STARTUP[1]}"
 
 
 class _Module:
@@ -108,7 +117,7 @@ class _Module:
 def definitions(*entries: tuple[str, str]) -> tuple[list[str], list[str], list[tuple[_Module, ast.stmt]]]:
     """What ``entries`` (module, function) reach: the standard library imports they use, the ``TYPE_CHECKING``
     imports of their modules, and every definition, each once, each module's in its source order, the
-    package's front door first and the entries' module last."""
+    environment's rules first and the entries' module last."""
     modules: dict[str, _Module] = {}
 
     def module(name: str) -> _Module:
@@ -136,10 +145,13 @@ def definitions(*entries: tuple[str, str]) -> tuple[list[str], list[str], list[t
                 raise SystemExit(f"{name} is defined in both {PACKAGE}.{wanted[name][0]} and {PACKAGE}.{mod_name}")
             continue
         wanted[name] = (mod_name, node)
-        todo.extend((mod_name, n.id) for n in ast.walk(node) if isinstance(n, ast.Name))
+        # Not the names a function binds by an import of its own: what a start with work to do imports.
+        local = {(a.asname or a.name).split(".")[0] for n in ast.walk(node) if n is not node
+                 and isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        todo.extend((mod_name, n.id) for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in local)
     last = entries[0][0]
     order = sorted({(m, id(node)): (m, node) for m, node in wanted.values()}.values(),  # one assignment, many names
-                   key=lambda item: (item[0] != "", item[0] == last, item[0], item[1].lineno))
+                   key=lambda item: (item[0] != "environment", item[0] == last, item[0], item[1].lineno))
     typing = sorted({i for m in {m for m, _ in order} for i in module(m).typing})
     return sorted(imports, key=lambda i: (i.startswith("from"), i)), typing, [(module(m), n) for m, n in order]
 
@@ -157,7 +169,7 @@ def _body(order: list[tuple[_Module, ast.stmt]]) -> str:
 
 def fallback() -> str:
     """The fallback's code: every definition :data:`ENTRY` reaches, each module's in its source order, the
-    package's front door first, then the standard library imports they use, then the call."""
+    environment's rules first, then the standard library imports they use, then the call."""
     imports, typing, order = definitions(ENTRY, (ENTRY[0], "processed_pth"))
     head = "".join(f"{i}\n" for i in imports)
     head += "\nTYPE_CHECKING = False\nif TYPE_CHECKING:\n" + "".join(f"    {i}\n" for i in typing)
@@ -168,6 +180,8 @@ def fallback() -> str:
 def gone() -> str:
     """The ``.pth`` file's second line after its ``#``: one statement that runs :data:`GONE` with every definition it
     reaches, made short (python-minifier), in a namespace of its own that knows the ``.pth`` file's path."""
+    from python_minifier import minify  # a test and tool dependency, never the package's: not for setup.py
+
     imports, _, order = definitions(GONE)
     code = minify("".join(f"{i}\n" for i in imports) + _body(order) + f"\n{GONE[1]}(fullname)\n",
                   rename_globals=True, preserve_globals=list(GIVEN), remove_annotations=True, hoist_literals=False)
@@ -185,12 +199,31 @@ def pth() -> str:
     return f'import os;({flags})and exec("exec({attempt!r}%10)")\n#{gone()}\n'
 
 
+def start() -> str:
+    """The start module: :data:`STARTUP` with every definition it reaches, then the call, where a missing
+    package (only that) leads to the fallback."""
+    imports, typing, order = definitions(STARTUP)
+    head = "".join(f"{i}\n" for i in imports)
+    head += "\nTYPE_CHECKING = False\nif TYPE_CHECKING:\n" + "".join(f"    {i}\n" for i in typing)
+    return f"{GENERATED}{START_DOC}\n\n{COPY_BEGINS}\n{head}{_body(order)}\n\n\n{COPY_ENDS}\n{START_CALL}"
+
+
+def editable_start(text: str) -> str:
+    """An editable install's start module: ``text`` (:func:`start`) with its copy of the entry replaced by
+    the checkout's own, imported, as setup.py writes it."""
+    head, _, rest = text.partition(COPY_BEGINS + "\n")
+    _, _, tail = rest.partition("\n" + COPY_ENDS + "\n")
+    return f"{head}{EDITABLE_ENTRY}\n\n\n{tail}"
+
+
 def texts() -> dict[str, str]:
     """Each file's text, by its name."""
     code = fallback()
     compile(code, LEFT_OVER, "exec")  # what the start imports where the package is gone must compile
     doc = '"""The start of a process whose tms_autopreload package is gone (tms_autopreload/leftover.py)."""'
-    return {PTH: pth(), f"{START}.py": START_TEXT, f"{LEFT_OVER}.py": f"{GENERATED}{doc}\n\n{code}"}
+    entry = start()
+    compile(entry, START, "exec")
+    return {PTH: pth(), f"{START}.py": entry, f"{LEFT_OVER}.py": f"{GENERATED}{doc}\n\n{code}"}
 
 
 def main() -> int:

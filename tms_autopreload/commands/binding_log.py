@@ -28,8 +28,8 @@ from ..builds import interposed
 from ..elf import ElfError, read_dynamic
 from ..errors import CAUSE_IDLE_RUNTIME, CAUSE_SECOND_RUNTIME_BOUND
 from ..symbols import read_symbols
-from .. import EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, is_tms_entry, parse_flag, \
-    same_file, split_preload
+from ..environment import (EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, is_tms_entry,
+                           parse_flag, same_file, split_preload)
 from ..gpu_libraries import CUDA, HIP, runtime_of, soname_prefix
 
 TYPE_CHECKING = False
@@ -51,7 +51,7 @@ ALLOCATOR = "libc10_cuda.so"
 _BINDING = re.compile(r"\s*(\d+):\s+binding file (.+) \[(\d+)\] to (.+) \[(\d+)\]: (normal|protected) symbol "
                       r"`([^'`]+)'(?: \[([^\]]*)\])?\s*")
 # The child's report, one marked line: what is mapped after the import, whether its start-up hook
-# re-exec'd it (tms_autopreload.reexecuted, whatever was logged), and the import's failure as data (a
+# re-exec'd it (tms_autopreload.environment.reexecuted, whatever was logged), and the import's failure as data (a
 # module that cannot be imported is told apart from a hook that is not mapped).
 _MARK = "TMS-DEEP-REPORT "
 _PROBE = """
@@ -366,7 +366,7 @@ def check(environ: "Mapping[str, str]", hook: str, runtime_library: str, *, modu
     """Start ``executable`` under ``environ`` plus :data:`DEEP_VARS`, import ``module``, and read the log.
 
     ``in_process``: ``environ`` asks the child's start-up hook for dlopen mode (with
-    ``TMS_AUTOPRELOAD_VERBOSE``); a child whose hook re-exec'd it (:func:`tms_autopreload.reexecuted`)
+    ``TMS_AUTOPRELOAD_VERBOSE``); a child whose hook re-exec'd it (:func:`tms_autopreload.environment.reexecuted`)
     gives evidence about exec mode, so the check fails with the hook's own words. ``bound_fix``: the fix to
     give where two runtime copies take bindings (the caller knows what it set up). The log goes to a private
     temporary directory, is read line by line and deleted. The calling process's environment is

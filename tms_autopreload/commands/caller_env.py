@@ -19,9 +19,9 @@ it alone, so a flag exported in the caller's shell changes nothing here.)
 
 import os
 
-from .. import ADDED_VAR, EXEC_VAR, STATE_VAR, is_tms_entry, split_preload, state_build
+from ..environment import ADDED_VAR, EXEC_VAR, STATE_VAR, is_tms_entry, split_preload, state_build
 from ..builds import is_preload_name
-from ..ldso import read_added, split_search_path
+from ..environment import read_added, split_search_path
 from ..decision import survey
 from ..decision import Report
 

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from .. import APPLY_ENV, GENERIC_FLAG, is_tms_entry, same_file, split_preload
+from ..environment import APPLY_ENV, GENERIC_FLAG, is_tms_entry, same_file, split_preload
 from ..decision import survey
 from .caller_env import before_plan, plan_applied
 from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE, say_warnings
@@ -107,7 +107,7 @@ def _said_of_variables() -> "list[str]":
     """What a flagged start from this shell says of its variables (:func:`tms_autopreload.startup.start_warnings`),
     and, where the kill switch is on, that such a start runs unhooked and how to turn it off: a stop's way out
     tells the user to export it for the rest of the shell, and the start then says nothing."""
-    from .. import DISABLE_VAR, kill_switch
+    from ..environment import DISABLE_VAR, kill_switch
     from ..startup import start_warnings
 
     said = start_warnings(os.environ)

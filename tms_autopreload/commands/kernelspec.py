@@ -13,7 +13,8 @@ import string
 import sys
 import tempfile
 
-from .. import DISABLE_VAR, FLAG_VARS, GENERIC_FLAG, __version__, flags
+from .. import __version__
+from ..environment import DISABLE_VAR, FLAG_VARS, GENERIC_FLAG, flags
 from ..errors import (CAUSE_BAD_KERNEL_NAME, CAUSE_EMPTY_PREFIX, CAUSE_HOOK_OFF, CAUSE_INVALID_REQUEST, CAUSE_NOT_OURS,
                      CAUSE_NO_IPYKERNEL, CAUSE_NO_JUPYTER, CAUSE_NO_KERNEL, Error)
 

@@ -22,7 +22,7 @@ the start-up hook never refuses on these facts; ``doctor`` reports them, with a 
 
 import os
 
-from .. import read_regular
+from ..environment import read_regular
 from ..errors import CAUSE_NO_DRIVER, Error
 from ..ldso import PRELOADED, Loader
 from ..gpu_libraries import CUDA_MAJORS, DRIVER_FILE_PREFIX, DRIVER_SONAME

@@ -27,7 +27,8 @@ import sys
 import tempfile
 import time
 
-from .. import FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects, reexecuted, state_build
+from ..environment import (FLAG_VARS, GENERIC_FLAG, MODE_VAR, ON_ERROR_VAR, mapped_hooks, mapped_objects, reexecuted,
+                           state_build)
 from ..errors import CAUSE_CLUSTER_LOST, CAUSE_NO_CLUSTER, CAUSE_NO_RAY, CAUSE_RAY_TOKEN, CAUSE_USAGE, Error
 
 TYPE_CHECKING = False
