@@ -277,6 +277,10 @@ def _has_ensurepip() -> bool:
     return os.path.isdir(os.path.join(os.path.dirname(os.__file__), "ensurepip"))
 
 
+PTH = "tms_autopreload.pth"
+START = "_tms_autopreload_start"
+FALLBACK = "_tms_autopreload_left_over"
+START_UP_FILES = (PTH, f"{START}.py", f"{FALLBACK}.py")
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
 
 
@@ -287,6 +291,16 @@ def parse_choice(name: str, value: "str | None", choices: "tuple[str, ...]") -> 
     if not word or word in choices:
         return word or choices[0], None
     return choices[0], unrecognised(name, value, " or ".join(choices), choices[0])
+
+
+def processed_pth(default: str) -> str:
+    frame: "FrameType | None" = sys._getframe()
+    while frame is not None:
+        fullname = frame.f_locals.get("fullname")
+        if frame.f_code.co_filename.rpartition("/")[2] in ("site.py", "<frozen site>") and isinstance(fullname, str):
+            return fullname
+        frame = frame.f_back
+    return default
 
 
 def shell_way_out() -> str:
@@ -308,12 +322,6 @@ def way_out() -> str:
                      f"there, for {sys.executable} (for example `srun --jobid {os.environ['SLURM_JOB_ID']} -w {node} "
                      f"--overlap COMMAND`).")
     return "\n".join(lines)
-
-
-PTH = "tms_autopreload.pth"
-START = "_tms_autopreload_start"
-FALLBACK = "_tms_autopreload_left_over"
-START_UP_FILES = (PTH, f"{START}.py", f"{FALLBACK}.py")
 
 
 def _record(site: str) -> "dict[str, object] | None":
@@ -367,16 +375,6 @@ def fix(pth: str, read: bool = True) -> str:
                f"the source it was installed from, {local_path(record)}, is gone")
         fix = f"`{removal(pth)}` ({why}: {_again(sys.executable, options, editable)})"
     return f"{'; '.join(words)}: {fix}" if words else fix
-
-
-def processed_pth(default: str) -> str:
-    frame: "FrameType | None" = sys._getframe()
-    while frame is not None:
-        fullname = frame.f_locals.get("fullname")
-        if frame.f_code.co_filename.rpartition("/")[2] in ("site.py", "<frozen site>") and isinstance(fullname, str):
-            return fullname
-        frame = frame.f_back
-    return default
 
 
 def left_over(pth: str) -> None:

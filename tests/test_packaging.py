@@ -78,7 +78,7 @@ def test_the_start_up_files_are_what_their_generator_writes_from_the_package(par
 
     want = pthfile.texts()
     assert set(want) == STARTUP
-    from tms_autopreload.leftover import START_UP_FILES  # what the left-over fixes remove: what the wheel puts there
+    from tms_autopreload.startup import START_UP_FILES  # what the left-over fixes remove: what the wheel puts there
 
     assert set(START_UP_FILES) == STARTUP
     with zipfile.ZipFile(parts.own_wheel) as z:
@@ -150,15 +150,27 @@ def test_uv_install_hooks(scenario, tmp_path):
 
 @pytest.mark.slow  # CPython 3.12 and an editable install
 def test_editable_install_hooks(scenario, tmp_path):
+    """``pip install -e``: hooked, and the start module beside the ``.pth`` imports the checkout's entry rather
+    than a copy made at install time (tools/pthfile.py, ``editable_start``): a change to the checkout's rules
+    reaches the next flagged start without a reinstall."""
+    import pthfile
+
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python="3.12")
     src = clean_copy(ROOT, tmp_path / "src")
     run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "uninstall", "-y", "-q", "tms-autopreload"])
     try:
         run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "install", "-q", "-e", str(src)])
         assert (scn.site / "tms_autopreload.pth").exists()
+        start = (scn.site / "_tms_autopreload_start.py").read_text()
+        assert start == pthfile.editable_start((ROOT / "_tms_autopreload_start.py").read_text()), start
         assert_hooked(scn, scn.flagged(PROBE))
         r = scn.run(["-c", "import tms_autopreload; print(tms_autopreload.__file__)"], cwd=tmp_path)
         assert r.stdout.startswith(str(src)), r.stdout
+        rules = src / "tms_autopreload" / "environment.py"
+        edited = rules.read_text().replace('SLIME_DEFAULTS = {', 'SLIME_DEFAULTS = {"TMS_TEST_EDITED": "1", ', 1)
+        rules.write_text(edited)
+        r = scn.flagged("import os; print(os.environ.get('TMS_TEST_EDITED'))")
+        assert (r.returncode, r.stdout) == (0, "1\n"), r.stderr
     finally:
         run([sys.executable, "-m", "pip", "--python", str(scn.venv.python), "uninstall", "-y", "-q", "tms-autopreload"])
         scn.venv.install(scn.parts.own_wheel)

@@ -255,7 +255,7 @@ def test_a_pth_whose_start_up_files_are_gone_fails_closed(scenario, tmp_path, py
     """The ``.pth`` kept, what its line imports gone (the start module; or the package and the fallback the
     start module imports): site.py would print ``ModuleNotFoundError`` (twice in a venv) and a flagged start
     would run unhooked. Its line catches that itself: without a flag on, or with the kill switch on, nothing
-    is said; pip (by its name) and uv's interpreter query run, and pass the kill switch on; the package's own
+    is said (where the start module is there, but what the package says of a value it cannot read); pip (by its name) and uv's interpreter query run, and pass the kill switch on; the package's own
     command is never stopped; a flagged start stops with 78 and one message, or with
     TMS_AUTOPRELOAD_ON_ERROR=warn it is said once and the program runs. Where the package or its fallback can
     still be imported, the message is the package's own, its fix the wheel pip recorded installed again, which
@@ -270,7 +270,12 @@ def test_a_pth_whose_start_up_files_are_gone_fails_closed(scenario, tmp_path, py
                 {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": "1"},
                 {"TMS_AUTOPRELOAD": "1", "TMS_AUTOPRELOAD_DISABLE": " Ture"}):
         r = scn.run(USER, env)
-        assert (r.returncode, r.stdout, r.stderr) == (0, "user code ran\n", ""), (env, r.returncode, r.stderr)
+        # Where the start module is there, it reads the flags as the package does (its copy of the rules) and says
+        # what the package says of a value it cannot read; where it is gone, nothing is said.
+        said = r.stderr.splitlines()
+        odd = [w for w in said if not (w.startswith("tms-autopreload: warning: ") and " not a recognised value " in w)]
+        assert (r.returncode, r.stdout) == (0, "user code ran\n") and not (odd if gone == "package-and-fallback" else
+                                                                           said), (env, r.returncode, r.stderr)
     # The repair tools, by the names pip's launcher and uv's query give them; each passes the kill switch on.
     shown = "import os; print(os.environ.get('TMS_AUTOPRELOAD_DISABLE'))"
     (tmp_path / "pip3.12").write_text(shown + "\n")
@@ -383,6 +388,25 @@ def test_doctor_judges_no_start_up_files_where_pip_has_no_record_of_the_package(
     assert doc["ok"] is True and doc["start_up"] is None, doc
     r = scn.flagged(HOOKED)
     assert r.returncode == 0 and json.loads(r.stdout) == [True, [str(scn.site / CU13)]], r.stderr
+
+
+def test_a_start_module_earlier_on_sys_path_is_said_where_it_starts_a_flagged_start(scenario, tmp_path):
+    """A start module found before the one beside the ``.pth`` (a ``PYTHONPATH`` folder holding another install's
+    start-up files) runs its own copy of the start-up rules: a flagged start that has work to do names it and the
+    one it stands in for, once, and is hooked; one beside the ``.pth`` is said nothing of."""
+    scn = report_host(scenario, tag="stray-start")
+    older = tmp_path / "older"
+    older.mkdir()
+    shutil.copy(scn.site / "_tms_autopreload_start.py", older)
+    plain = scn.flagged(HOOKED)
+    assert plain.returncode == 0 and "start module" not in plain.stderr, plain.stderr
+    r = scn.flagged(HOOKED, {"PYTHONPATH": str(older)})
+    assert r.returncode == 0 and json.loads(r.stdout)[1] == [str(scn.site / CU13)], r.stderr
+    said = [line for line in r.stderr.splitlines() if "start module" in line]
+    assert said == [f"tms-autopreload: warning: the start module {older / '_tms_autopreload_start.py'}, earlier on "
+                    f"sys.path, started this process instead of {scn.site / '_tms_autopreload_start.py'} beside "
+                    f"{scn.site / 'tms_autopreload.pth'}: its copy of the start-up rules may not be this package's. "
+                    f"Fix: remove it, or put its folder after the site directory on sys.path (PYTHONPATH)"], r.stderr
 
 
 def test_the_lines_own_fallback_decides_as_the_package_does(tmp_path, monkeypatch, capfd):

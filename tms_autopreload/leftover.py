@@ -23,25 +23,15 @@ from .environment import (_COMMANDS, COMMAND, DISABLE_VAR, FALSE_WORDS, FLAG_VAR
                           flags, unhooked_program)
 from .installer import _has_ensurepip, _uv_on_path, pip_form, where
 from .install_source import local_path, source_args, source_gone
-from .startup import EXIT_CONFIG, parse_choice
+from .startup import EXIT_CONFIG, PTH, START, START_UP_FILES, parse_choice
 from .stopped import shell_way_out, way_out
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from types import FrameType
-
     from .errors import Error
 
-__all__ = ["left_over", "stop", "fix", "processed_pth", "removal", "start_gone", "PTH", "START", "FALLBACK",
-           "START_UP_FILES", "REPAIR_TOOLS", "OWN_PROGRAMS", "not_started"]
+__all__ = ["left_over", "stop", "fix", "removal", "start_gone", "REPAIR_TOOLS", "OWN_PROGRAMS", "not_started"]
 
-# The files the wheel puts at the root of site-packages (tools/pthfile.py writes them, setup.py ships them): the
-# .pth, the start module its line imports where a flag is set, and the fallback that imports where the package
-# is gone.
-PTH = "tms_autopreload.pth"
-START = "_tms_autopreload_start"
-FALLBACK = "_tms_autopreload_left_over"
-START_UP_FILES = (PTH, f"{START}.py", f"{FALLBACK}.py")
 # The repair tools start_gone leaves alone, by their names alone (the package also reads a console script's first
 # lines: unhooked_program): pip's scripts (pip3.12 is pip), -m pip and pip's runner, ensurepip, venv, virtualenv;
 # and uv's interpreter query, by its -c text (_COMMANDS).
@@ -119,21 +109,6 @@ def fix(pth: str, read: bool = True) -> str:
                f"the source it was installed from, {local_path(record)}, is gone")
         fix = f"`{removal(pth)}` ({why}: {_again(sys.executable, options, editable)})"
     return f"{'; '.join(words)}: {fix}" if words else fix
-
-
-def processed_pth(default: str) -> str:
-    """The ``.pth`` file whose import line started this, or ``default`` where no such frame is found: a copy of
-    the start-up files found earlier on ``sys.path`` (a ``PYTHONPATH`` folder) would otherwise name a file
-    site.py never read. site.py's frame that runs import lines names it ``fullname``: ``addpackage`` up to
-    3.14, ``_exec_imports`` from 3.15 (which sets it for import lines written for 3.14); site.py is frozen into
-    the interpreter from 3.11 (``<frozen site>``) unless the build leaves it out."""
-    frame: "FrameType | None" = sys._getframe()
-    while frame is not None:
-        fullname = frame.f_locals.get("fullname")
-        if frame.f_code.co_filename.rpartition("/")[2] in ("site.py", "<frozen site>") and isinstance(fullname, str):
-            return fullname
-        frame = frame.f_back
-    return default
 
 
 def left_over(pth: str) -> None:

@@ -35,17 +35,26 @@ import sys
 
 from .environment import (APPLY_ENV, COMMAND, DISABLE_VAR, EXEC_VAR, FLAG_VARS, MODE_VAR, MODES, ON_ERROR_POLICIES,
                           ON_ERROR_VAR, SLIME_DEFAULTS, STARTED, VERBOSE_VAR, flag_values, flags, inherited_hook,
-                          mapped_hooks, parse_flag, read_maps, reexecuted, say, state_build, unhooked_program,
-                          unrecognised)
+                          mapped_hooks, parse_flag, read_maps, reexecuted, same_file, say, state_build,
+                          unhooked_program, unrecognised)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from types import FrameType
 
     from .decision import Report
 
-__all__ = ["process_startup", "run", "parse_choice", "start_warnings", "EXIT_CONFIG", "EXIT_INTERRUPTED"]
+__all__ = ["process_startup", "run", "parse_choice", "start_warnings", "processed_pth", "EXIT_CONFIG",
+           "EXIT_INTERRUPTED", "PTH", "START", "FALLBACK", "START_UP_FILES"]
 
+# The files the wheel puts at the root of site-packages (tools/pthfile.py writes them, setup.py ships them): the
+# .pth, the start module its line imports where a flag is set, and the fallback that imports where the package
+# is gone.
+PTH = "tms_autopreload.pth"
+START = "_tms_autopreload_start"
+FALLBACK = "_tms_autopreload_left_over"
+START_UP_FILES = (PTH, f"{START}.py", f"{FALLBACK}.py")
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
 EXIT_INTERRUPTED = 130
 
@@ -165,6 +174,9 @@ def _apply(maps: "bytes | None") -> None:
 
     from .decision import survey
 
+    stray = _stray_start()
+    if stray is not None:
+        say("warning: " + stray)
     embedded = _cannot_exec()
     in_process = embedded is not None or _choice(MODE_VAR, MODES) == "dlopen"
     why_not = None
@@ -245,6 +257,35 @@ def _chosen(report: "Report") -> str:
     build = report.chosen
     assert build is not None  # a report with a plan has its chosen build
     return build.shown()
+
+
+def processed_pth(default: str) -> str:
+    """The ``.pth`` file whose import line started this, or ``default`` where no such frame is found: a copy of
+    the start-up files found earlier on ``sys.path`` (a ``PYTHONPATH`` folder) would otherwise name a file
+    site.py never read. site.py's frame that runs import lines names it ``fullname``: ``addpackage`` up to
+    3.14, ``_exec_imports`` from 3.15 (which sets it for import lines written for 3.14); site.py is frozen into
+    the interpreter from 3.11 (``<frozen site>``) unless the build leaves it out."""
+    frame: "FrameType | None" = sys._getframe()
+    while frame is not None:
+        fullname = frame.f_locals.get("fullname")
+        if frame.f_code.co_filename.rpartition("/")[2] in ("site.py", "<frozen site>") and isinstance(fullname, str):
+            return fullname
+        frame = frame.f_back
+    return default
+
+
+def _stray_start() -> "str | None":
+    """Why the start module that runs this process is not the one beside the ``.pth`` site.py is reading, or
+    None: a start module earlier on ``sys.path`` (a ``PYTHONPATH`` folder, a ``--target`` install of another
+    version) is imported by the ``.pth`` line instead, and runs its own copy of the start-up rules, which may
+    be older than this package's (tools/pthfile.py writes the copy)."""
+    started = getattr(sys.modules.get(START), "__file__", None)
+    beside = os.path.join(os.path.dirname(processed_pth("")), f"{START}.py")
+    if started is None or not os.path.isabs(beside) or same_file(started, beside):
+        return None
+    return (f"the start module {started}, earlier on sys.path, started this process instead of {beside} beside "
+            f"{processed_pth('')}: its copy of the start-up rules may not be this package's. Fix: remove it, or "
+            f"put its folder after the site directory on sys.path (PYTHONPATH)")
 
 
 def run(maps: "bytes | None" = None) -> None:

@@ -1,7 +1,7 @@
 """Write the start-up files from the package's own checked code: ``python tools/pthfile.py`` (``--check``: exit
 1 where a file in the tree differs from what this writes).
 
-Three files at the root of site-packages, shipped by setup.py (their names: ``tms_autopreload.leftover``):
+Three files at the root of site-packages, shipped by setup.py (their names: ``tms_autopreload.startup``):
 
 * ``tms_autopreload.pth``: one import line, which site.py runs in every start of the environment. It reads
   the two flags and nothing else, and only where one is set runs a ``try`` that imports :data:`START`; its
@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tms_autopreload.environment import FLAG_VARS  # noqa: E402 - the checkout's package, on the path just above
-from tms_autopreload.leftover import FALLBACK as LEFT_OVER  # noqa: E402
-from tms_autopreload.leftover import PTH, START  # noqa: E402
+from tms_autopreload.startup import FALLBACK as LEFT_OVER  # noqa: E402
+from tms_autopreload.startup import PTH, START  # noqa: E402
 
 PACKAGE = "tms_autopreload"
 ENTRY = ("leftover", "left_over")  # (module, function) the fallback calls with the .pth file's path
@@ -170,7 +170,7 @@ def _body(order: list[tuple[_Module, ast.stmt]]) -> str:
 def fallback() -> str:
     """The fallback's code: every definition :data:`ENTRY` reaches, each module's in its source order, the
     environment's rules first, then the standard library imports they use, then the call."""
-    imports, typing, order = definitions(ENTRY, (ENTRY[0], "processed_pth"))
+    imports, typing, order = definitions(ENTRY, ("startup", "processed_pth"))
     head = "".join(f"{i}\n" for i in imports)
     head += "\nTYPE_CHECKING = False\nif TYPE_CHECKING:\n" + "".join(f"    {i}\n" for i in typing)
     call = f"{ENTRY[1]}(processed_pth(os.path.join(os.path.dirname(__file__), {PTH!r})))"
