@@ -37,7 +37,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
       "tests/test_conda.py", "tests/test_forced_path.py", "tests/test_second_runtime.py", "tests/test_misuse.py",
       "tests/test_inputs.py", "tests/test_cli.py", "tests/test_resolver.py", "tests/test_words.py",
       "tests/test_edges.py", "tests/test_outcomes.py")),
-    ("start", ("__init__.py", "startup.py", "stopped.py", "trust.py", "sitepath.py", "leftover.py",
+    ("start", ("__init__.py", "environment.py", "startup.py", "stopped.py", "trust.py", "sitepath.py", "leftover.py",
                "subprocesses.py", "inprocess.py"),
      ("tests/test_sitepath.py", "tests/test_startup_files.py", "tests/test_inputs.py", "tests/test_misuse.py",
       "tests/test_fuzz.py", "tests/test_guarantees.py", "tests/test_hook.py", "tests/test_words.py",
