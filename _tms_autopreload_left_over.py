@@ -20,6 +20,7 @@ DISABLE_VAR = "TMS_AUTOPRELOAD_DISABLE"
 NO_HOOK = f"env {DISABLE_VAR}=1"
 VERBOSE_VAR = "TMS_AUTOPRELOAD_VERBOSE"
 ON_ERROR_VAR = "TMS_AUTOPRELOAD_ON_ERROR"
+ON_ERROR_POLICIES = ("exit", "warn")
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
 
@@ -392,7 +393,7 @@ def left_over(pth: str) -> None:
 
 def stop(pth: str, why: str) -> None:
     sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start: said once
-    warn = parse_choice(ON_ERROR_VAR, os.environ.get(ON_ERROR_VAR), ("exit", "warn"))[0] == "warn"
+    warn = parse_choice(ON_ERROR_VAR, os.environ.get(ON_ERROR_VAR), ON_ERROR_POLICIES)[0] == "warn"
     message = (f"tms-autopreload: {pth} is left over: {why}, so this process is not hooked. Fix: {fix(pth)}"
                + (f"; continuing without the hook ({ON_ERROR_VAR}=warn)" if warn else f"\n{way_out()}") + "\n")
     os.write(2, message.encode("utf-8", "surrogateescape"))

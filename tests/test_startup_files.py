@@ -255,9 +255,10 @@ def test_a_pth_whose_start_up_files_are_gone_fails_closed(scenario, tmp_path, py
     """The ``.pth`` kept, what its line imports gone (the start module; or the package and the fallback the
     start module imports): site.py would print ``ModuleNotFoundError`` (twice in a venv) and a flagged start
     would run unhooked. Its line catches that itself: without a flag on, or with the kill switch on, nothing
-    is said (where the start module is there, but what the package says of a value it cannot read); pip (by its name) and uv's interpreter query run, and pass the kill switch on; the package's own
-    command is never stopped; a flagged start stops with 78 and one message, or with
-    TMS_AUTOPRELOAD_ON_ERROR=warn it is said once and the program runs. Where the package or its fallback can
+    is said (where the start module is there, but what the package says of a value it cannot read); pip (by its
+    name) and uv's interpreter query run, and pass the kill switch on; the package's own command is never stopped;
+    a flagged start stops with 78 and one message, or with TMS_AUTOPRELOAD_ON_ERROR=warn it is said once and the
+    program runs. Where the package or its fallback can
     still be imported, the message is the package's own, its fix the wheel pip recorded installed again, which
     pasted into the flagged shell puts the start-up files back: the next flagged start is hooked. Where neither
     can, its fix removes the start-up files, and the next start runs."""

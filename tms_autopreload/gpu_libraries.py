@@ -30,7 +30,17 @@ _SONAME_PREFIX = {CUDA: "libcudart.so.", HIP: "libamdhip64.so."}
 # Where NVIDIA's runtime wheels put the library, under site-packages: nvidia-cuda-runtime (13 and later) in
 # nvidia/cu<major>/lib, nvidia-cuda-runtime-cu11 and -cu12 in nvidia/<WHEEL_FOLDER>/lib.
 WHEEL_FOLDER = "cuda_runtime"
-_WHEEL_LIB_DIRS = ("nvidia/cu{major}/lib", f"nvidia/{WHEEL_FOLDER}/lib")
+
+
+def nvidia_lib_dir(folder: str) -> str:
+    """The folder under site-packages where NVIDIA's wheel of ``folder`` (``cuda_runtime``, ``cublas``, ...,
+    or a major's, :func:`major_folder`) puts its libraries; the one place it is spelt."""
+    return f"nvidia/{folder}/lib"
+
+
+def major_folder(major: "int | str") -> str:
+    """The folder of CUDA ``major``'s wheels from 13 on (``cu13``): one per major, not one per library."""
+    return f"cu{major}"
 
 
 class CudaMajor:
@@ -62,9 +72,11 @@ CUDA_MAJORS = {row.major: row for row in (
 
 
 def wheel_lib_dirs(major: int) -> "tuple[str, ...]":
-    """The folders of site-packages where NVIDIA's pip wheels put CUDA ``major``'s runtime, in the order torch
-    and this package look."""
-    return tuple(d.format(major=major) for d in _WHEEL_LIB_DIRS)
+    """The folders of site-packages where NVIDIA's pip wheels put CUDA ``major``'s runtime, in the order this
+    package looks: the major's own folder first, where only that major's runtime can be. (torch looks the
+    other way round for what it loads by path, and in one more folder: :func:`tms_autopreload.runtime.runtime_by_path`
+    models its order.)"""
+    return nvidia_lib_dir(major_folder(major)), nvidia_lib_dir(WHEEL_FOLDER)
 
 
 def soname_prefix(kind: str) -> str:

@@ -19,8 +19,8 @@ import json
 import os
 import sys
 
-from .environment import (_COMMANDS, COMMAND, DISABLE_VAR, FALSE_WORDS, FLAG_VARS, NO_HOOK, ON_ERROR_VAR, TRUE_WORDS,
-                          flags, unhooked_program)
+from .environment import (_COMMANDS, COMMAND, DISABLE_VAR, FALSE_WORDS, FLAG_VARS, NO_HOOK, ON_ERROR_POLICIES,
+                          ON_ERROR_VAR, TRUE_WORDS, flags, unhooked_program)
 from .installer import _has_ensurepip, _uv_on_path, pip_form, where
 from .install_source import local_path, source_args, source_gone
 from .startup import EXIT_CONFIG, PTH, START, START_UP_FILES, parse_choice
@@ -132,7 +132,7 @@ def stop(pth: str, why: str) -> None:
     The one wording of that stop: :func:`left_over` and :func:`start_gone` (where the package, or the fallback,
     can still be imported) both end here."""
     sys.tms_autopreload_left_over = pth  # type: ignore[attr-defined]  # a mark of this start: said once
-    warn = parse_choice(ON_ERROR_VAR, os.environ.get(ON_ERROR_VAR), ("exit", "warn"))[0] == "warn"
+    warn = parse_choice(ON_ERROR_VAR, os.environ.get(ON_ERROR_VAR), ON_ERROR_POLICIES)[0] == "warn"
     message = (f"tms-autopreload: {pth} is left over: {why}, so this process is not hooked. Fix: {fix(pth)}"
                + (f"; continuing without the hook ({ON_ERROR_VAR}=warn)" if warn else f"\n{way_out()}") + "\n")
     os.write(2, message.encode("utf-8", "surrogateescape"))

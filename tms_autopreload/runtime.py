@@ -42,8 +42,8 @@ from .elf import ElfError, read_dynamic
 from .errors import (CAUSE_BAD_VERSION, CAUSE_CPU_ONLY_TORCH, CAUSE_NO_RUNTIME_VISIBLE, CAUSE_SEVERAL_RUNTIMES,
                      CAUSE_TORCH_INCONSISTENT, CAUSE_TORCH_UNREADABLE, ResolveError, shown)
 from .ldso import Found, Loader, Object
-from .gpu_libraries import (CUDA, CUDA_MAJORS, GLIBC_SONAMES, HIP, WHEEL_FOLDER, number, runtime_name, runtime_of,
-                            runtime_soname, soname_prefix, wheel_lib_dirs)
+from .gpu_libraries import (CUDA, CUDA_MAJORS, GLIBC_SONAMES, HIP, WHEEL_FOLDER, major_folder, number, nvidia_lib_dir,
+                            runtime_name, runtime_of, runtime_soname, soname_prefix, wheel_lib_dirs)
 from .gpu_libraries import release as release_of
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on the start-up path
@@ -328,7 +328,7 @@ def detect(environ: "Mapping[str, str]", loader: Loader, torch_dir: "str | None"
             f"no torch is installed for this interpreter and no CUDA runtime is visible "
             f"(looked for {', '.join(runtime_soname(CUDA, m) for m in probed)} on the loader's path and in "
             f"NVIDIA's pip wheels)", cause=CAUSE_NO_RUNTIME_VISIBLE,
-            fix=f"install torch, or a CUDA runtime ({install_hint(CUDA, 13)}), or set {CUDA_MAJOR_VAR}=N")
+            fix=f"install torch, or a CUDA runtime ({install_hint(CUDA, max(CUDA_MAJORS))}), or set {CUDA_MAJOR_VAR}=N")
     listing = "; ".join(f"{runtime_soname(CUDA, m)} at {f.path} ({f.rule})" for m, f in seen.items())
     raise ResolveError(
         f"no torch is installed for this interpreter and several CUDA runtimes are visible ({listing}), "
@@ -347,17 +347,17 @@ _RUNTIME = (WHEEL_FOLDER, soname_prefix(CUDA))
 # runtime's: none where no runtime is loaded by path once libtorch_global_deps.so has loaded). 2.9.0, 2.12.0,
 # 2.14.1 and 2.15.0 read the same as the entry before them, but for entries after the runtime's (curand left
 # the list in 2.15.0).
-_RELEASES = (((2, 8), True, ()),
-             ((2, 10), True, (*_BEFORE_RUNTIME, _RUNTIME)),
-             ((2, 14), False, (*_BEFORE_RUNTIME, _RUNTIME)))
+_TORCH_RELEASES = (((2, 8), True, ()),
+                   ((2, 10), True, (*_BEFORE_RUNTIME, _RUNTIME)),
+                   ((2, 14), False, (*_BEFORE_RUNTIME, _RUNTIME)))
 
 
 def code_of(version: "str | None") -> "tuple[str, bool, tuple[tuple[str, str], ...]]":
     """(the read release whose code ``version`` is taken to have, whether a library not found stops the list,
     the list up to the runtime's entry)."""
     release = release_of(version)
-    chosen = _RELEASES[-1] if not release else _RELEASES[0]
-    for entry in _RELEASES:
+    chosen = _TORCH_RELEASES[-1] if not release else _TORCH_RELEASES[0]
+    for entry in _TORCH_RELEASES:
         if entry[0] <= release:
             chosen = entry
     return ".".join(map(str, chosen[0])), chosen[1], chosen[2]
@@ -378,9 +378,9 @@ def _first(folder: str, prefix: str, cuda: str) -> "str | None":
     major = cuda.split(".")[0]
     for entry in sitepath.search_path():
         base = entry or "."
-        found = (_matches(os.path.join(base, "nvidia", folder, "lib"), prefix)
-                 + _matches(os.path.join(base, "nvidia", f"cu{major}", "lib"), prefix)
-                 + _matches(os.path.join(base, folder, "lib"), prefix))
+        found = (_matches(os.path.join(base, nvidia_lib_dir(folder)), prefix)
+                 + _matches(os.path.join(base, nvidia_lib_dir(major_folder(major))), prefix)
+                 + _matches(os.path.join(base, folder, "lib"), prefix))  # torch's third place: not a wheel's
         if found:
             return os.path.abspath(found[0])
     return None

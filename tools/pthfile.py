@@ -36,6 +36,7 @@ fallback outside the checks; what is copied here must be whole definitions of re
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -152,7 +153,11 @@ def definitions(*entries: tuple[str, str]) -> tuple[list[str], list[str], list[t
     last = entries[0][0]
     order = sorted({(m, id(node)): (m, node) for m, node in wanted.values()}.values(),  # one assignment, many names
                    key=lambda item: (item[0] != "environment", item[0] == last, item[0], item[1].lineno))
-    typing = sorted({i for m in {m for m, _ in order} for i in module(m).typing})
+    # The TYPE_CHECKING imports of the modules copied from, but those no copied definition names (in its
+    # annotations, strings mostly: a word search).
+    words = set(re.findall(r"\w+", "".join(module(m).segment(node) for m, node in order)))
+    typing = sorted({i for m in {m for m, _ in order} for i in module(m).typing
+                     if words & {n.asname or n.name for n in ast.parse(i).body[0].names}})  # type: ignore[attr-defined]
     return sorted(imports, key=lambda i: (i.startswith("from"), i)), typing, [(module(m), n) for m, n in order]
 
 
