@@ -36,7 +36,7 @@ CONFIG = "coverage.ini"
 # What a handler is called by: its module (under the package), its function and the exceptions it names,
 # with ``#2`` and on where one function has several alike. Why each listed one cannot be reached here.
 UNREACHABLE: dict[str, str] = {
-    "__init__.py:open_regular:OSError":
+    "environment.py:open_regular:OSError":
         "fstat of the descriptor open() has just returned: it fails only on a fault of the kernel or the file "
         "system (EIO), which no test can make without injecting faults as root",
     "builds.py:shown_path:ElfError":

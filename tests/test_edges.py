@@ -36,7 +36,8 @@ from tms_autopreload.builds import DRIVER_ONLY_PREFIX
 from tms_autopreload.commands import kernelspec, nvidia_driver
 from tms_autopreload.gpu_libraries import CUDA, CUDA_MAJORS, release
 from tms_autopreload.ldso import Loader
-from tms_autopreload.releases import RELEASED_CUDA_MAJORS, RELEASES, build_install_hint, reads_one_path
+from tms_autopreload.reinstall import build_install_hint
+from tms_autopreload.releases import RELEASED_CUDA_MAJORS, RELEASES, reads_one_path
 from tms_autopreload.runtime import _RELEASES as TORCH_RELEASES, code_of
 
 # The largest part of a driver version the reader takes (nvidia_driver.version_key: 1 to 6 digits a part).

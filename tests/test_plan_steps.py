@@ -16,7 +16,7 @@ import support
 sys.path.insert(0, str(support.ROOT))
 
 from tms_autopreload import attempt as judging
-from tms_autopreload import decision, errors, releases, verdict
+from tms_autopreload import decision, errors, reinstall, releases, verdict
 from tms_autopreload import trace as tracing
 from tms_autopreload.builds import Build, find_builds
 from tms_autopreload.elf import DynamicInfo, read_dynamic
@@ -284,10 +284,10 @@ def test_a_removed_build_of_an_index_release_is_forced_back_as_that_release(tmp_
     """pip's record lists the CUDA 13 build, which is gone: the fix names it and reinstalls that release by
     ``--force-reinstall`` (a plain install of the installed version does nothing), for a CUDA 13 runtime."""
     package = installed_release(tmp_path / "site")
-    hint = releases.reinstall_hint(package, 13)
+    hint = reinstall.reinstall_hint(package, 13)
     assert hint and hint.startswith(f"torch-memory-saver 0.0.10 is installed but its {CU13} is missing: "), hint
     assert "--force-reinstall" in hint and "torch-memory-saver==0.0.10" in hint, hint
-    assert releases.build_install_hint("cuda", 13, package) == hint
+    assert reinstall.build_install_hint("cuda", 13, package) == hint
 
 
 @pytest.mark.parametrize("live", ["0.0.9.post1", "0.0.10"])
@@ -296,7 +296,7 @@ def test_of_two_records_left_in_one_folder_the_one_whose_files_are_there_is_rein
     old one): the release whose recorded files are on disk is the installed one, whichever is newer."""
     for version in ("0.0.9.post1", "0.0.10"):
         package = installed_release(tmp_path / "site", version, live=version == live)
-    hint = releases.reinstall_hint(package, 13)
+    hint = reinstall.reinstall_hint(package, 13)
     assert hint and hint.startswith(f"torch-memory-saver {live} is installed but") and f"=={live}`" in hint, hint
 
 
@@ -307,10 +307,10 @@ def test_a_removed_build_is_reinstalled_from_the_recorded_source_while_it_is_the
     wheel.parent.mkdir()
     wheel.write_bytes(b"a wheel")
     package = installed_release(tmp_path / "site", record={"url": wheel.as_uri(), "archive_info": {}})
-    hint = releases.reinstall_hint(package, 13)
+    hint = reinstall.reinstall_hint(package, 13)
     assert hint and "--force-reinstall" in hint and str(wheel) in hint and "==0.0.10" not in hint, hint
     wheel.unlink()
-    hint = releases.reinstall_hint(package, 13)
+    hint = reinstall.reinstall_hint(package, 13)
     assert hint and "torch-memory-saver==0.0.10" in hint and str(wheel) not in hint, hint
 
 
@@ -321,7 +321,7 @@ def test_a_removed_build_whose_record_cannot_be_read_is_reinstalled_as_its_relea
     package = installed_release(tmp_path / "site", record={"url": "file:///gone.whl", "archive_info": {}})
     record = next((tmp_path / "site").glob("torch_memory_saver-*.dist-info")) / "direct_url.json"
     record.write_text(record.read_text()[:10])
-    hint = releases.reinstall_hint(package, 13)
+    hint = reinstall.reinstall_hint(package, 13)
     assert hint and "--force-reinstall" in hint and "torch-memory-saver==0.0.10" in hint and "gone" not in hint, hint
 
 # ---------------------------------------------------------------- builds: where they are found, who may write them

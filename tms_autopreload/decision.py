@@ -145,7 +145,7 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, torch_dir: st
                            fix=f"{install_fix(torch_dir)} (or set {PATH_VAR}=/abs/path/to/build.so)")
     builds = find_builds(package_dir, want, trusted)
     if not builds:
-        from .releases import REINSTALL, reinstall_hint
+        from .reinstall import REINSTALL, reinstall_hint
 
         looked = " and ".join(f"{prefix}*.so" for prefix in PRELOAD_PREFIXES)
         raise ResolveError(f"torch_memory_saver at {package_dir} ships no preload build (looked for {looked} there "

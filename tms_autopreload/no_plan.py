@@ -47,7 +47,7 @@ def no_fit(runtime: Runtime, ordered: tuple[Verdict, ...], eligible: list[int], 
         built = f"torch at {torch.dir} " + (f"is built for CUDA {torch.cuda}" if torch.cuda else f"links {split}")
         fixes = [f"`unset {CUDA_MAJOR_VAR}` ({built})",
                  *(f for f in fixes if f != install_hint(runtime.kind, runtime.major))]
-    from .releases import build_install_hint
+    from .reinstall import build_install_hint
 
     reasons_above = f"see the reasons above, or set {PATH_VAR} to a build that loads"
     if refused and not eligible:
