@@ -291,18 +291,33 @@ def test_the_cuda_majors_are_one_table():
 # Each fact of the outside world, by the words that write it, and the one module that writes them: the GPU
 # libraries' names and NVIDIA's wheel folders, torch_memory_saver's file names and its release numbers.
 FACTS = {r"libcudart\.so": "gpu_libraries", r"libamdhip64\.so": "gpu_libraries", r"libcuda\.so": "gpu_libraries",
-         r"nvidia/cu": "gpu_libraries", r"cuda_runtime": "gpu_libraries",
+         r"nvidia/(cu|\{\})": "gpu_libraries", r"cuda_runtime": "gpu_libraries",
          r"torch_memory_saver_hook_mode_preload": "builds", r"torch_memory_saver_cpp": "builds",
          r"_cu(\d|\{)": "builds", r"\b0\.0\.\d": "releases"}
 
 
 def _strings(tree: ast.AST) -> "list[ast.Constant]":
     """Every string constant of a module but its docstrings (what it says to its readers, not its users):
-    a literal, or the literal parts of an f-string."""
+    a literal, or the literal parts of an f-string; and each path an ``os.path.join`` call spells in parts,
+    joined as the call joins them (``{}`` for a part that is no literal), where a fact split in parts hides."""
     docs = {id(n.body[0].value) for n in ast.walk(tree)
             if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
             and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+    found = [n for n in ast.walk(tree)
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+    def part(arg: ast.expr) -> str:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            return arg.value
+        if isinstance(arg, ast.JoinedStr):
+            return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in arg.values)
+        return "{}"
+
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "join" \
+                and ast.unparse(call.func.value) in ("os.path", "path", "posixpath"):
+            found.append(ast.Constant("/".join(part(a) for a in call.args), lineno=call.lineno))
+    return found
 
 
 def test_each_fact_is_written_once():
@@ -321,5 +336,6 @@ def test_each_fact_is_written_once():
 
 
 def test_the_fact_finder_finds_a_restated_fact():
-    tree = ast.parse('"""A docstring may name libcudart.so.13."""\nx = f"needs libcudart.so.{major}"\n')
-    assert [n.value for n in _strings(tree)] == ["needs libcudart.so."]
+    tree = ast.parse('"""A docstring may name libcudart.so.13."""\nx = f"needs libcudart.so.{major}"\n'
+                     'y = os.path.join(base, "nvidia", f"cu{major}", "lib")\n')
+    assert [n.value for n in _strings(tree)] == ["needs libcudart.so.", "nvidia", "lib", "cu", "{}/nvidia/cu{}/lib"]

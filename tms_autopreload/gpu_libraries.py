@@ -45,14 +45,16 @@ def major_folder(major: "int | str") -> str:
 
 class CudaMajor:
     """What the package knows of one CUDA major: NVIDIA's pip wheel of its runtime as ``pip install`` takes it
-    (before 11: none; from 13 one project, versioned by the CUDA release), and the oldest driver that runs it.
-    Which torch_memory_saver releases ship a build for it is :data:`tms_autopreload.releases.RELEASES`'."""
+    (before 11: none; from 13 one project, versioned by the CUDA release), the folder under site-packages that
+    wheel puts the runtime library in, and the oldest driver that runs it. Which torch_memory_saver releases
+    ship a build for it is :data:`tms_autopreload.releases.RELEASES`'."""
 
-    __slots__ = ("major", "wheel", "minimum_driver")
+    __slots__ = ("major", "wheel", "lib_dir", "minimum_driver")
 
-    def __init__(self, major: int, wheel: str, minimum_driver: str) -> None:
+    def __init__(self, major: int, wheel: str, folder: str, minimum_driver: str) -> None:
         self.major = major
         self.wheel = wheel
+        self.lib_dir = nvidia_lib_dir(folder)
         self.minimum_driver = minimum_driver
 
 
@@ -65,9 +67,9 @@ class CudaMajor:
 # are: the release notes' table has a Linux x86_64 column only, the Compatibility guide's per-major floors
 # (>= 580, >= 525, >= 450) name no architecture, and no ARM64 SBSA table was found.
 CUDA_MAJORS = {row.major: row for row in (
-    CudaMajor(11, "nvidia-cuda-runtime-cu11", "450.80.02"),
-    CudaMajor(12, "nvidia-cuda-runtime-cu12", "525.60.13"),
-    CudaMajor(13, "nvidia-cuda-runtime==13.*", "580"),
+    CudaMajor(11, "nvidia-cuda-runtime-cu11", WHEEL_FOLDER, "450.80.02"),
+    CudaMajor(12, "nvidia-cuda-runtime-cu12", WHEEL_FOLDER, "525.60.13"),
+    CudaMajor(13, "nvidia-cuda-runtime==13.*", major_folder(13), "580"),
 )}
 
 

@@ -11,10 +11,15 @@ import sys
 import zipfile
 from pathlib import Path
 
-from basics import CACHE, SetupError, cache_lock, pip_env, run
+from basics import CACHE, ROOT, SetupError, cache_lock, pip_env, run
 
-# NVIDIA's runtime wheels, pinned so that every run tests the same files.
-RUNTIME_WHEELS = {12: "nvidia-cuda-runtime-cu12==12.9.79", 13: "nvidia-cuda-runtime==13.5.37"}
+sys.path.insert(0, str(ROOT))  # the checkout's package: its tables
+from tms_autopreload.gpu_libraries import CUDA_MAJORS
+
+# NVIDIA's runtime wheels the suite installs, by CUDA major: the package's own names for them
+# (gpu_libraries.CUDA_MAJORS), at versions pinned here, so that every run tests the same files.
+RUNTIME_WHEELS = {major: f"{CUDA_MAJORS[major].wheel.partition('==')[0]}=={pin}"
+                  for major, pin in {12: "12.9.79", 13: "13.5.37"}.items()}
 
 # Debian architectures other than this machine's, and the wheel platform tag pip downloads for each.
 PLATFORMS = {"arm64": "manylinux2014_aarch64"}

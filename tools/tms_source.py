@@ -26,6 +26,8 @@ from pathlib import Path
 
 from basics import CACHE, ROOT, SetupError, cache_lock, run
 from downloads import RUNTIME_WHEELS, extract, wheel
+from tms_autopreload.gpu_libraries import CUDA, CUDA_MAJORS, runtime_soname
+from tms_autopreload.releases import RELEASED_CUDA_MAJORS
 from standins import driver_stub
 
 SDIST_VERSION = "0.0.10"
@@ -34,7 +36,6 @@ UPSTREAM_COMMIT = "4a43c97771f139db0215c1378e8a0b50e679d23d"  # upstream main wh
 # (requirement, the include directory inside it).
 HEADER_WHEELS = {12: ("nvidia-cuda-nvcc-cu12==12.9.86", "nvidia/cuda_nvcc/include"),
                  13: ("nvidia-cuda-crt==13.5.37", "nvidia/cu13/include")}
-RUNTIME_DIRS = {12: "nvidia/cuda_runtime", 13: "nvidia/cu13"}
 # A source build: the patches applied to the sdist, in order.
 SOURCE_BUILDS = {
     # as released, which is upstream main at UPSTREAM_COMMIT
@@ -105,10 +106,11 @@ def cuda_home(root: Path, major: int) -> Path:
     req, include = HEADER_WHEELS[major]
     _unzip_tree(wheel(req), f"{include}/crt/", home / "include" / "crt")
     runtime = wheel(RUNTIME_WHEELS[major])
-    _unzip_tree(runtime, f"{RUNTIME_DIRS[major]}/include/", home / "include")
+    wheel_lib = CUDA_MAJORS[major].lib_dir  # the runtime wheel's folders, as the package knows them
+    _unzip_tree(runtime, f"{os.path.dirname(wheel_lib)}/include/", home / "include")
     lib = home / "lib64"
-    extract(runtime, f"{RUNTIME_DIRS[major]}/lib/libcudart.so.{major}", lib)
-    (lib / "libcudart.so").symlink_to(f"libcudart.so.{major}")
+    extract(runtime, f"{wheel_lib}/{runtime_soname(CUDA, major)}", lib)
+    (lib / "libcudart.so").symlink_to(runtime_soname(CUDA, major))
     driver_stub(lib)
     (lib / "libcuda.so").symlink_to("libcuda.so.1")
     return home
@@ -176,7 +178,7 @@ def source_wheel(name: str) -> Path:
                 if r.returncode != 0:
                     raise SetupError(f"git apply {patch.name} to the {SDIST_VERSION} sdist failed:\n{r.stderr}")
             built: dict[int, Path] = {}
-            for major in (12, 13):
+            for major in RELEASED_CUDA_MAJORS:
                 tree = root / f"tree{major}"
                 shutil.copytree(src, tree)
                 env = {**os.environ, "TMS_CUDA_MAJOR": str(major), "CUDA_HOME": str(cuda_home(root, major)),
