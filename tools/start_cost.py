@@ -1,7 +1,8 @@
 """What a flagged first start costs, in instructions: ``python3 tools/start_cost.py --against REV``.
 
 Counts a real first start with ``SLIME_OFFLOAD_TRAIN=1`` under callgrind (``valgrind --tool=callgrind``,
-``PYTHONHASHSEED=0``), in exec mode up to its re-exec and in dlopen mode whole, in the bench's venvs
+``PYTHONHASHSEED=0``), in exec mode up to its re-exec and in dlopen mode whole, and a hooked child (``child``:
+a start in the environment a flagged start leaves its children, the hook mapped), in the bench's venvs
 (tools/bench.py: this checkout's and REV's, the same torch_memory_saver, runtime and torch stand-in). Two
 things valgrind would change are undone by a ``.pth`` file sorted before the package's, present only while
 this runs: its own ``LD_PRELOAD`` entries are taken out (the hook would keep them and warn), and ``execve``
@@ -22,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from basics import CACHE  # noqa: E402
-from bench import revision_venv, setup  # noqa: E402
+from bench import inherited, revision_venv, setup  # noqa: E402
 from sandbox import find_python  # noqa: E402
 
 _PTH = "aa_tms_start_cost.pth"
@@ -55,20 +56,21 @@ def main() -> int:
     work = args.dir
     s = setup(work, python)
     sha, theirs = revision_venv(args.against, work, python)
-    venvs = {"this checkout": str(s["venvs"]["with"].python), args.against + f" ({sha})": str(theirs.python)}
+    venvs = {"this checkout": s["venvs"]["with"], args.against + f" ({sha})": theirs}
     pths = []
-    for py in venvs.values():
+    for py in (str(v.python) for v in venvs.values()):
         purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                  capture_output=True, text=True, check=True).stdout.strip()
         pths.append(Path(purelib) / _PTH)
     try:
         for pth in pths:
             pth.write_text(_PTH_LINE)
-        for mode in ("exec", "dlopen"):
-            env = {**s["base"], "SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_MODE": mode, "TMS_START_COST": "1",
-                   "PYTHONHASHSEED": "0"}
-            for label, py in venvs.items():
-                print(f"{mode:6}  {instructions(py, env):>12,}  {label}")
+        for mode in ("exec", "dlopen", "child"):
+            for label, venv in venvs.items():
+                flagged = {**s["base"], "SLIME_OFFLOAD_TRAIN": "1", "TMS_AUTOPRELOAD_MODE": mode}
+                env = {**(inherited(venv, s["base"]) if mode == "child" else flagged), "TMS_START_COST": "1",
+                       "PYTHONHASHSEED": "0"}
+                print(f"{mode:6}  {instructions(str(venv.python), env):>12,}  {label}")
     finally:
         for pth in pths:
             pth.unlink(missing_ok=True)
