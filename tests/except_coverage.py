@@ -42,7 +42,7 @@ UNREACHABLE: dict[str, str] = {
     "builds.py:shown_path:ElfError":
         "a child's verbose line for the build it inherits, mapped: the loader has just read that file's dynamic "
         "section to map it at this start, so it reads again unless the file is replaced in between (a race)",
-    "commands/binding_log.py:_end_group:ProcessLookupError":
+    "commands/doctor/deep.py:_end_group:ProcessLookupError":
         "the child is not reaped when its group is ended (its returncode is None), so the group holds at least "
         "its zombie, which kill() still signals; it is gone only where SIGCHLD is ignored (the kernel reaps) and "
         "the child ends in the instant between a timeout or an interrupt and the kill (a race)",

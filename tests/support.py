@@ -172,7 +172,7 @@ def allocator_bindings(log_dir: Path) -> dict[str, dict[str, str]]:
     """{library name: {symbol: file it was bound to}} for cudaMalloc/cudaFree, from the loader's own
     ``LD_DEBUG=bindings`` log files in ``log_dir``, read with the package's own parser."""
     sys.path.insert(0, str(ROOT))
-    from tms_autopreload.commands.binding_log import parse_binding
+    from tms_autopreload.commands.doctor.deep import parse_binding
 
     out: dict[str, dict[str, str]] = {}
     for path in log_dir.iterdir():

@@ -40,7 +40,7 @@ from support import ROOT, cc, clean_env
 
 sys.path.insert(0, str(ROOT))
 
-from tms_autopreload.commands import doctor as doctor_command
+from tms_autopreload.commands.doctor import command as doctor_command
 from tms_autopreload.commands.main import build_parser, parse
 
 COLUMNS = "100"  # argparse wraps usage and help to the terminal's width: the same here and in the calls

@@ -81,7 +81,7 @@ def test_a_build_reached_through_a_link_under_another_majors_name_is_shown_as_th
     doc = scn.doctor()
     assert doc["plan"]["build"] == str(link) and doc["plan"]["file"] == str(file), doc["plan"]
     sys.path.insert(0, str(ROOT))
-    from tms_autopreload.commands import node_table as rows
+    from tms_autopreload.commands.doctor import node_table as rows
 
     row = rows.node_row("n", "10.0.0.1", "n" * 16, rows.document_answer(doc), None, gpus=8)
     assert f" {CU12} -> {CU13} (needs libcudart.so.13)" in rows.render([row]), rows.render([row])  # a node's row
@@ -164,7 +164,7 @@ def test_doctor_says_when_an_override_splits_the_hook_from_torchs_runtime(scenar
 
 
 def test_a_second_runtime_copys_warning_says_whence_it_comes():
-    from tms_autopreload.commands.report import warning_of_second
+    from tms_autopreload.commands.doctor.document import warning_of_second
 
     second = {"path": "/x/nvidia/cuda_runtime/lib/libcudart.so.12", "shared": "/x/nvidia/cu13/lib/libcudart.so.13",
               "wheel": "nvidia-cuda-runtime-cu12", "site": "/x", "pip_refuses": None, "required_by": ["vllm"],

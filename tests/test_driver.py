@@ -20,7 +20,7 @@ from rootfs import RootfsHost
 from support import MAPPED, ROOT, Host, clean_env, driver_stub
 
 sys.path.insert(0, str(ROOT))
-from tms_autopreload.commands import node_table as rows
+from tms_autopreload.commands.doctor import node_table as rows
 
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 OLD, NEW = "535.104.05", "580.95.05"

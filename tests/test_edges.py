@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 from tms_autopreload import elf, environment, errors, sitepath, symbols
 from tms_autopreload.environment import MAX_ARG_STRLEN, env_string_size
 from tms_autopreload.builds import DRIVER_ONLY_PREFIX
-from tms_autopreload.commands import kernelspec, nvidia_driver
+from tms_autopreload.commands import kernelspec
+from tms_autopreload.commands.doctor import driver as nvidia_driver
 from tms_autopreload.gpu_libraries import CUDA, CUDA_MAJORS, release
 from tms_autopreload.ldso import Loader
 from tms_autopreload.reinstall import build_install_hint

@@ -98,7 +98,7 @@ def test_a_build_that_intercepts_nothing_is_refused(scn, mode):
 
 
 def test_doctor_prints_interposes_nothing_and_unknown_apart():
-    from tms_autopreload.commands.report import text
+    from tms_autopreload.commands.doctor.document import text
 
     row = {"path": "/s/b.so", "target": "CUDA 13", "loads": True, "status": "rejected", "reason": "r"}
     doc = {"executable": "/v/bin/python", "torch_memory_saver_dir": "/s/torch_memory_saver", "runtime": None,

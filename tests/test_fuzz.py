@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tms_autopreload import elf, environment, glibc_hwcaps, ldcache, runtime, sitepath, symbols, trace
-from tms_autopreload.commands import binding_log as bindings
+from tms_autopreload.commands.doctor import deep as bindings
 from tms_autopreload.commands import main as cli
-from tms_autopreload.commands import node_documents as nodes
-from tms_autopreload.commands import nvidia_driver as driver
-from tms_autopreload.commands import preflight
-from tms_autopreload.commands.node_table import document_rows
+from tms_autopreload.commands.doctor import nodes
+from tms_autopreload.commands.doctor import driver
+from tms_autopreload.commands.doctor import ray_cluster as preflight
+from tms_autopreload.commands.doctor.node_table import document_rows
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "300"))
 # The deadline catches a hang, not a slow machine: 500 ms failed now and then on a loaded 2-core machine

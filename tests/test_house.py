@@ -80,14 +80,14 @@ def test_every_cause_constant_is_given():
 
 
 def _module_name(path: Path, root: Path) -> str:
-    """A module's name inside its root (the package's: ``decision``, ``commands.report``; tools/: ``sandbox``)."""
+    """A module's name inside its root (the package's: ``decision``, ``commands.doctor.document``; tools/: ``sandbox``)."""
     parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _imports(path: Path, modules: set[str], package: str | None, root: Path | None = None) -> set[str]:
     """The modules of ``modules`` that ``path`` imports, wherever (deferred and TYPE_CHECKING imports too).
-    ``package``: the package's name, whose modules are named inside it (``commands.report``), relative
+    ``package``: the package's name, whose modules are named inside it (``commands.doctor.document``), relative
     imports resolved from ``path``'s own package; or None for top-level modules (tools/)."""
     out: set[str] = set()
     here = _module_name(path, root).split(".") if root else []
@@ -179,7 +179,7 @@ def test_the_hook_wing_never_imports_the_commands_wing():
     crossing = {m: sorted(d for d in deps if d == "commands" or d.startswith("commands."))
                 for m, deps in _graph("tms_autopreload").items() if "." not in m and m != "commands"}
     assert {m for m, deps in crossing.items() if deps} == {"__main__", "cli"}, crossing
-    wing = {_module_name(p, PACKAGE) for p in (PACKAGE / "commands").glob("*.py")}
+    wing = {_module_name(p, PACKAGE) for p in (PACKAGE / "commands").rglob("*.py") if "__pycache__" not in p.parts}
     assert {"commands", "commands.main", "commands.doctor", "commands.which", "commands.env", "commands.run",
             "commands.kernel"} <= wing, wing
 
@@ -191,7 +191,7 @@ def test_the_circle_finder_finds_one():
 
 def _module_map() -> list[tuple[str, int, str]]:
     """docs/development.md's map of the package: (module, its layer's index, its line), in the order listed;
-    a module named inside the package (``decision``, ``commands.report``, ``commands`` for that wing's front)."""
+    a module named inside the package (``decision``, ``commands.doctor.document``, ``commands`` for that wing's front)."""
     import re
 
     text = (ROOT / "docs" / "development.md").read_text()
@@ -245,7 +245,7 @@ def test_the_front_door_lends_no_helper():
     submodules = {p.stem for p in PACKAGE.glob("*.py")} | {"commands"}
     wrong = []
     for path in PACKAGE.rglob("*.py"):
-        home = 1 if path.parent == PACKAGE else 2  # the dots of an import of the package's __init__
+        home = len(path.relative_to(PACKAGE).parts)  # the dots of an import of the package's __init__
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.level, node.module) in ((home, None), (0, "tms_autopreload")):
                 wrong += [f"{path.relative_to(PACKAGE)}: {a.name}" for a in node.names
@@ -257,7 +257,7 @@ def test_one_loader_model_per_survey(monkeypatch):
     """``doctor``'s document reads the survey's own loader model (its driver facts, the search rule):
     the interpreter's ELF file and the loader cache are read once per survey, not once per reader."""
     from tms_autopreload import decision, ldso
-    from tms_autopreload.commands import report as doctor
+    from tms_autopreload.commands.doctor import document as doctor
 
     made = []
     real = ldso.Loader.for_executable.__func__

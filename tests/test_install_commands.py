@@ -371,7 +371,7 @@ def test_the_bare_name_is_printed_nowhere():
             assert not bare.search(path.read_text()), path
 
 
-NOT_INSTALLED = ("import sys; from tms_autopreload.commands.node_table import not_installed; "
+NOT_INSTALLED = ("import sys; from tms_autopreload.commands.doctor.node_table import not_installed; "
                  "print(not_installed('/node/venv/bin/python', '/node/venv'))")
 
 

@@ -557,7 +557,7 @@ def test_deep_ends_an_import_that_never_finishes_at_its_timeout(scenario, tmp_pa
     evidence says so, the child's process group is ended and the binding log deleted."""
     import tempfile
 
-    from tms_autopreload.commands.binding_log import check
+    from tms_autopreload.commands.doctor.deep import check
 
     scn = report_host(scenario)
     mods, tmp = tmp_path / "mods", tmp_path / "tmp"
@@ -620,7 +620,7 @@ def test_deep_json_has_its_documented_keys_with_and_without_a_plan(scenario):
 
 
 def _evidence(runtimes=("/x/nvidia/cu13/lib/libcudart.so.13",), **fields):
-    from tms_autopreload.commands.binding_log import Evidence
+    from tms_autopreload.commands.doctor.deep import Evidence
 
     ev = Evidence("torch", "/x/hook_cu13.so", runtimes[0], ("cudaMalloc", "cudaFree"))
     ev.hook_mapped, ev.runtimes = True, list(runtimes)
@@ -630,7 +630,7 @@ def _evidence(runtimes=("/x/nvidia/cu13/lib/libcudart.so.13",), **fields):
 
 
 def _library(path, status, reason, **bound):
-    from tms_autopreload.commands.binding_log import Library
+    from tms_autopreload.commands.doctor.deep import Library
 
     lib = Library(path)
     lib.bound, lib.status, lib.reason = bound, status, reason
@@ -687,7 +687,7 @@ def test_deep_without_a_library_that_references_the_symbols_proves_nothing():
 def test_deep_as_is_checks_the_build_its_preload_names_else_the_plans():
     """``doctor --deep --as-is``: the hook to look for is the torch_memory_saver build the environment's
     LD_PRELOAD names by an absolute path; without one (none, or a bare name), the plan's."""
-    from tms_autopreload.commands.binding_log import under_test
+    from tms_autopreload.commands.doctor.deep import under_test
     from tms_autopreload.verdict import Plan
 
     planned = "/site/torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -702,7 +702,7 @@ def test_deep_as_is_checks_the_build_its_preload_names_else_the_plans():
 def test_deep_finds_unbound_references_past_a_mapped_file_that_is_no_elf_object(tmp_path):
     """A process maps files that are no ELF object (the locale archive, a cache): the search for
     references the log never bound reads every mapped object past them."""
-    from tms_autopreload.commands.binding_log import _unbound
+    from tms_autopreload.commands.doctor.deep import _unbound
     from support import cc
 
     runtime = cc(tmp_path / "rt" / "libcudart.so.13", "int cudaMalloc(void **p, unsigned long n) { return 0; }\n",

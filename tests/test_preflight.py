@@ -22,7 +22,7 @@ from support import ROOT, Host, RayCluster, clean_env, find_python, private_copy
     tms_wheel, write_torch_standin
 
 sys.path.insert(0, str(ROOT))
-from tms_autopreload.commands import node_table as rows
+from tms_autopreload.commands.doctor import node_table as rows
 
 HANG = "TMS_TEST_HANG_WORKER"
 RUNTIME13 = "nvidia/cu13/lib"
@@ -153,7 +153,7 @@ def test_a_preflight_that_counted_no_node_does_not_pass():
 
 def test_preflight_errors_are_the_packages_errors_with_their_fix_apart():
     """Each refusal is an errors.Error (and still the builtin it was): the fix in its own field, printed as before."""
-    from tms_autopreload.commands import preflight
+    from tms_autopreload.commands.doctor import ray_cluster as preflight
     from tms_autopreload.errors import Error
 
     with pytest.raises(preflight.UsageError) as info:
@@ -177,7 +177,7 @@ def test_a_refusal_by_rays_token_authentication_says_which_and_its_fix():
     run ended by ``--timeout`` before Ray gave up has only Ray's ``Unauthenticated`` lines: counted, with
     the same fix. (Against a real Ray 2.60 cluster: test_ray.py's
     test_doctor_ray_names_the_token_a_cluster_wants_and_where_it_goes.)"""
-    from tms_autopreload.commands import preflight
+    from tms_autopreload.commands.doctor import ray_cluster as preflight
 
     why = "RPC error: InvalidAuthToken: Authentication token is missing or incorrect"
     said = {}
@@ -382,7 +382,7 @@ def test_a_head_that_dies_mid_preflight_ends_within_the_timeout(field):
 def test_a_failing_drivers_row_error_reads_whole_from_a_foreign_document(driver, said):
     """A node's document may come from another version: a missing message or an empty fix still reads as
     one sentence and its fix, never "None. Fix: " (found by review)."""
-    from tms_autopreload.commands import node_table as rows
+    from tms_autopreload.commands.doctor import node_table as rows
 
     row = rows.node_row("n", "192.0.2.1", "id", {"survey": {"plan": {"build": "/x.so"}, "driver": driver}}, None)
     assert row["ok"] is False and row["error"] == said
@@ -495,7 +495,7 @@ def driver_events(scenario, standin, how, address):
     preflight ends its process group once it has its answer). Its lines that are no event are left out."""
     request = {"address": address, "runtime_env": None, "timeout": 20, "deadline": time.time() + 15,
                "gcs_check": None if address == "auto" else address}
-    r = report_host(scenario).run(["-c", "from tms_autopreload.commands.ray_driver import main; main()"],
+    r = report_host(scenario).run(["-c", "from tms_autopreload.commands.doctor.ray_driver import main; main()"],
                                   {"PYTHONPATH": str(standin), "TMS_TEST_RAY_STANDIN": how}, input=json.dumps(request),
                                   timeout=120)
     assert r.stdout.startswith("stand-in: not an event\n"), r.stdout + r.stderr

@@ -354,7 +354,7 @@ RAY_STANDIN = {
 # stand-in), and the options it refuses.
 PREFLIGHT = r"""
 import sys
-from tms_autopreload.commands import preflight
+from tms_autopreload.commands.doctor import ray_cluster as preflight
 events = [{"event": "refused", "why": "Unauthenticated: the cluster wants a token", "token_mode": False,
            "has_token": False},
           {"event": "refused", "why": "no token found", "token_mode": True, "has_token": False},

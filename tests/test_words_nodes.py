@@ -23,7 +23,7 @@ from test_sitepath import SCENARIO_WORLDS
 from words import SYSTEM_PATH, normalise, places_of, transcript
 
 sys.path.insert(0, str(ROOT))
-from tms_autopreload.commands.binding_log import Evidence, judge
+from tms_autopreload.commands.doctor.deep import Evidence, judge
 
 LOGS = Path(__file__).resolve().parent / "data" / "binding-logs"
 
@@ -76,7 +76,8 @@ NODES = {"gpu-1": "0.0.9.post1-cu13-sys", "gpu-2": "cu13-pip-only", "gpu-3": "cu
 # error, GPUs]}); the versions here are the driving machine's.
 RAY_TABLE = r"""
 import argparse, json, sys
-from tms_autopreload.commands import doctor, node_table
+from tms_autopreload.commands.doctor import command as doctor
+from tms_autopreload.commands.doctor import node_table
 answers = json.load(open(sys.argv[1]))
 rows = [node_table.node_row(name, *row) for name, row in answers.items()]
 here = {"tms_autopreload": "0.1.0", "torch_memory_saver": "0.0.10"}
@@ -263,8 +264,8 @@ def test_what_doctor_ray_says_where_the_cluster_stops_answering(scenario, tmp_pa
     ray = ["env", *(f"{k}={v}" for k, v in env.items()), str(scn.venv.python), "-m", "tms_autopreload", "doctor",
            "--ray", "--timeout", "3"]
     probe = ["env", *(f"{k}={v}" for k, v in env.items()), str(scn.venv.python), "-c",
-             "from tms_autopreload.commands import preflight\ntry:\n    preflight.run('auto', None, 3.0)\n"
-             "except preflight.Error as exc:\n    print(f'cause: {exc.cause}')"]
+             "from tms_autopreload.commands.doctor import ray_cluster\ntry:\n    ray_cluster.run('auto', None, 3.0)\n"
+             "except ray_cluster.Error as exc:\n    print(f'cause: {exc.cause}')"]
     text = transcript(scn.host, [("tms-autopreload doctor --ray --timeout 3", ray), ("its cause", probe)],
                       {"PATH": SYSTEM_PATH})
     assert normalise(text, {**places_of(scn), "<ray-standin>": tmp_path}) == said

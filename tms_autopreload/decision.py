@@ -47,7 +47,7 @@ __all__ = ["Report", "survey", "resolve", "split_overrides", "split_fix", "split
 
 class Report:
     """Everything the survey saw; ``plan`` is None exactly when ``failure`` is set (``doctor --json`` is
-    :func:`tms_autopreload.commands.report.document`)."""
+    :func:`tms_autopreload.commands.doctor.document.document`)."""
 
     __slots__ = ("executable", "package_dir", "runtime", "verdicts", "plan", "failure", "warnings", "loader")
 

@@ -82,7 +82,7 @@ CAUSE_NO_IPYKERNEL = "no-ipykernel"  # ipykernel, which the kernel would run, is
 CAUSE_BAD_KERNEL_NAME = "bad-kernel-name"  # a kernel name Jupyter refuses
 CAUSE_EMPTY_PREFIX = "empty-prefix"  # an empty --prefix, which names no directory
 CAUSE_HOOK_OFF = "hook-off"  # the kernel's --env turns off the hook it exists for
-# Given by tms_autopreload.commands.preflight (doctor --ray).
+# Given by tms_autopreload.commands.doctor.ray_cluster (doctor --ray).
 CAUSE_NO_RAY = "no-ray"  # Ray is not installed for this interpreter
 CAUSE_NO_CLUSTER = "no-cluster"  # no Ray cluster ever answered at the address
 CAUSE_CLUSTER_LOST = "cluster-lost"  # the Ray cluster stopped answering during the preflight

@@ -44,7 +44,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
       "tests/test_fuzz.py", "tests/test_guarantees.py", "tests/test_hook.py", "tests/test_words.py",
       "tests/test_way_out.py", "tests/test_launchers.py", "tests/test_inprocess.py", "tests/test_edges.py",
       "tests/test_outcomes.py")),
-    ("commands", ("commands/*.py",),
+    ("commands", ("commands/*.py", "commands/doctor/*.py"),
      ("tests/test_cli.py", "tests/test_words_nodes.py", "tests/test_caller.py", "tests/test_forced_path.py",
       "tests/test_misuse.py", "tests/test_words.py", "tests/test_way_out.py", "tests/test_troubleshooting.py",
       "tests/test_driver.py", "tests/test_edges.py", "tests/test_calls.py", "tests/test_docs.py",

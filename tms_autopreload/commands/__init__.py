@@ -24,12 +24,14 @@ __all__ = ["command", "note_link", "note_not_started"]
 
 def command(parent: "argparse._SubParsersAction[Parser]", name: str,
             func: "Callable[[argparse.Namespace], int] | None", help: str,
-            check: "Callable[[argparse.Namespace], None] | None" = None) -> "Parser":
-    """A command's subparser (or a subcommand's), with what runs it (``func``) and what refuses option
-    combinations after parsing (``check``, a usage error) as its defaults: what each command module's
+            check: "Callable[[argparse.Namespace], None] | None" = None,
+            interrupt: "Callable[[argparse.Namespace], str | None] | None" = None) -> "Parser":
+    """A command's subparser (or a subcommand's), with what runs it (``func``), what refuses option
+    combinations after parsing (``check``, a usage error) and what an interrupt undoes (``interrupt``: the
+    words said of it, or None where it has nothing to undo) as its defaults: what each command module's
     ``configure_parser`` makes its parser with."""
     p = parent.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".")
-    p.set_defaults(func=func, parser=p, check=check)
+    p.set_defaults(func=func, parser=p, check=check, interrupt=interrupt)
     return p
 
 

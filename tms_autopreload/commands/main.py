@@ -1,8 +1,9 @@
 """``tms-autopreload`` (also ``python -m tms_autopreload``): the parser, wired from the commands.
 
-Each command is a module of this package that owns its parser (``configure_parser``) and its execution
-(``execute``): :mod:`.doctor`, :mod:`.which`, :mod:`.env`, :mod:`.run`, :mod:`.kernel`. How a command ends
-(its exit codes, a failed write, a signal) is :mod:`.exitpolicy`'s; the codes are shown by ``--help``.
+Each command is a module that owns its parser (``configure_parser``), its execution (``execute``) and what an
+interrupt has undone (``interrupt``, :func:`tms_autopreload.commands.command`): :mod:`.doctor.command`,
+:mod:`.which`, :mod:`.env`, :mod:`.run`, :mod:`.kernel`. This module only wires them. How a command ends (its
+exit codes, a failed write, a signal) is :mod:`.exitpolicy`'s; the codes are shown by ``--help``.
 """
 
 from __future__ import annotations
@@ -10,20 +11,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import __version__
+from . import env, kernel, run, which
+from .doctor import command as doctor
 from .exitpolicy import EXIT_CODES, EXIT_NO_PLAN, INTERRUPTS, WriteError, guarded_stdout, signal_of, unwinding_signals
-
 
 __all__ = ["main", "build_parser", "parse", "COMMANDS"]
 
 
-COMMANDS = ("doctor", "which", "env", "run", "kernel")  # the modules, in the order --help lists them
+COMMANDS = (doctor, which, env, run, kernel)  # the command modules, in the order --help lists them
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from importlib import import_module
-
-    from .. import __version__
-
     parser = argparse.ArgumentParser(
         prog="tms-autopreload",
         description="Choose the torch_memory_saver LD_PRELOAD build that fits this process's CUDA runtime.",
@@ -31,8 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes:\n" + "\n".join(f"  {code:<12} {meaning}" for code, meaning in EXIT_CODES))
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        import_module(f".{name}", __package__).configure_parser(sub)
+    for module in COMMANDS:
+        module.configure_parser(sub)
     return parser
 
 
@@ -56,17 +55,17 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """The command; a signal ends it through its finally blocks, with 128+N and one line.
 
-    SIGTERM and SIGHUP end doctor --deep as Ctrl-C does (:func:`.exitpolicy.unwinding_signals`):
-    through the finally blocks that end its child's process group and delete the binding log.
+    Where the command has something to undo (its ``interrupt`` names it: doctor --deep's child and binding
+    log), SIGTERM and SIGHUP end it as Ctrl-C does (:func:`.exitpolicy.unwinding_signals`), through the finally
+    blocks that undo it, and the line says what was undone.
     """
-    deep = args.cmd == "doctor" and args.deep
-    with unwinding_signals(deep):
+    undone = args.interrupt(args) if args.interrupt is not None else None
+    with unwinding_signals(undone is not None):
         try:
             code: int = args.func(args)
             sys.stdout.flush()
             return code
         except INTERRUPTS as exc:
-            done = "; its child was ended and its binding log deleted" if deep else ""
             signum = signal_of(exc)
-            print(f"tms-autopreload {args.cmd}: interrupted by {signum.name}{done}", file=sys.stderr)
+            print(f"tms-autopreload {args.cmd}: interrupted by {signum.name}{undone or ''}", file=sys.stderr)
             return 128 + signum

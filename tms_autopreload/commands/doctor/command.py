@@ -10,15 +10,15 @@ import os
 import sys
 import time
 
-from ..environment import APPLY_ENV, GENERIC_FLAG, is_tms_entry, same_file, split_preload
-from ..decision import survey
-from .caller_env import before_plan, plan_applied
-from .exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE, say_warnings
-from . import command
+from ...environment import APPLY_ENV, GENERIC_FLAG, is_tms_entry, same_file, split_preload
+from ...decision import survey
+from ..caller_env import before_plan, plan_applied
+from ..exitpolicy import EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE, say_warnings
+from .. import command
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..decision import Report
+    from ...decision import Report
 
 __all__ = ["configure_parser", "execute", "check"]
 
@@ -33,9 +33,15 @@ _DOCTOR_DEFAULTS = {"import_": "torch", "as_is": False, "mode": "exec", "address
                     "timeout": 60.0}
 
 
+def interrupted(args: argparse.Namespace) -> "str | None":
+    """What an interrupt undoes: ``--deep``'s child, whose process group is ended, and its binding log."""
+    return "; its child was ended and its binding log deleted" if args.deep else None
+
+
 def configure_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """``doctor``'s parser: its modes (plain, ``--deep``, ``--ray``, ``--nodes``) and each mode's options."""
-    p = command(sub, "doctor", execute, "explain what is installed, what loads, and what is chosen", check)
+    p = command(sub, "doctor", execute, "explain what is installed, what loads, and what is chosen", check,
+                interrupted)
     p.add_argument("--json", action="store_true", help="machine-readable report")
     modes = p.add_mutually_exclusive_group()
     modes.add_argument("--deep", action="store_true",
@@ -107,8 +113,8 @@ def _said_of_variables() -> "list[str]":
     """What a flagged start from this shell says of its variables (:func:`tms_autopreload.startup.start_warnings`),
     and, where the kill switch is on, that such a start runs unhooked and how to turn it off: a stop's way out
     tells the user to export it for the rest of the shell, and the start then says nothing."""
-    from ..environment import DISABLE_VAR, kill_switch
-    from ..startup import start_warnings
+    from ...environment import DISABLE_VAR, kill_switch
+    from ...startup import start_warnings
 
     said = start_warnings(os.environ)
     if kill_switch(os.environ)[0]:
@@ -138,7 +144,7 @@ def _named_elsewhere(chosen: "str | None") -> "str | None":
 
 def _ray(args: argparse.Namespace) -> int:
     """``doctor --ray``: one row per node of a Ray cluster, from a real worker on each."""
-    from .preflight import NoRay, Unreachable, UsageError, check_address, check_runtime_env, run
+    from .ray_cluster import NoRay, Unreachable, UsageError, check_address, check_runtime_env, run
 
     try:
         check_address(args.address)
@@ -164,7 +170,7 @@ def _ray(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if tty:
         print(file=sys.stderr)
-    from .report import versions
+    from .document import versions
 
     return _show_nodes(rows, args, f" ({time.monotonic() - start:.1f} s)", versions())
 
@@ -204,7 +210,7 @@ def _show_nodes(rows: "list[dict]", args: argparse.Namespace, took: str,
 
 def _deep(args: argparse.Namespace) -> int:
     """``doctor --deep``: where the loader binds the module's references to the hook's symbols."""
-    from .binding_log import Evidence, check, under_test
+    from .deep import Evidence, check, under_test
 
     env = before_plan()
     report = survey(env)
@@ -228,8 +234,8 @@ def _deep(args: argparse.Namespace) -> int:
 def _bound_fix(report: Report, as_is: bool) -> "str | None":
     """``doctor --deep``'s fix where two runtime copies take bindings: the override that split the hook from
     torch, or (``--as-is``) the environment that is not the plan's."""
-    from ..decision import split_fix
-    from ..runtime import split_from_torch
+    from ...decision import split_fix
+    from ...runtime import split_from_torch
 
     if report.runtime is not None and split_from_torch(report.runtime):
         return split_fix(os.environ)

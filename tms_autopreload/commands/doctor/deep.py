@@ -24,19 +24,19 @@ import sys
 import tempfile
 import time
 
-from ..builds import interposed
-from ..elf import ElfError, read_dynamic
-from ..errors import CAUSE_IDLE_RUNTIME, CAUSE_SECOND_RUNTIME_BOUND
-from ..symbols import read_symbols
-from ..environment import (EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, is_tms_entry,
+from ...builds import interposed
+from ...elf import ElfError, read_dynamic
+from ...errors import CAUSE_IDLE_RUNTIME, CAUSE_SECOND_RUNTIME_BOUND
+from ...symbols import read_symbols
+from ...environment import (EXEC_VAR, FLAG_VARS, GENERIC_FLAG, MODE_VAR, STATE_VAR, VERBOSE_VAR, is_tms_entry,
                            parse_flag, same_file, split_preload)
-from ..gpu_libraries import CUDA, HIP, runtime_of, soname_prefix
+from ...gpu_libraries import CUDA, HIP, runtime_of, soname_prefix
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from ..verdict import Plan
+    from ...verdict import Plan
 
 __all__ = ["Binding", "Library", "Evidence", "parse_binding", "check", "judge", "under_test", "DEEP_VARS",
            "ALLOCATOR"]
@@ -136,7 +136,7 @@ class Evidence:
         # Per runtime library mapped: the other objects the log shows bound to it (its own references aside).
         self.bound_by: "dict[str, list[str]]" = {}
         # The runtime copies mapped besides one that takes bindings, which nothing binds to (torch's by-path,
-        # RTLD_LOCAL load of another wheel's copy): :func:`tms_autopreload.commands.report.second_runtime` of each.
+        # RTLD_LOCAL load of another wheel's copy): :func:`.document.second_runtime` of each.
         self.idle: "list[dict]" = []
         self.bound_fix: "str | None" = None  # the fix where two runtime copies take bindings, from the caller
 
@@ -228,7 +228,7 @@ class Evidence:
                   ", ".join(sorted(os.path.basename(t or "nothing") for t in set(lib.bound.values()))))
             line = f"{lib.label()}: {', '.join(lib.bound)} -> {to}"
             lines.append(line if lib.status == "intercepted" else f"{line} ({lib.status.upper()}: {lib.reason})")
-        from .report import warning_of_second
+        from .document import warning_of_second
 
         lines += [f"warning: {warning_of_second(second)}" for second in self.idle]
         lines.append(f"\nverdict:  {self.verdict()}")
@@ -299,8 +299,8 @@ def _unbound(mapped: "Iterable[str]", soname: str, symbols: "frozenset[str]",
 
 def _runtime_users(users: "dict[str, set[str]]", ev: Evidence) -> None:
     """``ev.bound_by`` for each mapped runtime library, and ``ev.idle``: where one copy takes bindings, each other
-    copy that none does, with whence it comes and the fix (:func:`tms_autopreload.commands.report.second_runtime`)."""
-    from .report import second_runtime
+    copy that none does, with whence it comes and the fix (:func:`.document.second_runtime`)."""
+    from .document import second_runtime
 
     for mapped in ev.runtimes:
         ev.bound_by[mapped] = sorted({who for target, whos in users.items() if same_file(target, mapped)

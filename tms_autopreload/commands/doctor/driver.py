@@ -22,10 +22,10 @@ the start-up hook never refuses on these facts; ``doctor`` reports them, with a 
 
 import os
 
-from ..environment import read_regular
-from ..errors import CAUSE_NO_DRIVER, Error
-from ..ldso import PRELOADED, Loader
-from ..gpu_libraries import CUDA_MAJORS, DRIVER_FILE_PREFIX, DRIVER_SONAME
+from ...environment import read_regular
+from ...errors import CAUSE_NO_DRIVER, Error
+from ...ldso import PRELOADED, Loader
+from ...gpu_libraries import CUDA_MAJORS, DRIVER_FILE_PREFIX, DRIVER_SONAME
 
 __all__ = ["MODULE_VERSION_FILE", "MINIMUM_DRIVER", "DriverFacts", "parse_module_version", "version_key",
            "newest_major", "examine", "OK", "FAILING", "NOT_FOUND", "UNKNOWN"]

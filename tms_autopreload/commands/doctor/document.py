@@ -2,19 +2,19 @@
 
 :func:`document` is the one place the document's schema is written (docs/reference.md lists its keys).
 The survey (:func:`tms_autopreload.decision.survey`) decides the plan; this adds what only a reader needs:
-what each candidate interposes and the NVIDIA driver facts (:mod:`tms_autopreload.commands.nvidia_driver`), which
+what each candidate interposes and the NVIDIA driver facts (:mod:`tms_autopreload.commands.doctor.driver`), which
 judge the node, not the plan, so the start-up hook never reads them. ``doctor``, the Ray preflight's
-workers and the per-node table (:mod:`tms_autopreload.commands.node_documents`) all read this one document.
+workers and the per-node table (:mod:`tms_autopreload.commands.doctor.nodes`) all read this one document.
 """
 
 import os
 import sys
 
-from ..errors import Error
-from ..gpu_libraries import CUDA
-from .nvidia_driver import FAILING
-from ..verdict import CHOSEN
-from ..decision import Report
+from ...errors import Error
+from ...gpu_libraries import CUDA
+from .driver import FAILING
+from ...verdict import CHOSEN
+from ...decision import Report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,9 +46,9 @@ def is_ok(plan: object, driver: object, runtime: object = None) -> bool:
 
 def _split(report: Report, environ: "Mapping[str, str]") -> "dict[str, Any] | None":
     """``runtime.split``: the runtime torch links where an override makes the chosen hook use another."""
-    from ..errors import CAUSE_SPLIT_RUNTIME
-    from ..decision import split_fix, split_overrides, split_warning
-    from ..runtime import split_from_torch
+    from ...errors import CAUSE_SPLIT_RUNTIME
+    from ...decision import split_fix, split_overrides, split_warning
+    from ...runtime import split_from_torch
 
     build = report.chosen
     rt = report.runtime
@@ -62,8 +62,8 @@ def second_runtime(path: str, shared: "str | None") -> "dict[str, Any]":
     """``runtime.second``: a second runtime file torch loads by path besides ``shared`` (the copy the hook and
     torch share), the distribution that brings it and the fix; said as a warning by :func:`warning_of_second`.
     ``doctor --deep`` gives the same for a copy it sees mapped that nothing binds to."""
-    from ..errors import CAUSE_IDLE_RUNTIME
-    from ..wheels import uninstall_advice
+    from ...errors import CAUSE_IDLE_RUNTIME
+    from ...wheels import uninstall_advice
 
     advice = uninstall_advice(path)
     needs: "dict[str, str]" = advice["required_by"]
@@ -99,8 +99,8 @@ def warning_of_second(second: "dict[str, Any]") -> str:
 
 def _interposes(report: Report) -> "dict[str, list[str] | None]":
     """Per candidate path: what it defines that the process's runtime library defines (None: unknown)."""
-    from ..builds import interposed
-    from ..elf import ElfError
+    from ...builds import interposed
+    from ...elf import ElfError
 
     library = report.runtime.library if report.runtime else None
     out: "dict[str, list[str] | None]" = {}
@@ -115,7 +115,7 @@ def _interposes(report: Report) -> "dict[str, list[str] | None]":
 def driver_facts(report: Report) -> "dict[str, Any] | None":
     """The driver facts of the surveyed process, from the survey's own loader model (None when its
     interpreter could not be read), judged with why it has no plan (a missing driver library may be why)."""
-    from .nvidia_driver import MODULE_VERSION_FILE, examine
+    from .driver import MODULE_VERSION_FILE, examine
 
     rt = report.runtime
     if report.loader is None:
@@ -129,7 +129,7 @@ def runtime_rule(report: Report) -> "str | None":
     runtime library is found once the plan's variables are set, as the survey's loader model predicts it;
     None when there is no plan, no runtime library, or the interpreter cannot be read. A build with its own
     DT_RUNPATH (torch_memory_saver #108) may need no binding; this says which rule did the finding."""
-    from ..ldso import Object
+    from ...ldso import Object
 
     plan, rt, loader = report.plan, report.runtime, report.loader
     build = report.chosen
@@ -201,14 +201,14 @@ def document(report: Report, environ: "Mapping[str, str] | None" = None) -> "dic
 def _start_up() -> "dict[str, Any] | None":
     """``start_up``: why flagged starts of this interpreter are not hooked although this package is installed
     (its start-up files), with the fix a flagged start gives (:func:`tms_autopreload.leftover.not_started`)."""
-    from ..leftover import not_started
+    from ...leftover import not_started
 
     gap = not_started()
     return None if gap is None else {"cause": gap.cause, "message": gap.message, "fix": gap.fix}
 
 
 def _runtime_lines(doc: "dict[str, Any]") -> "list[str]":
-    from ..gpu_libraries import runtime_name, runtime_soname
+    from ...gpu_libraries import runtime_name, runtime_soname
 
     rt = doc["runtime"]
     if rt is None:
@@ -248,7 +248,7 @@ def chosen_build(doc: "dict[str, Any]", found: bool = False, name: "Callable[[st
     search rule that finds its runtime where ``found``; ``name`` shortens each path (a node's row shows file
     names). Read defensively: a row reads a document another node wrote, perhaps an older one without
     ``plan.file``."""
-    from ..builds import shown_build
+    from ...builds import shown_build
 
     plan = doc["plan"]
     chosen = next((c for c in doc.get("candidates") or () if isinstance(c, dict) and c.get("status") == CHOSEN), {})

@@ -1,19 +1,19 @@
 """One row per node, the table and its summary: the same for ``doctor --ray`` and ``doctor --nodes``.
 
-A node's *answer* is what it said: a Ray worker's probe (:mod:`tms_autopreload.commands.preflight`: its
+A node's *answer* is what it said: a Ray worker's probe (:mod:`tms_autopreload.commands.doctor.ray_cluster`: its
 interpreter, the versions of tms_autopreload and torch_memory_saver installed there, ``missing`` when
 tms_autopreload is not importable there, ``started``: what the start-up hook really did in that process,
-and ``survey``: its ``doctor --json`` document, :mod:`tms_autopreload.commands.report`), or a plain ``doctor
+and ``survey``: its ``doctor --json`` document, :mod:`tms_autopreload.commands.doctor.document`), or a plain ``doctor
 --json`` document that another launcher collected (:func:`document_answer`, read by
-:mod:`tms_autopreload.commands.node_documents`), which says what the hook will do there.
+:mod:`tms_autopreload.commands.doctor.nodes`), which says what the hook will do there.
 """
 
 import os
 
-from .report import VERSIONED, chosen_build, is_ok, table
-from ..errors import Error
-from ..gpu_libraries import runtime_name
-from .nvidia_driver import FAILING, NOT_FOUND
+from .document import VERSIONED, chosen_build, is_ok, table
+from ...errors import Error
+from ...gpu_libraries import runtime_name
+from .driver import FAILING, NOT_FOUND
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ __all__ = ["node_row", "document_answer", "document_rows", "render", "summary", 
 
 def _dict(value: object) -> "dict[str, Any]":
     """``value`` when it is a dict, else empty: documents read from files are checked only for the keys
-    :mod:`.node_documents` requires, so every other field is read defensively."""
+    :mod:`.nodes` requires, so every other field is read defensively."""
     return value if isinstance(value, dict) else {}
 
 
@@ -36,7 +36,7 @@ def _str(value: object) -> "str | None":
 def not_installed(python: str, prefix: "str | None") -> str:
     """The error of a node whose workers cannot import tms_autopreload, with the fix (made where the
     table is made: the machine that drives the preflight, whose install record is all that is known)."""
-    from ..install_source import install_advice
+    from ...install_source import install_advice
 
     where = f" (sys.prefix {prefix})" if prefix else ""
     into = f"the environment Ray starts that node's workers from{where}"
@@ -50,7 +50,7 @@ def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer
              error: "str | None", gpus: "float | None" = None) -> "dict[str, Any]":
     """One node's row: ``ok``, and the error to show. ``gpus``: what the node offers Ray (None: unknown).
 
-    A node is ok when its document is (:func:`tms_autopreload.commands.report.is_ok`: a plan, and a driver that can
+    A node is ok when its document is (:func:`.document.is_ok`: a plan, and a driver that can
     run torch's CUDA) and, when the answer says how its worker started, that worker came up hooked with
     at most one runtime library. ``answer`` None: the node did not answer (``error`` says why).
     """
@@ -90,8 +90,8 @@ def document_answer(doc: "dict[str, Any]") -> "dict[str, Any]":
 
 
 def document_rows(text: str) -> "list[dict[str, Any]]":
-    """One row per ``doctor --json`` document in ``text`` (many nodes' output, :mod:`.node_documents` reads it)."""
-    from .node_documents import read_documents
+    """One row per ``doctor --json`` document in ``text`` (many nodes' output, :mod:`.nodes` reads it)."""
+    from .nodes import read_documents
 
     rows = []
     for entry in read_documents(text):

@@ -1,7 +1,7 @@
 """The Ray driver of ``doctor --ray``: a child process that connects, probes every node, and reports.
 
-:func:`tms_autopreload.commands.preflight.run` starts it (``python -c "from tms_autopreload.commands.ray_driver import
-main; main()"``) rather than talking to Ray itself: a driver whose cluster vanishes can hang in Ray
+:func:`.ray_cluster.run` starts it (``python -c "from tms_autopreload.commands.doctor.ray_driver import main;
+main()"``) rather than talking to Ray itself: a driver whose cluster vanishes can hang in Ray
 or be ended by Ray's core worker, and Ray's C++ side prints its connection retries on fd 2. So the
 parent keeps this child's stderr off the terminal and ends it at the deadline.
 
@@ -18,8 +18,8 @@ import json
 import sys
 import time
 
-from .report import VERSIONED
-from .preflight import PROBE_SOURCE, port_answers, worker_runtime_env
+from .document import VERSIONED
+from .ray_cluster import PROBE_SOURCE, port_answers, worker_runtime_env
 from .node_table import node_row
 
 TYPE_CHECKING = False
@@ -45,7 +45,7 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _shipped_probe() -> "Callable[[tuple[str, ...]], dict[str, Any]]":
-    """:data:`~tms_autopreload.commands.preflight.PROBE_SOURCE` as a function of a module no node can import,
+    """:data:`~tms_autopreload.commands.doctor.ray_cluster.PROBE_SOURCE` as a function of a module no node can import,
     so Ray pickles it by value."""
     namespace: "dict[str, Any]" = {"__name__": "tms_autopreload_probe"}
     exec(compile(PROBE_SOURCE, "<tms_autopreload preflight probe>", "exec"), namespace)
