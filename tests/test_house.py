@@ -80,7 +80,7 @@ def test_every_cause_constant_is_given():
 
 
 def _module_name(path: Path, root: Path) -> str:
-    """A module's name inside its root (the package's: ``decision``, ``commands.doctor.document``; tools/: ``sandbox``)."""
+    """A module's name inside its root (the package's: ``decision``, ``commands.doctor.deep``; tools/: ``sandbox``)."""
     parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -191,7 +191,7 @@ def test_the_circle_finder_finds_one():
 
 def _module_map() -> list[tuple[str, int, str]]:
     """docs/development.md's map of the package: (module, its layer's index, its line), in the order listed;
-    a module named inside the package (``decision``, ``commands.doctor.document``, ``commands`` for that wing's front)."""
+    a module named inside the package (``decision``, ``commands.doctor.deep``, ``commands`` for that wing's front)."""
     import re
 
     text = (ROOT / "docs" / "development.md").read_text()
