@@ -39,7 +39,8 @@ from tms_autopreload.gpu_libraries import CUDA, CUDA_MAJORS, release
 from tms_autopreload.ldso import Loader
 from tms_autopreload.reinstall import build_install_hint
 from tms_autopreload.releases import RELEASED_CUDA_MAJORS, RELEASES, reads_one_path
-from tms_autopreload.runtime import _RELEASES as TORCH_RELEASES, code_of
+from tms_autopreload.runtime import _TORCH_RELEASES as TORCH_RELEASES
+from tms_autopreload.runtime import code_of
 
 # The largest part of a driver version the reader takes (nvidia_driver.version_key: 1 to 6 digits a part).
 PART_MAX = 999999

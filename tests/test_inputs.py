@@ -32,7 +32,8 @@ from support import MAPPED, NO_DAC, REEXECD, assert_stopped, clean_env, execs, m
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tms_autopreload import decision, environment, startup
+from tms_autopreload import decision, startup
+from tms_autopreload import environment as rules
 from tms_autopreload.environment import MAX_ARG_STRLEN
 
 EXAMPLES = int(os.environ.get("TMS_FUZZ_EXAMPLES", "200"))
@@ -40,9 +41,9 @@ E2E_EXAMPLES = int(os.environ.get("TMS_FUZZ_E2E", "30"))
 CU12 = "torch_memory_saver_hook_mode_preload_cu12.abi3.so"
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
 # Read by the resolver (a plan depends on them) and by the start-up hook only: the package's own list
-# (environment.OWN_VARS), so that a new variable is fuzzed the day it is added.
-RESOLVER_VARS = (environment.CUDA_MAJOR_VAR, environment.PATH_VAR, "LD_PRELOAD", "LD_LIBRARY_PATH")
-HOOK_VARS = tuple(v for v in environment.OWN_VARS if v not in RESOLVER_VARS)
+# (rules.OWN_VARS), so that a new variable is fuzzed the day it is added.
+RESOLVER_VARS = (rules.CUDA_MAJOR_VAR, rules.PATH_VAR, "LD_PRELOAD", "LD_LIBRARY_PATH")
+HOOK_VARS = tuple(v for v in rules.OWN_VARS if v not in RESOLVER_VARS)
 VARS = RESOLVER_VARS + HOOK_VARS
 
 
@@ -165,10 +166,10 @@ def environment(env):
 TRUE_WORDS = ("1", "true", "yes", "on")  # as docs/reference.md's variable table documents them
 FALSE_WORDS = ("", "0", "false", "no", "off")
 # The words of each variable a user sets that has words (docs/reference.md), any case, spaces around them.
-WORDS = {**{name: TRUE_WORDS + FALSE_WORDS for name in (*environment.FLAG_VARS, environment.DISABLE_VAR,
-                                                         environment.VERBOSE_VAR)},
-         environment.MODE_VAR: ("", *environment.MODES),
-         environment.ON_ERROR_VAR: ("", *environment.ON_ERROR_POLICIES)}
+WORDS = {**{name: TRUE_WORDS + FALSE_WORDS for name in (*rules.FLAG_VARS, rules.DISABLE_VAR,
+                                                         rules.VERBOSE_VAR)},
+         rules.MODE_VAR: ("", *rules.MODES),
+         rules.ON_ERROR_VAR: ("", *rules.ON_ERROR_POLICIES)}
 
 
 def test_start_up_decision_answers_every_environment(world):
@@ -183,11 +184,11 @@ def test_start_up_decision_answers_every_environment(world):
         changed, env = case
         said.clear()
         with environment(env):
-            on, _slime = environment.flags()  # warnings for values it cannot read, never an exception
-            startup._choice(environment.MODE_VAR, environment.MODES)
-            startup._choice(environment.ON_ERROR_VAR, environment.ON_ERROR_POLICIES)
-            environment.inherited_hook([], environment.state_build())
-            environment.inherited_hook([str(world["scn"].site / CU13)], environment.state_build())
+            on, _slime = rules.flags()  # warnings for values it cannot read, never an exception
+            startup._choice(rules.MODE_VAR, rules.MODES)
+            startup._choice(rules.ON_ERROR_VAR, rules.ON_ERROR_POLICIES)
+            rules.inherited_hook([], rules.state_build())
+            rules.inherited_hook([str(world["scn"].site / CU13)], rules.state_build())
             try:
                 startup._apply(None)
             except Executed:
@@ -215,10 +216,10 @@ def test_start_up_decision_answers_every_environment(world):
 def test_every_word_but_an_off_word_turns_the_kill_switch_on(value):
     """The kill switch fails safe, a misspelling included (with a warning for an unknown word). The
     environments generated above reach such a word only by chance: this asks each kind of one every run."""
-    on, warning = environment.kill_switch({"TMS_AUTOPRELOAD_DISABLE": value})
+    on, warning = rules.kill_switch({"TMS_AUTOPRELOAD_DISABLE": value})
     assert on, value
     assert (warning is None) is (value.strip().lower() in TRUE_WORDS), (value, warning)
-    assert environment.kill_switch({"TMS_AUTOPRELOAD_DISABLE": "off"}) == (False, None)
+    assert rules.kill_switch({"TMS_AUTOPRELOAD_DISABLE": "off"}) == (False, None)
 
 
 def test_a_mapped_build_that_ld_preload_does_not_name_is_resolved_again(tmp_path):
@@ -231,7 +232,7 @@ def test_a_mapped_build_that_ld_preload_does_not_name_is_resolved_again(tmp_path
     for preload, want in (("", None), ("/opt/other.so", None), (f"/opt/{CU12}", None),
                           (path, (path, path)), (f"/opt/a.so {path}", (path, f"{path}:/opt/a.so"))):
         with environment({"LD_PRELOAD": preload}):
-            assert environment.inherited_hook([path], path) == want, preload
+            assert rules.inherited_hook([path], path) == want, preload
 
 
 def test_a_file_whose_path_cannot_be_examined_is_refused_not_raised(tmp_path):

@@ -207,7 +207,8 @@ def test_a_refusal_by_rays_token_authentication_says_which_and_its_fix():
 def test_reexecuted_means_the_marker_names_this_pid():
     """The one rule node_answer's `execs` and doctor --deep's probe ask: the environment this image started
     with holds TMS_AUTOPRELOAD_EXEC_PID=<its PID> (an exec keeps the PID); a marker of another PID is inherited."""
-    code = "import os, tms_autopreload as t; os.environ.pop(t.EXEC_VAR, None); print(t.reexecuted())"
+    code = ("import os; from tms_autopreload import environment as t; os.environ.pop(t.EXEC_VAR, None); "
+            "print(t.reexecuted())")
     env = clean_env(PYTHONPATH=str(ROOT))
     for marker, said in (("$$", "True"), ("1", "False")):
         r = subprocess.run(["bash", "-c", f'TMS_AUTOPRELOAD_EXEC_PID={marker} exec "$0" -c "$1"', sys.executable,

@@ -149,7 +149,7 @@ def try_mutant(mutant: Mutant | Generated, base: Path, work: Path, options: argp
     shutil.copytree(base, tree, symlinks=True, dirs_exist_ok=True)
     started = time.monotonic()
     try:
-        failed = mutant.apply(tree, options.cosmic_ray)
+        failed = mutant.apply(tree, options.cosmic_ray) or regenerate(tree)
         if failed:
             return ERROR, 0.0, failed
         tests = present(tree, mutant.tests)
@@ -162,6 +162,16 @@ def try_mutant(mutant: Mutant | Generated, base: Path, work: Path, options: argp
         shutil.rmtree(tree, ignore_errors=True)
         shutil.rmtree(basetemp(tree), ignore_errors=True)
 
+
+
+def regenerate(tree: Path) -> str:
+    """The start-up files written again from ``tree``'s package (tools/pthfile.py), as its author would after the
+    change: the start module and the fallback hold copies of the package's rules, and a wheel built from the tree
+    ships them (setup.py); what went wrong, or ``""``. A tree without the generator has nothing to write."""
+    if not (tree / "tools" / "pthfile.py").exists():
+        return ""
+    r = subprocess.run([sys.executable, "tools/pthfile.py"], cwd=tree, capture_output=True, text=True)
+    return "" if r.returncode == 0 else f"tools/pthfile.py failed on the mutant: {r.stderr.strip()[-500:]}"
 
 def basetemp(tree: Path) -> Path:
     """Where the tests run in ``tree`` keep their temporary files: beside it, not in it, so that nothing a

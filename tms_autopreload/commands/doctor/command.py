@@ -97,15 +97,15 @@ def execute(args: argparse.Namespace) -> int:
         return _ray(args)
     if args.nodes is not None:
         return _nodes(args)
-    from . import report
+    from .document import document, text
 
     env = before_plan()
-    doc = report.document(survey(env, check_all=True), env)
+    doc = document(survey(env, check_all=True), env)
     named = _named_elsewhere(doc["plan"]["build"] if doc["plan"] else None)
     if named:
         doc["warnings"].append(named)
     doc["warnings"] += _said_of_variables()
-    print(json.dumps(doc, indent=2) if args.json else report.text(doc))
+    print(json.dumps(doc, indent=2) if args.json else text(doc))
     return EXIT_OK if doc["ok"] else EXIT_NO_PLAN
 
 

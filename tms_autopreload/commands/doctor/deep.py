@@ -61,7 +61,7 @@ try:
     failed = None
 except Exception as exc:
     failed = f'{type(exc).__name__}: {exc}'
-from tms_autopreload import mapped_objects, reexecuted
+from tms_autopreload.environment import mapped_objects, reexecuted
 seen = {}
 for path in mapped_objects():
     try:
