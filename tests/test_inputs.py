@@ -208,7 +208,7 @@ def test_start_up_decision_answers_every_environment(world):
 
     with installed(world), mock.patch.object(os, "execve", no_exec), \
             mock.patch.object(startup, "_load_in_process", lambda env, verbose: "not loaded in the test process"), \
-            mock.patch.object(environment, "say", said.append), mock.patch.object(startup, "say", said.append):
+            mock.patch.object(rules, "say", said.append), mock.patch.object(startup, "say", said.append):
         check()
 
 
