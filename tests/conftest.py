@@ -56,6 +56,18 @@ def neutral_cwd(tmp_path_factory):
     os.chdir(here)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def suite_temp(tmp_path_factory):
+    """The session's base temp, which the words on record call ``<tmp>`` (tests/words.py): pytest's numbered
+    one, or the one ``--basetemp`` names (each mutant's run names one: tools/mutants.py)."""
+    from words import SUITE_TEMP
+
+    base = str(tmp_path_factory.getbasetemp())
+    SUITE_TEMP.append(base)
+    yield
+    SUITE_TEMP.remove(base)
+
+
 # What only the whole suite sets up: a test using one of these fixtures, or parametrized over an
 # interpreter other than the one running the tests, is marked slow and left out of `make check`.
 SLOW_FIXTURES = {"real_torch", "ray_cluster", "field", "client", "gpuless_cluster", "miles_cluster", "cluster",

@@ -43,6 +43,11 @@ _EDGE_BEFORE, _EDGE_AFTER = r"(?<![\w.+-])", r"(?![\w+-]|\.\d)"
 _PATH_END = r"(?![\w.+-])"
 
 
+# The suite's temporary directory: this session's base temp (pytest's numbered one under the system's temporary
+# directory, or the one ``--basetemp`` names; a worker's own under xdist), named here by conftest.py.
+SUITE_TEMP: list[str] = []
+
+
 def _spellings(path: str) -> set[str]:
     """``path`` and the other spellings of it a program may print: its real path, and its real directory
     with its own name (a symbolic link's target printed beside the link's folder)."""
@@ -67,8 +72,9 @@ def normalise(text: str, places: Mapping[str, str | os.PathLike[str]] = {}) -> s
     pairs = [(spelling, name) for name, path in places.items() for spelling in _spellings(os.fspath(path))]
     for spelling, name in sorted(pairs, key=lambda pair: -len(pair[0])):
         text = re.sub(re.escape(spelling) + _PATH_END, lambda _m, name=name: name, text)
+    for spelling in sorted({s for base in SUITE_TEMP for s in _spellings(base)}, key=len, reverse=True):
+        text = re.sub(re.escape(spelling) + _PATH_END, "<tmp>", text)
     temp = tempfile.gettempdir()
-    text = re.sub(re.escape(temp) + r"/pytest-of-[^/\s]+/pytest-\d+(?:/popen-gw\d+)?", "<tmp>", text)
     text = re.sub(re.escape(temp) + r"/(?:tms-autopreload-[\w-]*?|tmp)[\w-]{6,}" + _PATH_END, "<tmpdir>", text)
     version = platform.python_version()
     minor = ".".join(version.split(".")[:2])
