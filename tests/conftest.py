@@ -242,12 +242,15 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
 
     def make(tms: str | None = "0.0.9.post1", torch: str | None = None, pip: tuple[int, ...] = (),
              host: tuple[str, ...] = ("driver", "cuda13"), python: str = DEFAULT_PYTHON,
-             layout: str | None = None, tag: str = "") -> Scenario:
+             layout: str | None = None, tag: str = "", own_pip: bool = False) -> Scenario:
         """``tag`` gives a scenario of its own, for a test that damages its venv on purpose. Scenarios that
         differ only in ``host`` share one venv (the host is only the loader cache they run under), and
         venvs of the same wheels are copies of one that pip installed them into: a pip run costs seconds,
-        a copy and a host (``ldconfig``) a few milliseconds."""
-        key = (tms, torch, pip, host, python, layout, tag)
+        a copy and a host (``ldconfig``) a few milliseconds. The suite's venvs are made ``--without-pip``
+        (the fixes printed there install pip first); ``own_pip`` gives one of this machine's interpreters pip of
+        its own, as ``python -m venv`` makes it, where what a test pastes is not that step (ensurepip costs
+        seconds, once)."""
+        key = (tms, torch, pip, host, python, layout, tag, own_pip)
         if key in made:
             return made[key]
         suite = python.rpartition("/")[0]
@@ -255,18 +258,19 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
         own = arch_parts(foreign) if foreign else parts
         name = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         root = tmp_path_factory.mktemp(f"scn-{name}")
-        venv_key = (tms, torch, pip, python, layout, tag)
+        venv_key = (tms, torch, pip, python, layout, tag, own_pip)
         if venv_key not in venvs:
-            venvs[venv_key] = _scenario_venv(root / "venv", tms, torch, pip, python, layout, own)
+            venvs[venv_key] = _scenario_venv(root / "venv", tms, torch, pip, python, layout, own, own_pip)
         dirs = own.host_dirs(host)
         made[key] = Scenario(venvs[venv_key], need(RootfsHost, rootfs(suite), root / "host", dirs) if suite
                              else need(Host, root / "host", dirs), own)
         return made[key]
 
     def _scenario_venv(path: Path, tms: str | None, torch: str | None, pip: tuple[int, ...], python: str,
-                       layout: str | None, own: Parts) -> Venv:
+                       layout: str | None, own: Parts, own_pip: bool = False) -> Venv:
         """The venv of a scenario: our wheel, NVIDIA's runtime wheels of ``pip``, torch_memory_saver ``tms``
-        (released, or in ``layout``) and a torch stand-in of kind ``torch``, for ``python``."""
+        (released, or in ``layout``) and a torch stand-in of kind ``torch``, for ``python``; pip itself where
+        ``own_pip``."""
         suite, _, version = python.rpartition("/")
         foreign = own.arch
         wheels = [own.own_wheel] + [need(support.runtime_wheel, m, foreign) for m in pip]
@@ -276,10 +280,12 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
             fs = rootfs(suite)
             venv = need(RootfsVenv, fs, path, need(fs.python, version), wheels)
         else:
-            key = (python, *wheels)
+            key = (python, own_pip, *wheels)
             if key not in installed:
                 installed[key] = need(Venv, tmp_path_factory.mktemp("installed") / "venv",
                                       need(support.locate_python, python), wheels)
+                if own_pip:
+                    support.run([str(installed[key].python), "-m", "ensurepip"], env=support.clean_env())
             venv = need(support.private_copy, installed[key], path, links=False)
         if layout is not None:
             _custom_layout(venv, tms or "0.0.10", layout, own)

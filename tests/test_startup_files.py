@@ -270,7 +270,7 @@ def test_a_pth_whose_start_up_files_are_gone_fails_closed(scenario, tmp_path, py
     pasted into the flagged shell puts the start-up files back: the next flagged start is hooked. Where neither
     can, its fix removes the start-up files, and the next start runs."""
     scn = scenario(tms="0.0.9.post1", torch="cu13-sys", host=("driver", "cuda13"), python=python,
-                   tag=f"start-gone-{gone}")
+                   tag=f"start-gone-{gone}", own_pip="/" not in python)  # this machine's: pip of their own
     for name in GONE[gone]:
         (shutil.rmtree if name == "tms_autopreload" else Path.unlink)(scn.site / name)
     pth, python_path = scn.site / "tms_autopreload.pth", str(scn.venv.python)
@@ -342,7 +342,7 @@ def test_doctor_says_what_a_flagged_start_does_where_a_start_up_file_is_gone(sce
     the fix the start gives (the same words, where the start says any); ``which`` and ``env`` warn on stderr and
     print their plan. The fix, pasted into a flagged shell, puts every start-up file back where site.py runs it:
     the next flagged start is hooked, and ``doctor`` exits 0."""
-    scn = report_host(scenario, tag=f"doctor-start-up-{gone}")
+    scn = report_host(scenario, tag=f"doctor-start-up-{gone}", own_pip=True)
     env = {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     site = scn.site
     if gone == "read-by-no-site":
