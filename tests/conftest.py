@@ -277,6 +277,8 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
         if tms and layout in (None, *INSTALLED_LAYOUTS):
             wheels.append(need(support.tms_wheel, tms, foreign))
         if suite:
+            if own_pip:  # not silently a venv without one: a root file system's venvs are made its own way
+                raise ValueError(f"own_pip is for this machine's interpreters, not {python}")
             fs = rootfs(suite)
             venv = need(RootfsVenv, fs, path, need(fs.python, version), wheels)
         else:
