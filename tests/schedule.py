@@ -30,7 +30,9 @@ def order_key(config: pytest.Config):
     """A sort key for collected items: the modules the last run timed longest first, each module's tests
     together and in their own order (the sort is stable)."""
     cache = getattr(config, "cache", None)
-    seconds: dict[str, float] = cache.get(KEY, {}) if cache is not None else {}
+    kept = cache.get(KEY, {}) if cache is not None else {}
+    # A cache another version wrote, or edited by hand, is no time at all rather than a failed collection.
+    seconds = {m: float(t) for m, t in kept.items() if isinstance(t, (int, float))} if isinstance(kept, dict) else {}
     return lambda item: -seconds.get(module(item.nodeid), 0.0)
 
 
@@ -48,7 +50,9 @@ class Timer:
         cache = getattr(session.config, "cache", None)
         if cache is not None and self.seconds:
             # A narrowed run (one file, -k) times only what it ran: the other modules keep their last times.
-            cache.set(KEY, {**cache.get(KEY, {}), **{m: round(s, 2) for m, s in self.seconds.items()}})
+            kept = cache.get(KEY, {})
+            cache.set(KEY, {**(kept if isinstance(kept, dict) else {}),
+                            **{m: round(s, 2) for m, s in self.seconds.items()}})
 
 
 def pytest_configure(config: pytest.Config) -> None:
