@@ -45,8 +45,12 @@ except-coverage: $(VENV)/.ready lint
 # clusters a module shares are made once. PYTEST_ARGS goes to pytest after the lane's own options:
 # `make check JOBS=0 PYTEST_ARGS="-x --pdb tests/test_ldso.py"` runs one file in this one process, into
 # the debugger at its first failure.
+# pytest keeps the test modules it rewrites (its assertion messages) as bytecode beside them, in __pycache__
+# (ignored by git), unless PYTHONDONTWRITEBYTECODE is set, as some machines set it for every process: then
+# each worker of each run rewrites every test module again (about 3 CPU-seconds a worker). The lanes unset it for
+# pytest itself; the processes the tests start get an environment of the test's own making either way.
 JOBS ?= $(shell $(PYTHON) tools/workers.py)
-PYTEST = $(VENV)/bin/python -m pytest -q -rs -n $(JOBS) --dist loadscope
+PYTEST = env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python -m pytest -q -rs -n $(JOBS) --dist loadscope --no-loadscope-reorder
 
 # ruff over everything (the rules in pyproject.toml: the package and tools/ annotated, tests/ without),
 # mypy over the package and tools/, and the GitHub workflows against GitHub's schema (check-jsonschema's

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,12 +18,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import except_coverage
+import schedule
+import strict
 import support
-from strict import pytest_configure, pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
+from strict import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 from rootfs import Rootfs, RootfsHost, RootfsVenv, arch
 from support import Host, SetupError, Venv
 
 DEFAULT_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def pytest_configure(config):
+    """The two plugins of this directory: tests/strict.py's marker, tests/schedule.py's timer."""
+    strict.pytest_configure(config)
+    schedule.pytest_configure(config)
 
 
 if os.environ.get(except_coverage.VAR):
@@ -57,15 +66,17 @@ def neutral_cwd(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def suite_temp(tmp_path_factory):
+def suite_temp(tmp_path_factory, run_temp):
     """The session's base temp, which the words on record call ``<tmp>`` (tests/words.py): pytest's numbered
-    one, or the one ``--basetemp`` names (each mutant's run names one: tools/mutants.py)."""
+    one, or the one ``--basetemp`` names (each mutant's run names one: tools/mutants.py); and the run's, where
+    the workers' shared parts are (the same directory without xdist)."""
     from words import SUITE_TEMP
 
-    base = str(tmp_path_factory.getbasetemp())
-    SUITE_TEMP.append(base)
+    bases = {str(tmp_path_factory.getbasetemp()), str(run_temp)}
+    SUITE_TEMP.extend(bases)
     yield
-    SUITE_TEMP.remove(base)
+    for base in bases:
+        SUITE_TEMP.remove(base)
 
 
 # What only the whole suite sets up: a test using one of these fixtures, or parametrized over an
@@ -75,11 +86,13 @@ SLOW_FIXTURES = {"real_torch", "ray_cluster", "field", "client", "gpuless_cluste
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """Mark slow what needs the whole suite's set-up, before ``-m "not slow"`` deselects; mark the
-    aarch64 lane (interpreters of an arm64 root file system), which ``-m aarch64`` selects; and run the
-    tests marked ``drift`` last, so that under ``-x`` a behaviour test speaks first."""
-    items.sort(key=lambda item: item.get_closest_marker("drift") is not None)  # stable: the rest keep their order
+    aarch64 lane (interpreters of an arm64 root file system), which ``-m aarch64`` selects; run the
+    tests marked ``drift`` last, so that under ``-x`` a behaviour test speaks first, and the others the longest
+    module first (tests/schedule.py)."""
+    longest_first = schedule.order_key(config)
+    items.sort(key=lambda item: (item.get_closest_marker("drift") is not None, longest_first(item)))  # stable
     for item in items:
         params = getattr(item, "callspec", None)
         python = params.params.get("python", DEFAULT_PYTHON) if params else DEFAULT_PYTHON
@@ -98,24 +111,39 @@ def need(fn, *args, **kw):
         pytest.skip(str(exc))
 
 
+@pytest.fixture(scope="session")
+def run_temp(tmp_path_factory) -> Path:
+    """The whole run's base temp: with pytest-xdist the parent of each worker's own (``--basetemp`` names it
+    too), where the workers build once what they all read (:class:`Parts`, the scenarios' installed venvs)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 class Parts:
     """Shared, built-once ingredients: driver stub, runtime dirs, stand-in libraries, our wheel; for this
-    machine, or for the Debian architecture ``arch`` (its wheels, built by its cross compiler)."""
+    machine, or for the Debian architecture ``arch`` (its wheels, built by its cross compiler).
+
+    Built once a run at ``root``, which every worker of the run names alike: the first to ask builds (a wheel
+    build and three compilers, seconds), the others wait on the lock and open what it built."""
 
     def __init__(self, root: Path, arch: str | None = None, own_wheel: Path | None = None) -> None:
         self.root = root
         self.arch = arch
         support.check_namespaces()
         self.stub = root / "driver"
-        support.driver_stub(self.stub, arch=arch)
-        self.rt = {}
-        for major, member in ((12, "nvidia/cuda_runtime/lib/libcudart.so.12"), (13, "nvidia/cu13/lib/libcudart.so.13")):
-            d = root / f"cuda{major}"
-            support.extract(support.runtime_wheel(major, arch), member, d)
-            self.rt[major] = d
+        self.rt = {12: root / "cuda12", 13: root / "cuda13"}
         self.hip = root / "rocm6"
-        support.hip_stub(self.hip, 6, arch=arch)
-        self.own_wheel = own_wheel or support.build_own_wheel(root / "dist", isolated=False)
+        with support.file_lock(root.with_name(f"{root.name}.lock")):
+            if not (root / ".complete").exists():
+                support.driver_stub(self.stub, arch=arch)
+                for major, member in ((12, "nvidia/cuda_runtime/lib/libcudart.so.12"),
+                                      (13, "nvidia/cu13/lib/libcudart.so.13")):
+                    support.extract(support.runtime_wheel(major, arch), member, self.rt[major])
+                support.hip_stub(self.hip, 6, arch=arch)
+                if own_wheel is None:
+                    support.build_own_wheel(root / "dist", isolated=False)
+                (root / ".complete").touch()
+        self.own_wheel = own_wheel or sorted((root / "dist").glob("tms_autopreload-*.whl"))[-1]
         self._deps: dict[str, Path] = {}
 
     def host_dirs(self, names: tuple[str, ...]) -> list[Path]:
@@ -133,8 +161,11 @@ class Parts:
                 "rocm6": (self.hip, "libamdhip64.so.6", None),
                 "cpu": (None, None, None),
             }[torch]
-            self._deps[torch] = support.global_deps(self.root / "deps" / torch / "libtorch_global_deps.so", *spec,
-                                                    arch=self.arch)
+            lib = self.root / "deps" / torch / "libtorch_global_deps.so"
+            with support.file_lock(lib.with_name("build.lock")):
+                if not lib.exists():
+                    support.global_deps(lib, *spec, arch=self.arch)
+            self._deps[torch] = lib
         return self._deps[torch]
 
 
@@ -197,39 +228,39 @@ def assert_applied(mode: str, reexecd: bool, hooks: list[str], build: str | os.P
 
 
 @pytest.fixture(scope="session")
-def parts(tmp_path_factory) -> Parts:
-    return need(Parts, tmp_path_factory.mktemp("parts"))
+def parts(run_temp) -> Parts:
+    return need(Parts, run_temp / "parts")
 
 
 @pytest.fixture(scope="session")
-def arch_parts(parts, tmp_path_factory):
+def arch_parts(parts, run_temp):
     """Factory: the :class:`Parts` of a Debian architecture (``arch_parts("arm64")``), with our same wheel."""
     made: dict[str, Parts] = {}
 
     def make(name: str) -> Parts:
         if name not in made:
-            made[name] = need(Parts, tmp_path_factory.mktemp(f"parts-{name}"), name, parts.own_wheel)
+            made[name] = need(Parts, run_temp / f"parts-{name}", name, parts.own_wheel)
         return made[name]
 
     return make
 
 
 @pytest.fixture(scope="session")
-def rootfs(tmp_path_factory):
+def rootfs(run_temp):
     """Factory: the Debian root file system ``suite`` (cached), sharing this run's temporary
-    directories and the cached wheels at their own paths."""
+    directories (the workers' shared parts with them) and the cached wheels at their own paths."""
     made: dict[str, Rootfs] = {}
 
     def make(suite: str) -> Rootfs:
         if suite not in made:
-            made[suite] = need(Rootfs, suite, [tmp_path_factory.getbasetemp(), support.CACHE / "wheels"])
+            made[suite] = need(Rootfs, suite, [run_temp, support.CACHE / "wheels"])
         return made[suite]
 
     return make
 
 
 @pytest.fixture(scope="session")
-def scenario(parts, arch_parts, rootfs, tmp_path_factory):
+def scenario(parts, arch_parts, rootfs, run_temp, tmp_path_factory):
     """Factory: ``scenario(tms=..., torch=..., pip=(13,), host=("driver", "cuda13"), python=...)``.
 
     ``python`` is a version on this machine ("3.11") or one in a Debian root file system
@@ -245,11 +276,11 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
              layout: str | None = None, tag: str = "", own_pip: bool = False) -> Scenario:
         """``tag`` gives a scenario of its own, for a test that damages its venv on purpose. Scenarios that
         differ only in ``host`` share one venv (the host is only the loader cache they run under), and
-        venvs of the same wheels are copies of one that pip installed them into: a pip run costs seconds,
-        a copy and a host (``ldconfig``) a few milliseconds. The suite's venvs are made ``--without-pip``
-        (the fixes printed there install pip first); ``own_pip`` gives one of this machine's interpreters pip of
-        its own, as ``python -m venv`` makes it, where what a test pastes is not that step (ensurepip costs
-        seconds, once)."""
+        venvs of the same wheels are copies of one that pip installed them into, once a run for all its workers:
+        a pip run costs seconds, a copy and a host (``ldconfig``) a few milliseconds. The suite's venvs are made
+        ``--without-pip`` (the fixes printed there install pip first); ``own_pip`` gives one of this machine's
+        interpreters pip of its own, as ``python -m venv`` makes it, where what a test pastes is not that step
+        (ensurepip costs seconds, once)."""
         key = (tms, torch, pip, host, python, layout, tag, own_pip)
         if key in made:
             return made[key]
@@ -265,6 +296,19 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
         made[key] = Scenario(venvs[venv_key], need(RootfsHost, rootfs(suite), root / "host", dirs) if suite
                              else need(Host, root / "host", dirs), own)
         return made[key]
+
+    def _installed(key: tuple, python: str, wheels: list[Path], own_pip: bool) -> Venv:
+        """The venv pip installed ``wheels`` into, for ``python`` (with pip itself where ``own_pip``): built by the
+        first of the run's workers to ask (under a lock), opened by the others. ``key`` names it alike in each."""
+        path = run_temp / "installed" / hashlib.sha1(repr(key).encode()).hexdigest()[:10] / "venv"
+        with support.file_lock(path.with_name("build.lock")):
+            if not path.with_name(".complete").exists():
+                shutil.rmtree(path, ignore_errors=True)
+                venv = need(Venv, path, need(support.locate_python, python), wheels)
+                if own_pip:
+                    support.run([str(venv.python), "-m", "ensurepip"], env=support.clean_env())
+                path.with_name(".complete").touch()
+        return Venv(path)
 
     def _scenario_venv(path: Path, tms: str | None, torch: str | None, pip: tuple[int, ...], python: str,
                        layout: str | None, own: Parts, own_pip: bool = False) -> Venv:
@@ -284,10 +328,7 @@ def scenario(parts, arch_parts, rootfs, tmp_path_factory):
         else:
             key = (python, own_pip, *wheels)
             if key not in installed:
-                installed[key] = need(Venv, tmp_path_factory.mktemp("installed") / "venv",
-                                      need(support.locate_python, python), wheels)
-                if own_pip:
-                    support.run([str(installed[key].python), "-m", "ensurepip"], env=support.clean_env())
+                installed[key] = _installed(key, python, wheels, own_pip)
             venv = need(support.private_copy, installed[key], path, links=False)
         if layout is not None:
             _custom_layout(venv, tms or "0.0.10", layout, own)

@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from basics import CACHE, cache_lock, clean_env, run  # noqa: E402,F401
+from basics import CACHE, cache_lock, clean_env, file_lock, run  # noqa: E402,F401
 from downloads import RUNTIME_WHEELS, extract, runtime_wheel, wheel  # noqa: E402,F401
 from sandbox import (RAY_VERSION, RAY_VERSIONS, TORCH_VERSION, TORCH_VERSIONS, Venv, base_python,  # noqa: E402,F401
                      build_own_wheel, check_namespaces, find_python, ld_cache, locate_python, private_copy,

@@ -43,8 +43,9 @@ _EDGE_BEFORE, _EDGE_AFTER = r"(?<![\w.+-])", r"(?![\w+-]|\.\d)"
 _PATH_END = r"(?![\w.+-])"
 
 
-# The suite's temporary directory: this session's base temp (pytest's numbered one under the system's temporary
-# directory, or the one ``--basetemp`` names; a worker's own under xdist), named here by conftest.py.
+# The suite's temporary directories: this session's base temp (pytest's numbered one under the system's temporary
+# directory, or the one ``--basetemp`` names; a worker's own under xdist) and the whole run's (where the workers'
+# shared parts are), named here by conftest.py.
 SUITE_TEMP: list[str] = []
 
 

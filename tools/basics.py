@@ -51,12 +51,20 @@ def pip_env() -> dict[str, str]:
     (``pip config list``) into a file of its own with every ``constraint`` set to ``/dev/null``: pip reads
     the file ``PIP_CONFIG_FILE`` names after the global ones, and a key given there replaces theirs."""
     env = {k: v for k, v in os.environ.items() if k not in ("PIP_CONSTRAINT", "PIP_CONFIG_FILE")}
-    return {**env, "PIP_CONFIG_FILE": str(_uncapped_pip_config(tuple(sorted(env.items()))))}
+    reads = tuple(sorted((k, v) for k, v in env.items() if k.startswith("PIP_") or k in _PIP_CONFIG_PLACES))
+    return {**env, "PIP_CONFIG_FILE": str(_uncapped_pip_config(reads))}
+
+
+# The variables that say where pip's configuration files are (besides the interpreter's own prefix): with pip's
+# own PIP_* variables, all of the environment that `pip config list` reads. Keyed on these alone, the listing (a
+# pip run, about 0.35 CPU-seconds) is made once a process, not once for each environment a test sets.
+_PIP_CONFIG_PLACES = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS")
 
 
 @functools.cache
 def _uncapped_pip_config(env: tuple[tuple[str, str], ...]) -> Path:
-    """The pip configuration of ``env`` without its constraints, as a file (see ``pip_env``)."""
+    """The pip configuration of ``env`` (the variables pip's configuration depends on) without its constraints,
+    as a file (see ``pip_env``)."""
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
                             env=dict(env), check=True).stdout
     sections: dict[str, dict[str, str]] = {"global": {"constraint": os.devnull}}
@@ -87,11 +95,16 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def cache_lock(name: str) -> Iterator[None]:
-    """Hold an exclusive lock on one cache entry, so that two runs sharing the cache (a second
-    checkout's tests, the demo beside the suite) never build or download the same entry at once."""
-    lock = CACHE / "locks" / f"{name}.lock"
+def file_lock(lock: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``lock`` (made if missing), so that processes sharing what it guards
+    build it one at a time: the first builds, the others wait and then find it built."""
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield
+
+
+def cache_lock(name: str) -> contextlib.AbstractContextManager[None]:
+    """Hold an exclusive lock on one cache entry, so that two runs sharing the cache (a second
+    checkout's tests, the demo beside the suite) never build or download the same entry at once."""
+    return file_lock(CACHE / "locks" / f"{name}.lock")

@@ -233,8 +233,10 @@ def base_python(python: str, dest: Path) -> Venv:
     for alias in ("python3", "python"):
         (dest / "bin" / alias).symlink_to(name)
     # Not Debian's EXTERNALLY-MANAGED marker (PEP 668): an image's own prefix has none, and with it pip
-    # refuses to install into the base.
-    entries = [str(stdlib / e) for e in os.listdir(stdlib) if e not in ("site-packages", "EXTERNALLY-MANAGED")]
+    # refuses to install into the base. Nor CPython's own test suite (``test``: half the standard library's
+    # files, about 4,000 links each time), which the official Docker images delete and Debian ships apart.
+    left_out = ("site-packages", "EXTERNALLY-MANAGED", "test")
+    entries = [str(stdlib / e) for e in os.listdir(stdlib) if e not in left_out]
     run(["cp", "-al", *entries, str(lib)])
     # Its own site directory where its sysconfig puts packages: lib/pythonX.Y/site-packages, but
     # local/lib/pythonX.Y/dist-packages for Debian's python3, whose site.py reads that instead.
