@@ -6,7 +6,7 @@ few long tests (test_outcomes, test_calls) then comes late, and runs alone at th
 on two cores about 10 s of ``make check``'s 140. Handing out the longest first (the longest-processing-time rule
 of scheduling) leaves the short modules to fill the gaps at the end.
 
-The times are the last run's, module by module, kept in pytest's cache (``.pytest_cache``, which
+The times are the last run's of the same lane, module by module, kept in pytest's cache (``.pytest_cache``, which
 ``--cache-clear`` or ``-p no:cacheprovider`` leave out): a module no run has timed keeps its place after the timed
 ones, in file-name order, as a fresh checkout runs them all. The order changes when tests run, never which run
 or what they judge; ``drift`` tests still run last (tests/conftest.py).
@@ -14,11 +14,20 @@ or what they judge; ``drift`` tests still run last (tests/conftest.py).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import pytest
 
-KEY = "tms_autopreload/module_seconds"
+KEY = "tms_autopreload/lane_seconds"
+
+
+def cache_key(config: pytest.Config) -> str:
+    """Where one lane's times are kept: each ``-m`` expression its own (``make check``'s fast lane, ``make test``'s
+    measured and slow runs), so that a module's slow tests never order the fast lane, nor its measured run
+    (about three times the CPU) the plain one."""
+    lane = re.sub(r"\W+", "_", config.option.markexpr or "").strip("_")
+    return f"{KEY}/{lane or 'all'}"
 
 
 def module(nodeid: str) -> str:
@@ -30,7 +39,7 @@ def order_key(config: pytest.Config):
     """A sort key for collected items: the modules the last run timed longest first, each module's tests
     together and in their own order (the sort is stable)."""
     cache = getattr(config, "cache", None)
-    kept = cache.get(KEY, {}) if cache is not None else {}
+    kept = cache.get(cache_key(config), {}) if cache is not None else {}
     # A cache another version wrote, or edited by hand, is no time at all rather than a failed collection.
     seconds = {m: float(t) for m, t in kept.items() if isinstance(t, (int, float))} if isinstance(kept, dict) else {}
     return lambda item: -seconds.get(module(item.nodeid), 0.0)
@@ -50,8 +59,9 @@ class Timer:
         cache = getattr(session.config, "cache", None)
         if cache is not None and self.seconds:
             # A narrowed run (one file, -k) times only what it ran: the other modules keep their last times.
-            kept = cache.get(KEY, {})
-            cache.set(KEY, {**(kept if isinstance(kept, dict) else {}),
+            key = cache_key(session.config)
+            kept = cache.get(key, {})
+            cache.set(key, {**(kept if isinstance(kept, dict) else {}),
                             **{m: round(s, 2) for m, s in self.seconds.items()}})
 
 
