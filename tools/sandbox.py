@@ -287,16 +287,22 @@ def private_copy(venv: Venv, dest: Path, links: bool = True) -> Venv:
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     run(["cp", "-al" if links else "-a", str(venv.path), str(dest)])
-    old, new = os.fsencode(venv.path), os.fsencode(dest)
-    for script in (dest / "bin").iterdir():
+    repoint_scripts(dest / "bin", venv.path, dest)
+    return Venv(dest)
+
+
+def repoint_scripts(scripts: Path, old: Path, new: Path) -> None:
+    """Make the scripts in ``scripts`` that name a path under ``old`` (their interpreter, on their ``#!`` line)
+    name it under ``new``: new files, so that a hard-linked original is left as it was."""
+    before, after = os.fsencode(old), os.fsencode(new)
+    for script in scripts.iterdir() if scripts.is_dir() else ():
         if script.is_symlink() or not script.is_file():
             continue
         data = script.read_bytes()
-        if old in data:
+        if before in data:
             script.unlink()
-            script.write_bytes(data.replace(old, new))
+            script.write_bytes(data.replace(before, after))
             script.chmod(0o755)
-    return Venv(dest)
 
 
 def torch_venv(python: str, version: str = TORCH_VERSION) -> Venv:
