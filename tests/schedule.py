@@ -1,4 +1,5 @@
-"""The order the suite's workers take the test modules in: the longest first, as the last run timed them.
+"""The order the suite's workers take the test modules in: the longest first, as the last run of the same lane
+timed them.
 
 pytest-xdist's ``--dist loadscope`` hands out whole modules as workers come free: by default the modules with the
 most tests first, and with ``--no-loadscope-reorder`` (the Makefile's lanes) in collection order. A module of a

@@ -45,15 +45,23 @@ def test_the_troubleshooting_page_says_what_each_slime_version_tries():
     assert "picks the first existing name of (cu13, cu12, unsuffixed)" in text
 
 
+def _build_leftovers() -> dict[str, int]:
+    """What an in-place build leaves in the checkout (setuptools' build/lib and egg-info), with its times: a
+    second distribution of the package to everything run from the checkout."""
+    return {str(p): p.stat().st_mtime_ns for p in [*ROOT.glob("*.egg-info"), ROOT / "build" / "lib"] if p.exists()}
+
+
 @pytest.mark.slow  # the whole demo, with its own downloads and venvs
 def test_demo_end_to_end(tmp_path):
     sandbox = tmp_path / "demo"
     t0 = time.monotonic()
+    before = _build_leftovers()
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "demo.py"), "--dir", str(sandbox)],
                        capture_output=True, text=True, timeout=600, env=clean_env())
     print(f"demo: {time.monotonic() - t0:.1f} s")
     out = r.stdout
     assert r.returncode == 0, out + r.stderr
+    assert _build_leftovers() == before  # the wheel was built from a copy: nothing new in the checkout
     one, two, three, four, five = (out.index(f"== {n}.") for n in (1, 2, 3, 4, 5))
     assert one < two < three < four < five
     report, slime_main = out[one:two], out[two:three]

@@ -1,8 +1,12 @@
-"""The suite's own order (tests/schedule.py): the modules the last run timed longest go first, each module's
-tests together and in their order, and a cache it cannot read is no order at all, never a failed collection."""
+"""The suite's own order (tests/schedule.py): the modules the last run of a lane timed longest go first, each
+module's tests together and in their order; a run records its own times under its lane; a cache it cannot read
+is no order at all, never a failed collection. Made-up modules in pytest runs of their own: the orders come
+from times written into the cache, and a run's record is judged by lower bounds only (a sleep is at least its
+length), so that a loaded machine cannot change what these tests see."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -10,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-# Four made-up modules; b's tests take longest, then c's; a's and d's were never timed.
 MODULES = {
     "test_a.py": "def test_a1(): pass\ndef test_a2(): pass\n",
-    "test_b.py": "import time\ndef test_b1(): time.sleep(0.3)\ndef test_b2(): pass\n",
+    "test_b.py": "import time, pytest\n@pytest.mark.slow\ndef test_b1(): time.sleep(0.3)\ndef test_b2(): pass\n",
     "test_c.py": "import time\ndef test_c1(): time.sleep(0.1)\n",
     "test_d.py": "def test_d1(): pass\n",
 }
+FILE_ORDER = ["test_a1", "test_a2", "test_b1", "test_b2", "test_c1", "test_d1"]
 
 CONFTEST = textwrap.dedent("""
     import schedule
@@ -27,10 +31,22 @@ CONFTEST = textwrap.dedent("""
 """)
 
 
-def _order(tmp_path, *extra: str) -> list[str]:
-    """The test ids in the order a run of the made-up modules ran them (one process: the order collected)."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA",
-                        f"--rootdir={tmp_path}", "-o", "cache_dir=.cache", *extra], cwd=tmp_path,
+@pytest.fixture
+def modules(tmp_path):
+    for name, text in MODULES.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
+    return tmp_path
+
+
+def _times(root: Path, lane: str) -> Path:
+    return root / ".cache" / "v" / "tms_autopreload" / "lane_seconds" / lane
+
+
+def _order(root: Path, *extra: str) -> list[str]:
+    """The test names in the order a run of the made-up modules ran them (one process: the order collected)."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-o", "cache_dir=.cache", *extra], cwd=root,
                        capture_output=True, text=True,
                        env={"PYTHONPATH": str(Path(__file__).parent), "PATH": "/usr/bin:/bin",
                             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})  # none of the venv's plugins: a second each
@@ -38,40 +54,39 @@ def _order(tmp_path, *extra: str) -> list[str]:
     return [line.split(" ", 1)[1].split("::")[1] for line in r.stdout.splitlines() if line.startswith("PASSED ")]
 
 
-@pytest.fixture
-def modules(tmp_path):
-    for name, text in MODULES.items():
-        (tmp_path / name).write_text(text)
-    (tmp_path / "conftest.py").write_text(CONFTEST)
-    return tmp_path
+def _keep(root: Path, lane: str, seconds: dict[str, float]) -> None:
+    _times(root, lane).parent.mkdir(parents=True, exist_ok=True)
+    _times(root, lane).write_text(json.dumps(seconds))
 
 
-def test_the_longest_module_goes_first_as_the_last_run_timed_it(modules):
-    first = _order(modules)
-    assert first == ["test_a1", "test_a2", "test_b1", "test_b2", "test_c1", "test_d1"], first  # untimed: file order
-    assert _order(modules) == ["test_b1", "test_b2", "test_c1", "test_a1", "test_a2", "test_d1"]
-    # A narrowed run times what it ran; the others keep their times.
+def test_an_untimed_run_keeps_file_order_and_records_its_times(modules):
+    assert _order(modules) == FILE_ORDER
+    seconds = json.loads(_times(modules, "all").read_text())
+    assert set(seconds) == set(MODULES) and seconds["test_b.py"] >= 0.3 and seconds["test_c.py"] >= 0.1, seconds
+
+
+def test_the_longest_module_goes_first_and_a_narrowed_run_keeps_the_others_times(modules):
+    _keep(modules, "all", {"test_c.py": 9.0, "test_a.py": 5.0, "test_b.py": 1.0})
+    assert _order(modules) == ["test_c1", "test_a1", "test_a2", "test_b1", "test_b2", "test_d1"]
+    _keep(modules, "all", {"test_c.py": 9.0, "test_a.py": 5.0, "test_b.py": 1.0})
     assert _order(modules, "test_d.py") == ["test_d1"]
-    assert _order(modules)[:3] == ["test_b1", "test_b2", "test_c1"]
+    kept = json.loads(_times(modules, "all").read_text())
+    assert kept["test_c.py"] == 9.0 and kept["test_a.py"] == 5.0 and "test_d.py" in kept, kept
 
 
-def test_each_lane_keeps_its_own_times(modules):
-    """A ``-m`` expression's run (a lane) is ordered by that lane's times alone: here the lane without b's
-    slow test first times c longest, while the whole run's order stays b's."""
-    (modules / "test_b.py").write_text("import time, pytest\n@pytest.mark.slow\ndef test_b1(): time.sleep(0.3)\n"
-                                       "def test_b2(): pass\n")
-    (modules / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
-    assert _order(modules)[:2] == ["test_a1", "test_a2"]
-    assert _order(modules)[:3] == ["test_b1", "test_b2", "test_c1"]
-    assert _order(modules, "-m", "not slow")[:2] == ["test_a1", "test_a2"]  # this lane untimed: file order
-    assert _order(modules, "-m", "not slow")[0] == "test_c1"
-    assert _order(modules)[:3] == ["test_b1", "test_b2", "test_c1"]
+def test_each_lane_is_ordered_and_recorded_by_its_own_times(modules):
+    """A ``-m`` expression's run (a lane) reads and writes that lane's times alone: a module's slow tests never
+    order the fast lane."""
+    _keep(modules, "all", {"test_b.py": 9.0})
+    _keep(modules, "not_slow", {"test_d.py": 9.0, "test_c.py": 5.0})
+    assert _order(modules, "-m", "not slow") == ["test_d1", "test_c1", "test_a1", "test_a2", "test_b2"]
+    assert json.loads(_times(modules, "all").read_text()) == {"test_b.py": 9.0}
+    assert _order(modules)[:2] == ["test_b1", "test_b2"]
 
 
 @pytest.mark.parametrize("kept", ['"not a table"', '{"test_b.py": "long", "test_c.py": null}', "[1, 2]"])
 def test_a_cache_it_cannot_read_is_no_time(modules, kept):
-    cache = modules / ".cache" / "v" / "tms_autopreload" / "lane_seconds"
-    cache.mkdir(parents=True)
-    (cache / "all").write_text(kept)
-    assert _order(modules) == ["test_a1", "test_a2", "test_b1", "test_b2", "test_c1", "test_d1"]
-    assert _order(modules)[:3] == ["test_b1", "test_b2", "test_c1"]  # and the run's own times replace it
+    _times(modules, "all").parent.mkdir(parents=True)
+    _times(modules, "all").write_text(kept)
+    assert _order(modules) == FILE_ORDER
+    assert set(json.loads(_times(modules, "all").read_text())) == set(MODULES)  # the run's own times replace it

@@ -55,8 +55,8 @@ from pathlib import Path
 import pytest
 from conftest import DEFAULT_PYTHON, need
 from rootfs import RootfsHost
-from support import (MAPPED, Host, Venv, assert_stopped, base_python, clean_env, locate_python, private_copy, run,
-                     tms_wheel, uv, write_torch_standin)
+from support import (MAPPED, Host, Venv, assert_stopped, base_python, clean_env, locate_python, private_copy,
+                     repoint_scripts, run, tms_wheel, uv, write_torch_standin)
 
 WORLDS = ["pip-venv-activated", "pip-venv-by-path", "without-pip", "uv-venv", "uv-venv-without-uv", "user-site",
           "debian-user-site", "target"]
@@ -145,6 +145,60 @@ def _pip_venv(kit, path: Path) -> Venv:
     return Venv(path)
 
 
+def _wheels(kit, tms: str | None) -> list[str]:
+    """What a world installs: this package, and torch_memory_saver ``tms`` where there is one."""
+    return [str(kit["own"])] + ([f"torch-memory-saver=={tms}"] if tms else [])
+
+
+def _filled(kit, kind: str, tms: str | None) -> Venv:
+    """A venv (``kind``: with its own pip, or ``without-pip``) with :func:`_wheels` installed by pip, made once a
+    module for each release; each cell gets a copy (:func:`private_copy`: hard links, its scripts rewritten to
+    name the copy), not a pip run of its own, which was the larger part of a cell's time."""
+    def make(path: Path) -> Venv:
+        venv = (private_copy(_template(kit, "pip", lambda p: _pip_venv(kit, p)), path) if kind == "pip"
+                else Venv(path, kit["python"]))
+        _pip(kit, venv.python, *_wheels(kit, tms))
+        return venv
+
+    return _template(kit, f"{kind}-{tms}", make)
+
+
+def _target_folder(kit, tms: str) -> Path:
+    """A ``pip install --target`` folder holding torch_memory_saver ``tms``, made once a module."""
+    def make(path: Path) -> Path:
+        _pip(kit, _filled(kit, "pip", None).python, "--target", str(path), f"torch-memory-saver=={tms}")
+        return path
+
+    return _template(kit, f"target-{tms}", make)
+
+
+def _user_base(kit) -> Venv:
+    """The interpreter prefix the user-site templates are installed with."""
+    return _template(kit, "user-base", lambda path: base_python(kit["python"], path))
+
+
+def _user_site(kit, world: str, tms: str | None, home: Path) -> Path:
+    """``home`` with the user site of ``world`` (``user-site``: an interpreter's own prefix; ``debian-user-site``:
+    Debian's python3 and pip) holding :func:`_wheels`, each installed ``--user`` once a module into a home of
+    the template's and hard-linked into ``home``; where the user site lies in ``home``."""
+    def make(path: Path) -> Path:
+        path.mkdir(parents=True)
+        if world == "user-site":
+            base = _user_base(kit)
+            _pip(kit, base.python, "--user", *_wheels(kit, tms), env={"HOME": str(path)})
+            return Path(run([str(base.python), "-c", "import site; print(site.getusersitepackages())"],
+                            env=clean_env(HOME=str(path))).stdout.strip())
+        fs, env = _template(kit, "debian-host", lambda _: kit["debian"]()).rootfs, clean_env(HOME=str(path))
+        fs.run(["python3", "-m", "pip", "install", "-q", "--user", "--break-system-packages", "--no-deps",
+                "--no-index", "--find-links", str(kit["links"]), *_wheels(kit, tms)], env)
+        return Path(fs.run(["python3", "-c", "import site; print(site.getusersitepackages())"], env).stdout.strip())
+
+    template = kit["root"] / "templates" / f"{world}-home-{tms}"
+    user = _template(kit, template.name, make)
+    run(["cp", "-al", str(template), str(home)])
+    return home / user.relative_to(template)
+
+
 class World:
     """One cell's world: the machine it runs on (``host``: this one, or a Debian root), how its shell starts the
     interpreter (``python``), that shell's variables (``env``), and where this package (``site``), torch
@@ -152,27 +206,24 @@ class World:
 
     def __init__(self, kit, cell: Path, world: str, tms: str | None) -> None:
         self.home = cell / "home"
-        self.home.mkdir(parents=True)
         self.host = kit["host"]
         env = {"HOME": str(self.home), "PATH": SYSTEM_PATH}
-        wheels = [str(kit["own"])] + ([f"torch-memory-saver=={tms}"] if tms and world != "target" else [])
         if world in ("pip-venv-activated", "pip-venv-by-path", "target"):
-            venv = private_copy(_template(kit, "pip", lambda p: _pip_venv(kit, p)), cell / "venv")
-            _pip(kit, venv.python, *wheels)
+            venv = private_copy(_filled(kit, "pip", None if world == "target" else tms), cell / "venv")
             if world == "pip-venv-activated":
                 env.update(PATH=f"{venv.path / 'bin'}:{SYSTEM_PATH}", VIRTUAL_ENV=str(venv.path))
             self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
             if world == "target":
                 self.tms_site = cell / "target"
-                self.tms_site.mkdir()
                 env["PYTHONPATH"] = str(self.tms_site)
                 if tms:
-                    _pip(kit, venv.python, "--target", str(self.tms_site), f"torch-memory-saver=={tms}")
+                    run(["cp", "-al", str(_target_folder(kit, tms)), str(self.tms_site)])
+                else:
+                    self.tms_site.mkdir()
             if world == "pip-venv-activated":
                 self.python = "python"
         elif world == "without-pip":
-            venv = Venv(cell / "venv", kit["python"])
-            _pip(kit, venv.python, *wheels)
+            venv = private_copy(_filled(kit, "without-pip", tms), cell / "venv")
             other = _template(kit, "pip", lambda p: _pip_venv(kit, p))
             env["PATH"] = f"{other.path / 'bin'}:{SYSTEM_PATH}"
             self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
@@ -183,24 +234,22 @@ class World:
             run([str(kit["uvbin"] / "uv"), "venv", "-q", "--python", kit["python"], str(cell / "venv")],
                 env=clean_env(**build))
             venv = Venv(cell / "venv")
-            run([str(kit["uvbin"] / "uv"), "pip", "install", "-q", "--python", str(venv.python), *wheels],
+            run([str(kit["uvbin"] / "uv"), "pip", "install", "-q", "--python", str(venv.python), *_wheels(kit, tms)],
                 env=clean_env(**build))
             env["PATH"] = f"{kit['uvbin']}:{SYSTEM_PATH}" if world == "uv-venv" else SYSTEM_PATH
             self.python, self.site, self.tms_site = str(venv.python), venv.site, venv.site
         elif world == "user-site":
             base = base_python(kit["python"], cell / "base")
-            _pip(kit, base.python, "--user", *wheels, env={"HOME": str(self.home)})
-            user = run([str(base.python), "-c", "import site; print(site.getusersitepackages())"],
-                       env=clean_env(HOME=str(self.home))).stdout.strip()
+            user = _user_site(kit, world, tms, self.home)
+            # The template's scripts (pip's --user bin/) name the template's interpreter: this cell's instead.
+            repoint_scripts(self.home / ".local" / "bin", _user_base(kit).path, base.path)
             env["PATH"] = f"{kit['uvbin']}:{SYSTEM_PATH}"
-            self.python, self.site, self.tms_site = str(base.python), Path(user), Path(user)
+            self.python, self.site, self.tms_site = str(base.python), user, user
         else:  # debian-user-site: Debian's pip, run in the root, installs as its users do (pip says which option)
             self.host = _template(kit, "debian-host", lambda _: kit["debian"]())
-            fs, home = self.host.rootfs, clean_env(HOME=str(self.home))
-            fs.run(["python3", "-m", "pip", "install", "-q", "--user", "--break-system-packages", "--no-deps",
-                    "--no-index", "--find-links", str(kit["links"]), *wheels], home)
-            user = fs.run(["python3", "-c", "import site; print(site.getusersitepackages())"], home).stdout.strip()
-            self.python, self.site, self.tms_site = "python3", Path(user), Path(user)
+            user = _user_site(kit, world, tms, self.home)
+            self.python, self.site, self.tms_site = "python3", user, user
+        self.home.mkdir(exist_ok=True)
         self.torch_site = self.site
         write_torch_standin(self.torch_site, cuda="13.0", hip=None, deps_lib=kit["deps"])
         self.env = env

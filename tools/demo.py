@@ -41,6 +41,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from basics import SetupError  # noqa: E402
+from sandbox import clean_copy  # noqa: E402
 from standins import driver_stub, global_deps, write_torch_standin  # noqa: E402
 
 TORCH = "torch==2.14.1"
@@ -137,8 +138,12 @@ def build(sandbox: Path, real_torch: bool) -> dict[int, Path]:
             say(f"- creating a venv for the CUDA {major} node in {py.parent.parent}")
             sh([sys.executable, "-m", "venv", *(["--without-pip"] if _own_pip() else []), str(py.parent.parent)])
     quiet = ["install", "-q", "--disable-pip-version-check"]
-    jobs = {"building this checkout's wheel": [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                                               "--disable-pip-version-check", "-w", str(sandbox / "build"), str(ROOT)]}
+    # From a clean copy: pip builds a source directory in place, and its build/ and egg-info left in the checkout
+    # would be a second, stale distribution of the package to everything run from there (the tests among them).
+    source = clean_copy(ROOT, sandbox / "source")
+    wheel_build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
+                   "-w", str(sandbox / "build"), str(source)]
+    jobs = {"building this checkout's wheel": wheel_build}
     for major, (tms, runtime, _, _) in NODES.items():
         say(f"- CUDA {major} node: installing {tms} and {runtime} (pip, from the package index)")
         jobs[f"installing into the CUDA {major} node"] = [*_pip(pys[major]), *quiet, tms, runtime]

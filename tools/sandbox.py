@@ -80,8 +80,12 @@ def tms_wheel(version: str, arch: str | None = None) -> Path:
 
 # ---------------------------------------------------------------- interpreters and venvs
 
-def _works(python: str) -> bool:
-    return subprocess.run([python, "-c", "import venv"], capture_output=True).returncode == 0
+def _executable(python: str) -> str | None:
+    """The interpreter ``python`` runs, where it starts and has ``venv`` (else None): a wrapper's target, such as
+    the CPython a pyenv shim (a bash script that runs ``pyenv exec``: about 45 ms a start) executes, so that
+    the tests' many starts of it pay for no wrapper."""
+    r = subprocess.run([python, "-c", "import sys, venv; print(sys.executable)"], capture_output=True, text=True)
+    return (r.stdout.strip() or None) if r.returncode == 0 else None
 
 
 def uv() -> str | None:
@@ -107,17 +111,17 @@ def locate_python(minor: str) -> str:
     candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{minor}.*/bin/python{minor}")))
     candidates += [f"/usr/bin/python{minor}", f"/usr/local/bin/python{minor}"]
     for c in candidates:
-        if c and os.path.exists(c) and _works(c):
-            return c
+        if c and os.path.exists(c) and (found := _executable(c)):
+            return found
     tool = uv()
     if tool is None:
         raise SetupError(f"python{minor} is not on PATH or under pyenv, and uv is not installed to find or "
                          f"install it (`pip install uv`, then `uv python install {minor}`)")
     env = clean_env(UV_PYTHON_DOWNLOADS="never")
-    found = subprocess.run([tool, "python", "find", "--no-project", minor], env=env, capture_output=True, text=True,
+    known = subprocess.run([tool, "python", "find", "--no-project", minor], env=env, capture_output=True, text=True,
                            timeout=60)
-    if found.returncode == 0 and _works(found.stdout.strip()):
-        return found.stdout.strip()
+    if known.returncode == 0 and (found := _executable(known.stdout.strip())):
+        return found
     env = clean_env(UV_HTTP_TIMEOUT="10", UV_HTTP_RETRIES="0")
     try:
         got = subprocess.run([tool, "python", "install", minor], env=env, capture_output=True, text=True,
@@ -287,16 +291,22 @@ def private_copy(venv: Venv, dest: Path, links: bool = True) -> Venv:
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     run(["cp", "-al" if links else "-a", str(venv.path), str(dest)])
-    old, new = os.fsencode(venv.path), os.fsencode(dest)
-    for script in (dest / "bin").iterdir():
+    repoint_scripts(dest / "bin", venv.path, dest)
+    return Venv(dest)
+
+
+def repoint_scripts(scripts: Path, old: Path, new: Path) -> None:
+    """Make the scripts in ``scripts`` that name a path under ``old`` (their interpreter, on their ``#!`` line)
+    name it under ``new``: new files, so that a hard-linked original is left as it was."""
+    before, after = os.fsencode(old), os.fsencode(new)
+    for script in scripts.iterdir() if scripts.is_dir() else ():
         if script.is_symlink() or not script.is_file():
             continue
         data = script.read_bytes()
-        if old in data:
+        if before in data:
             script.unlink()
-            script.write_bytes(data.replace(old, new))
+            script.write_bytes(data.replace(before, after))
             script.chmod(0o755)
-    return Venv(dest)
 
 
 def torch_venv(python: str, version: str = TORCH_VERSION) -> Venv:
