@@ -15,11 +15,12 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import Scenario, need, report_host
-from support import ROOT, Host, RayCluster, clean_env, find_python, private_copy, ray_venv, runtime_wheel, \
-    tms_wheel, write_torch_standin
+from support import ROOT, Host, RayCluster, build_own_wheel, clean_env, find_python, private_copy, ray_venv, \
+    revision_source, runtime_wheel, tms_wheel, write_torch_standin
 
 sys.path.insert(0, str(ROOT))
 from tms_autopreload.commands.doctor import node_table as rows
@@ -28,11 +29,12 @@ HANG = "TMS_TEST_HANG_WORKER"
 RUNTIME13 = "nvidia/cu13/lib"
 
 
-def _world(parts, tmp_path_factory, world: str, host: tuple[str, ...]) -> Scenario:
-    """A node's venv: Ray, this package, torch_memory_saver 0.0.10, the cu13 runtime wheel, a torch for CUDA 13."""
+def _world(parts, tmp_path_factory, world: str, host: tuple[str, ...], own_wheel: Path | None = None) -> Scenario:
+    """A node's venv: Ray, this package (``own_wheel``: another revision's), torch_memory_saver 0.0.10, the cu13
+    runtime wheel, a torch for CUDA 13."""
     venv = need(private_copy, need(ray_venv, find_python("3.11"), world), tmp_path_factory.mktemp(f"ray-venv-{world}")
                 / "venv")
-    need(venv.install, parts.own_wheel, tms_wheel("0.0.10"), runtime_wheel(13))
+    need(venv.install, own_wheel or parts.own_wheel, tms_wheel("0.0.10"), runtime_wheel(13))
     write_torch_standin(venv.site, cuda="13.0", hip=None, deps_lib=parts.global_deps("cu13-pip"))
     (venv.site / "aa_tms_test_hang.pth").write_text(
         f"import os, time; os.environ.get({HANG!r}) and time.sleep(100000)\n")
@@ -103,6 +105,48 @@ def test_node_without_the_package_and_a_cpu_only_node(field, parts, capsys):
     # --all-nodes counts the CPU-only node too.
     r = ask(stale, cluster, "--all-nodes")
     assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith("3 nodes: 1 ok, 2 failing"), r.stdout
+
+
+# The package before doctor had rooms of its own: its node answer lived in commands/preflight.py, the module
+# drivers of every version name in the probe they ship (doctor/ray_cluster.py's PROBE_SOURCE).
+BEFORE_ROOMS = "c2f4592a8a"
+
+
+@pytest.fixture(scope="module")
+def two_versions(parts, tmp_path_factory):
+    """A cluster of two GPU nodes: the head with this package, a node with the package as it was before
+    doctor's rooms (built from that revision's source, as a user of that version installed it)."""
+    _, source = need(revision_source, BEFORE_ROOMS, tmp_path_factory.mktemp("before-rooms"))
+    before = need(build_own_wheel, tmp_path_factory.mktemp("before-rooms-dist"), source, isolated=False)
+    now = _world(parts, tmp_path_factory, "roomsnow", ("driver",))
+    old = _world(parts, tmp_path_factory, "roomsold", ("driver",), own_wheel=before)
+    cluster = RayCluster()
+    try:
+        cluster.start(now.host, now.venv.path, "--num-gpus=1", head=True)
+        cluster.start(old.host, old.venv.path, "--num-gpus=1")
+        yield cluster, now, old
+    finally:
+        cluster.stop()
+    assert not cluster.leftovers()
+
+
+@pytest.mark.parametrize("driver", ["this version", "before the rooms"])
+def test_a_driver_and_a_node_of_other_versions_understand_each_other(two_versions, driver):
+    """The probe is shipped by the driver and imports the node's answer by name: a driver of this version
+    reads a node of the version before, and a driver of that version reads a node of this one, each node's
+    row its own answer (what its worker really did), none of them an error."""
+    cluster, now, old = two_versions
+    world = now if driver == "this version" else old
+    r = ask(world, cluster, "--json")
+    doc = json.loads(r.stdout)
+    rows = by_prefix(doc)
+    assert set(rows) == {str(now.venv.path), str(old.venv.path)}, r.stdout + r.stderr
+    for row in rows.values():
+        assert row["ok"] and not row["error"], row
+        assert row["answer"]["started"]["hooked"] and row["answer"]["started"]["execs"] == 1, row
+    assert doc["ok"] and r.returncode == 0, r.stdout + r.stderr
+    r = ask(world, cluster)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith("2 nodes: 2 ok"), r.stdout + r.stderr
 
 
 def test_stale_daemon_library_path_still_gives_one_libcudart(field):

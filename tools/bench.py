@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE))
 
 from basics import CACHE, clean_env  # noqa: E402
 from downloads import runtime_wheel  # noqa: E402
-from sandbox import Venv, build_own_wheel, find_python, private_copy, tms_wheel, torch_venv  # noqa: E402
+from sandbox import Venv, build_own_wheel, find_python, private_copy, revision_source, tms_wheel, torch_venv  # noqa: E402
 from standins import driver_stub, global_deps, write_torch_standin  # noqa: E402
 
 RESOLVE = ("import time; t = time.perf_counter(); from tms_autopreload import resolve; p = resolve(); "
@@ -251,13 +251,7 @@ def inherited(venv: Venv, base: dict[str, str], mode: str = "exec") -> dict[str,
 
 def revision_venv(rev: str, work: Path, python: str) -> tuple[str, Venv]:
     """(rev's short id, a venv like setup()'s "with" one holding the package as git revision ``rev`` has it)."""
-    sha = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short=10", rev], capture_output=True,
-                         text=True, check=True).stdout.strip()
-    src = work / f"src-{sha}"
-    if not (src / "pyproject.toml").exists():
-        src.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", sha], capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    sha, src = revision_source(rev, work)
     wheels = [build_own_wheel(work / f"dist-{sha}", src), *common_wheels()]
     return sha, standin_venv(work / f"venv-{sha}", python, wheels, work)
 

@@ -179,6 +179,19 @@ def build_own_wheel(dest: Path, source: Path = ROOT, isolated: bool = True) -> P
     return sorted(dest.glob("tms_autopreload-*.whl"))[-1]
 
 
+def revision_source(rev: str, work: Path) -> tuple[str, Path]:
+    """(``rev``'s short id, its source tree as git has it, exported once under ``work``): the package as
+    another revision made it, for a wheel of that revision (:func:`build_own_wheel`'s ``source``)."""
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=10", rev], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    src = work / f"src-{sha}"
+    if not (src / "pyproject.toml").exists():
+        src.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    return sha, src
+
+
 def clean_copy(source: Path, dest: Path) -> Path:
     """``source`` copied to ``dest`` (replaced) without what a build must not see: git's data, venvs, the
     demo's sandbox, earlier builds and caches (the test runs' too, which other tests write while one copies:
