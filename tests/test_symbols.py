@@ -8,6 +8,7 @@ defines that the process's runtime library also defines.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import shutil
 import struct
@@ -92,7 +93,7 @@ def agrees_with_nm(paths) -> int:
         defined, undefined = nm(path)
         assert (set(got.defined), set(got.undefined)) == (defined, undefined), path
         listed = sorted(defined | undefined)
-        asked = {*listed[::-(-len(listed) // ASKED) or 1], "tms_no_such_symbol"}
+        asked = {*listed[::max(1, math.ceil(len(listed) / ASKED))], "tms_no_such_symbol"}
         assert symbols.defined_among(str(path), asked) == defined & asked, path
         checked += 1
     return checked
