@@ -294,10 +294,7 @@ def process_startup() -> None:
                 env["LD_PRELOAD"] = preload
             env.pop(EXEC_VAR, None)
             if parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]:
-                # said of a link to a file of another name as the start said it
-                from tms_autopreload.builds import shown_path
-
-                say(f"{shown_path(path)} is mapped (resolved for this interpreter); "
+                say(f"{_shown(path)} is mapped (resolved for this interpreter); "
                     + (f"LD_PRELOAD rewritten as {preload}" if rewritten else "nothing to do"))
             return
     except Exception:  # noqa: BLE001 - the full path below reports anything, without a traceback
@@ -305,6 +302,14 @@ def process_startup() -> None:
     from tms_autopreload.startup import run  # by its absolute name: the start module runs a copy of this
 
     run(maps or None)  # an empty read (no /proc) is tried again there
+
+
+def _shown(path: str) -> str:
+    try:
+        from tms_autopreload.builds import shown_path
+    except ImportError:
+        return path
+    return shown_path(path)
 
 
 # The call.

@@ -358,6 +358,28 @@ def test_a_hooked_child_whose_package_breaks_under_it_stops_with_the_internal_er
     assert said == ["tms-autopreload: internal error while resolving the preload hook: "
                     "RuntimeError('a half-finished upgrade'); run `tms-autopreload doctor` and report it"], r.stderr
 
+
+@pytest.mark.parametrize("verbose", ["", "1"])
+def test_a_hooked_child_whose_package_is_removed_under_it_is_hooked_still(scenario, verbose):
+    """A child that inherits its parent's plan after the package's directory was removed (an uninstall while the
+    job runs): it needs no module of the package, so it starts hooked and runs user code, told more
+    (``TMS_AUTOPRELOAD_VERBOSE``: the build it found mapped, by its path) or not. Being told more never changes
+    what a start does."""
+    scn = report_host(scenario, tag="removed-under-a-child")
+    _, out = start(scn, args=("-c", "import json, os; print(json.dumps(dict(os.environ)))"))
+    inherited = {k: v for k, v in out.items() if k in ("LD_PRELOAD", "TMS_AUTOPRELOAD_STATE", "SLIME_OFFLOAD_TRAIN")}
+    package = scn.site / "tms_autopreload"
+    aside = scn.site.parent / "tms_autopreload-removed"
+    package.rename(aside)
+    try:
+        r, out = start(scn, {**inherited, "TMS_AUTOPRELOAD_VERBOSE": verbose})
+    finally:
+        aside.rename(package)
+    assert r.returncode == 0 and out["hooks"] == [str(scn.site / CU13)] and not out["reexecd"], (r.stderr, out)
+    assert r.stderr == (f"tms-autopreload: {scn.site / CU13} is mapped (resolved for this interpreter); nothing to "
+                        f"do\n" if verbose else ""), r.stderr
+
+
 def _signalled_during_the_trace(scn, tmp_path, name, sig, *, before_spawn):
     """Start flagged, wait until the start-up hook is inside its loader trace, send ``sig``; return
     (the finished process, its stdout, its stderr).

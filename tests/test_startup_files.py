@@ -396,23 +396,76 @@ def test_doctor_judges_no_start_up_files_where_pip_has_no_record_of_the_package(
     assert r.returncode == 0 and json.loads(r.stdout) == [True, [str(scn.site / CU13)]], r.stderr
 
 
-def test_a_start_module_earlier_on_sys_path_is_said_where_it_starts_a_flagged_start(scenario, tmp_path):
+@pytest.mark.parametrize("stray", ["another copy", "not a copy"])
+def test_a_start_module_earlier_on_sys_path_is_said_by_doctor_and_where_it_starts_a_flagged_start(scenario, tmp_path,
+                                                                                                   stray):
     """A start module found before the one beside the ``.pth`` (a ``PYTHONPATH`` folder holding another install's
-    start-up files) runs its own copy of the start-up rules: a flagged start that has work to do names it and the
-    one it stands in for, once, and is hooked; one beside the ``.pth`` is said nothing of."""
+    start-up files, or a file of that name that is no start module at all) is what flagged starts import: it runs
+    its own copy of the start-up rules, or none. ``doctor`` names it and the one it stands in for (exit 1, cause
+    ``start-up-files``), and so does a flagged start that has work to do, once, in the same words (it is hooked,
+    where the copy starts the package); one beside the ``.pth`` is said nothing of. The fix, pasted where it was
+    printed, takes the stray one away: the next flagged start is hooked and says nothing of it, and ``doctor``
+    exits 0."""
     scn = report_host(scenario, tag="stray-start")
     older = tmp_path / "older"
     older.mkdir()
-    shutil.copy(scn.site / "_tms_autopreload_start.py", older)
+    found = older / "_tms_autopreload_start.py"
+    if stray == "another copy":
+        shutil.copy(scn.site / "_tms_autopreload_start.py", found)
+    else:
+        found.write_text("print('a start module of some other making')\n")
+    env = {"PYTHONPATH": str(older)}
     plain = scn.flagged(HOOKED)
     assert plain.returncode == 0 and "start module" not in plain.stderr, plain.stderr
-    r = scn.flagged(HOOKED, {"PYTHONPATH": str(older)})
+    words = (f"the start module {found}, earlier on sys.path, is what flagged starts import instead of "
+             f"{scn.site / '_tms_autopreload_start.py'} beside {scn.site / 'tms_autopreload.pth'}: its copy of the "
+             f"start-up rules may not be this package's")
+    fix = f"`env TMS_AUTOPRELOAD_DISABLE=1 rm -f -- {found}` (or take its folder off PYTHONPATH)"
+    doc = scn.doctor(env)
+    said = doc["start_up"]
+    assert doc["ok"] is False and (said["message"], said["fix"], said["cause"]) == (words, fix, "start-up-files"), said
+    r = scn.run(["-m", "tms_autopreload", "doctor"], env)
+    assert r.returncode == 1 and f"START-UP: {words}. Fix: {fix}" in r.stdout.splitlines(), r.stdout
+    r = scn.flagged(HOOKED, env)
+    if stray == "another copy":
+        assert r.returncode == 0 and json.loads(r.stdout)[1] == [str(scn.site / CU13)], r.stderr
+        said = [line for line in r.stderr.splitlines() if "start module" in line]
+        assert said == [f"tms-autopreload: warning: {words}. Fix: {fix}"], r.stderr
+    else:  # nothing of the package runs: doctor is where it is said
+        assert r.returncode == 0 and json.loads(r.stdout.splitlines()[-1])[1] == [], r
+    r = paste(scn, _fix_of(f"Fix: {fix}"), {"SLIME_OFFLOAD_TRAIN": "1", **env})
+    assert r.returncode == 0 and not found.exists(), r.stderr[-3000:]
+    r = scn.flagged(HOOKED, env)
+    assert r.returncode == 0 and json.loads(r.stdout)[1] == [str(scn.site / CU13)] and "start module" not in r.stderr
+    assert scn.run(["-m", "tms_autopreload", "doctor"], env).returncode == 0
+
+
+@pytest.mark.parametrize("damage", ["cut short", "emptied"])
+def test_doctor_says_a_start_up_file_that_is_not_what_the_install_wrote(scenario, damage):
+    """The start module edited in place (cut short, emptied: site.py then runs what is left, and a flagged start
+    is not hooked, silently or with site.py's traceback): ``doctor`` compares each start-up file with pip's record
+    of it, says which differs (exit 1, cause ``start-up-files``), and gives the fix a left-over start gives (the
+    recorded source installed again); pasted, it writes the file back: the next flagged start is hooked and
+    ``doctor`` exits 0."""
+    scn = report_host(scenario, tag=f"start-changed-{damage}", own_pip=True)
+    env = {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    start = scn.site / "_tms_autopreload_start.py"
+    whole = start.read_bytes()
+    start.write_bytes(whole[:len(whole) // 2] if damage == "cut short" else b"")
+    doc = scn.doctor(env)
+    assert doc["ok"] is False and doc["start_up"]["cause"] == "start-up-files", doc
+    assert doc["start_up"]["message"] == (f"the start-up file _tms_autopreload_start.py in {scn.site} differs from "
+                                          f"what tms-autopreload's install wrote there (pip's record of it): flagged "
+                                          f"starts of {scn.venv.python} may not be hooked"), doc["start_up"]
+    r = scn.flagged(HOOKED, env)
+    assert r.returncode != 0 or json.loads(r.stdout)[1] == [], r
+    r = scn.run(["-m", "tms_autopreload", "doctor"], env)
+    line = next(x for x in r.stdout.splitlines() if x.startswith("START-UP: "))
+    r = paste(scn, _fix_of(line), {"SLIME_OFFLOAD_TRAIN": "1", **env})
+    assert r.returncode == 0 and start.read_bytes() == whole, r.stderr[-3000:]
+    r = scn.flagged(HOOKED, env)
     assert r.returncode == 0 and json.loads(r.stdout)[1] == [str(scn.site / CU13)], r.stderr
-    said = [line for line in r.stderr.splitlines() if "start module" in line]
-    assert said == [f"tms-autopreload: warning: the start module {older / '_tms_autopreload_start.py'}, earlier on "
-                    f"sys.path, started this process instead of {scn.site / '_tms_autopreload_start.py'} beside "
-                    f"{scn.site / 'tms_autopreload.pth'}: its copy of the start-up rules may not be this package's. "
-                    f"Fix: remove it, or put its folder after the site directory on sys.path (PYTHONPATH)"], r.stderr
+    assert scn.run(["-m", "tms_autopreload", "doctor"], env).returncode == 0
 
 
 def test_the_lines_own_fallback_decides_as_the_package_does(tmp_path, monkeypatch, capfd):

@@ -58,7 +58,7 @@ CAUSE_LESS_PREFERRED = "less-preferred"  # it loads, but a preferred build was c
 CAUSE_IDLE_RUNTIME = "idle-runtime"  # torch loads a second runtime copy by path (RTLD_LOCAL) that nothing binds to
 CAUSE_SECOND_RUNTIME_BOUND = "second-runtime-bound"  # doctor --deep: not only torch's runtime copy takes bindings
 CAUSE_SPLIT_RUNTIME = "split-runtime"  # an override makes the hook use another runtime than torch links
-CAUSE_NOT_STARTED = "start-up-files"  # a start-up file of this package is missing, or not where site.py runs it
+CAUSE_NOT_STARTED = "start-up-files"  # a start-up file of this package is missing, changed, shadowed, or not run
 
 # Given by tms_autopreload.inprocess: why the plan cannot be, or was not, loaded in this running process.
 CAUSE_IN_PROCESS = "in-process"  # InProcessError's default

@@ -23,11 +23,13 @@ from .environment import (_COMMANDS, COMMAND, DISABLE_VAR, FALSE_WORDS, FLAG_VAR
                           ON_ERROR_VAR, TRUE_WORDS, flags, unhooked_program)
 from .installer import _has_ensurepip, _uv_on_path, pip_form, where
 from .install_source import local_path, source_args, source_gone
-from .startup import EXIT_CONFIG, PTH, START, START_UP_FILES, parse_choice
+from .startup import EXIT_CONFIG, PTH, START, START_UP_FILES, parse_choice, stray_start
 from .stopped import shell_way_out, way_out
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from importlib import metadata
+
     from .errors import Error
 
 __all__ = ["left_over", "stop", "fix", "removal", "start_gone", "REPAIR_TOOLS", "OWN_PROGRAMS", "not_started"]
@@ -199,19 +201,21 @@ def not_started() -> "Error | None":
     """Why flagged starts of this interpreter are not hooked although the package is installed, with the fix a
     flagged start gives (:func:`fix`); None where nothing says so. Judged from the installed distribution's
     directory (the site directory pip put the start-up files in, an editable install's too): a start-up file
-    missing there (a flagged start then stops, or runs unhooked where the ``.pth`` is the one gone), or that
-    directory one whose ``.pth`` files site.py does not run (a ``--target`` folder on ``PYTHONPATH``), with no
-    ``.pth`` of this package in one it does. Where no
-    distribution is installed (the package run from a checkout), nothing is judged. ``doctor``, ``which`` and
-    ``env`` ask this."""
+    missing there (a flagged start then stops, or runs unhooked where the ``.pth`` is the one gone), or not what
+    the install wrote (:func:`_changed`), or a start module earlier on ``sys.path`` imported instead of the one
+    there (:func:`tms_autopreload.startup.stray_start`, as a flagged start says it), or that directory one whose
+    ``.pth`` files site.py does not run (a ``--target`` folder on ``PYTHONPATH``), with no ``.pth`` of this
+    package in one it does. Where no distribution is installed (the package run from a checkout), nothing is
+    judged. ``doctor``, ``which`` and ``env`` ask this."""
     from importlib import metadata
 
     from .errors import CAUSE_NOT_STARTED, Error
 
     try:
-        site = os.path.abspath(str(metadata.distribution("tms-autopreload").locate_file("")))
+        dist = metadata.distribution("tms-autopreload")
     except metadata.PackageNotFoundError:
         return None
+    site = os.path.abspath(str(dist.locate_file("")))
     pth = os.path.join(site, PTH)
     missing = [name for name in START_UP_FILES if not os.path.isfile(os.path.join(site, name))]
     if missing:
@@ -222,6 +226,16 @@ def not_started() -> "Error | None":
         return Error(f"the start-up file{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
                      f"{'are' if len(missing) > 1 else 'is'} missing from {site}, where tms-autopreload is installed: "
                      f"{then}", fix(pth), CAUSE_NOT_STARTED)
+    changed = _changed(dist, site)
+    if changed:
+        return Error(f"the start-up file{'s' if len(changed) > 1 else ''} {', '.join(changed)} in {site} "
+                     f"{'differ' if len(changed) > 1 else 'differs'} from what tms-autopreload's install wrote there "
+                     f"(pip's record of it): flagged starts of {sys.executable} may not be hooked", fix(pth),
+                     CAUSE_NOT_STARTED)
+    stray = stray_start(_first_start_module(), pth)
+    if stray is not None:
+        words, _, way = stray.partition(". Fix: ")
+        return Error(words, way, CAUSE_NOT_STARTED)
     site_module = sys.modules.get("site")
     if site_module is None or sys.flags.no_site:
         return None  # site.py did not run here: which directories it reads cannot be asked
@@ -234,3 +248,37 @@ def not_started() -> "Error | None":
                      f".pth files of those alone), so flagged starts of it are not hooked", fix(pth, read=False),
                      CAUSE_NOT_STARTED)
     return None
+
+
+def _changed(dist: "metadata.Distribution", site: str) -> "list[str]":
+    """The start-up files in ``site`` whose bytes are not those pip's record of ``dist`` hashes (edited, cut
+    short, or written over by another install): site.py runs whatever they hold."""
+    import base64
+    import hashlib
+
+    changed = []
+    for file in dist.files or ():
+        if str(file) not in START_UP_FILES or file.hash is None or file.hash.mode != "sha256":
+            continue
+        path = os.path.join(site, str(file))
+        if not os.access(path, os.R_OK):  # site.py cannot run it either; installed again, it can
+            changed.append(str(file))
+            continue
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).digest()
+        if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != file.hash.value:
+            changed.append(str(file))
+    return changed
+
+
+def _first_start_module() -> "str | None":
+    """The start module a flagged start of this interpreter imports: the one that ran here, else the first on
+    ``sys.path`` as site.py sees it (without the folder of the script or ``-m`` that ``sys.path[0]`` adds after)."""
+    ran = getattr(sys.modules.get(START), "__file__", None)
+    if ran is not None:
+        return str(ran)
+    from importlib.machinery import PathFinder
+
+    path = sys.path if getattr(sys.flags, "safe_path", False) or sys.flags.isolated else sys.path[1:]
+    spec = PathFinder.find_spec(START, path)
+    return spec.origin if spec is not None else None

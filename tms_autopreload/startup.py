@@ -33,8 +33,9 @@ or, for SystemExit, abort with ``Fatal Python error``. Failures print one messag
 import os
 import sys
 
-from .environment import (APPLY_ENV, COMMAND, DISABLE_VAR, EXEC_VAR, FLAG_VARS, MODE_VAR, MODES, ON_ERROR_POLICIES,
-                          ON_ERROR_VAR, SLIME_DEFAULTS, STARTED, VERBOSE_VAR, flag_values, flags, inherited_hook,
+from .environment import (APPLY_ENV, COMMAND, DISABLE_VAR, EXEC_VAR, FLAG_VARS, MODE_VAR, MODES, NO_HOOK,
+                          ON_ERROR_POLICIES, ON_ERROR_VAR, SLIME_DEFAULTS, STARTED, VERBOSE_VAR, flag_values, flags,
+                          inherited_hook,
                           mapped_hooks, parse_flag, read_maps, reexecuted, same_file, say, state_build,
                           unhooked_program, unrecognised)
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
     from .decision import Report
 
-__all__ = ["process_startup", "run", "parse_choice", "start_warnings", "processed_pth", "EXIT_CONFIG",
+__all__ = ["process_startup", "run", "parse_choice", "start_warnings", "processed_pth", "stray_start", "EXIT_CONFIG",
            "EXIT_INTERRUPTED", "PTH", "START", "FALLBACK", "START_UP_FILES"]
 
 # The files the wheel puts at the root of site-packages (tools/pthfile.py writes them, setup.py ships them): the
@@ -90,10 +91,7 @@ def process_startup() -> None:
                 env["LD_PRELOAD"] = preload
             env.pop(EXEC_VAR, None)
             if parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]:
-                # said of a link to a file of another name as the start said it
-                from tms_autopreload.builds import shown_path
-
-                say(f"{shown_path(path)} is mapped (resolved for this interpreter); "
+                say(f"{_shown(path)} is mapped (resolved for this interpreter); "
                     + (f"LD_PRELOAD rewritten as {preload}" if rewritten else "nothing to do"))
             return
     except Exception:  # noqa: BLE001 - the full path below reports anything, without a traceback
@@ -101,6 +99,17 @@ def process_startup() -> None:
     from tms_autopreload.startup import run  # by its absolute name: the start module runs a copy of this
 
     run(maps or None)  # an empty read (no /proc) is tried again there
+
+
+def _shown(path: str) -> str:
+    """The mapped hook as the start said it (:func:`tms_autopreload.builds.shown_path`: a link to a file of another
+    name, with that file), or its path alone where the package cannot be imported (removed under a running hooked
+    parent, whose children are hooked still): being told more never changes what a start does."""
+    try:
+        from tms_autopreload.builds import shown_path
+    except ImportError:
+        return path
+    return shown_path(path)
 
 
 class _Stop(Exception):
@@ -174,7 +183,7 @@ def _apply(maps: "bytes | None") -> None:
 
     from .decision import survey
 
-    stray = _stray_start()
+    stray = stray_start(getattr(sys.modules.get(START), "__file__", None), processed_pth(""))
     if stray is not None:
         say("warning: " + stray)
     embedded = _cannot_exec()
@@ -274,18 +283,21 @@ def processed_pth(default: str) -> str:
     return default
 
 
-def _stray_start() -> "str | None":
-    """Why the start module that runs this process is not the one beside the ``.pth`` site.py is reading, or
-    None: a start module earlier on ``sys.path`` (a ``PYTHONPATH`` folder, a ``--target`` install of another
-    version) is imported by the ``.pth`` line instead, and runs its own copy of the start-up rules, which may
-    be older than this package's (tools/pthfile.py writes the copy)."""
-    started = getattr(sys.modules.get(START), "__file__", None)
-    beside = os.path.join(os.path.dirname(processed_pth("")), f"{START}.py")
+def stray_start(started: "str | None", pth: str) -> "str | None":
+    """Why ``started``, the start module a flagged start imports (this process's, or the first one ``doctor``
+    finds on ``sys.path``), is not the one beside ``pth``, the ``.pth`` site.py reads, with the fix; or None. A
+    start module earlier on ``sys.path`` (a ``PYTHONPATH`` folder, a ``--target`` install of another version) is
+    imported by the ``.pth`` line instead, and runs its own copy of the start-up rules, which may be older than
+    this package's (tools/pthfile.py writes the copy). Only ``PYTHONPATH`` comes before the site directories
+    when site.py runs the line, so taking its folder off there is the other way out."""
+    beside = os.path.join(os.path.dirname(pth), f"{START}.py")
     if started is None or not os.path.isabs(beside) or same_file(started, beside):
         return None
-    return (f"the start module {started}, earlier on sys.path, started this process instead of {beside} beside "
-            f"{processed_pth('')}: its copy of the start-up rules may not be this package's. Fix: remove it, or "
-            f"put its folder after the site directory on sys.path (PYTHONPATH)")
+    import shlex
+
+    return (f"the start module {started}, earlier on sys.path, is what flagged starts import instead of {beside} "
+            f"beside {pth}: its copy of the start-up rules may not be this package's. Fix: "
+            f"`{NO_HOOK} rm -f -- {shlex.quote(started)}` (or take its folder off PYTHONPATH)")
 
 
 def run(maps: "bytes | None" = None) -> None:
