@@ -183,19 +183,23 @@ def test_reprs_are_short():
     assert repr(report) == "Report(cause='no-builds', verdicts=[])" and report.error == "no build"
 
 
-def test_traces_started_together_are_all_reaped_when_collecting_one_is_interrupted(monkeypatch):
-    """An interrupt while the first answer is read (Ctrl-C at start-up) still reaps every traced program
-    started beside it, and closes their pipes: no zombie, no descriptor left to a long-lived caller."""
-    from tms_autopreload import trace
-
+def recorded_spawns(monkeypatch) -> list[tuple[int, int]]:
+    """Every loader trace the trace module starts from now on, as (its PID, the read end of its pipe), in order."""
     spawned = []
-    real_spawn = trace.spawn
+    real_spawn = tracing.spawn
 
     def spawn(argv, env):
         pid, fd = real_spawn(argv, env)
         spawned.append((pid, fd))
         return pid, fd
 
+    monkeypatch.setattr(tracing, "spawn", spawn)
+    return spawned
+
+
+def test_traces_started_together_are_all_reaped_when_collecting_one_is_interrupted(monkeypatch):
+    """An interrupt while the first answer is read (Ctrl-C at start-up) still reaps every traced program
+    started beside it, and closes their pipes: no zombie, no descriptor left to a long-lived caller."""
     class InterruptedOnce:
         """``os`` for the trace module, but its first ``read`` is interrupted."""
 
@@ -211,9 +215,9 @@ def test_traces_started_together_are_all_reaped_when_collecting_one_is_interrupt
                 raise KeyboardInterrupt
             return os.read(fd, n)
 
-    monkeypatch.setattr(trace, "spawn", spawn)
-    collect = trace.start_traces([sys.executable, "/bin/sh", "/bin/sh"], dict(os.environ))
-    monkeypatch.setattr(trace, "os", InterruptedOnce())
+    spawned = recorded_spawns(monkeypatch)
+    collect = tracing.start_traces([sys.executable, "/bin/sh", "/bin/sh"], dict(os.environ))
+    monkeypatch.setattr(tracing, "os", InterruptedOnce())
     with pytest.raises(KeyboardInterrupt):
         collect()
     assert len(spawned) == 3
@@ -228,13 +232,7 @@ def test_a_tracing_block_reaps_its_traces_on_every_way_out(monkeypatch):
     """The real loader's traces that a ``with Tracing`` block started are reaped however it is left: started
     again under another environment (the first ones reaped then), left by an exception with nobody waiting for
     their answers, or answered, once. No zombie, no descriptor left to a long-lived caller."""
-    spawned = []
-    real_spawn = tracing.spawn
-
-    def spawn(argv, env):
-        pid, fd = real_spawn(argv, env)
-        spawned.append((pid, fd))
-        return pid, fd
+    spawned = recorded_spawns(monkeypatch)
 
     def reaped(pid, fd):
         with pytest.raises(ChildProcessError):
@@ -243,7 +241,6 @@ def test_a_tracing_block_reaps_its_traces_on_every_way_out(monkeypatch):
             os.fstat(fd)  # closed (checked where no pipe opened since can have its number)
         return True
 
-    monkeypatch.setattr(tracing, "spawn", spawn)
     env = dict(os.environ)
     with pytest.raises(LookupError), tracing.Tracing([sys.executable, "/bin/sh"], env) as traced:
         traced.restart({**env, "LD_LIBRARY_PATH": "/nonexistent"})
