@@ -21,6 +21,7 @@ import except_coverage
 import schedule
 import strict
 import support
+from leftovers import pytest_sessionfinish, pytest_sessionstart  # noqa: F401 (hooks)
 from strict import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 from rootfs import Rootfs, RootfsHost, RootfsVenv, arch
 from support import Host, SetupError, Venv
@@ -81,8 +82,8 @@ def suite_temp(tmp_path_factory, run_temp):
 
 # What only the whole suite sets up: a test using one of these fixtures, or parametrized over an
 # interpreter other than the one running the tests, is marked slow and left out of `make check`.
-SLOW_FIXTURES = {"real_torch", "ray_cluster", "field", "client", "gpuless_cluster", "miles_cluster", "cluster",
-                 "source_files", "peer", "jobs_node"}  # real torch, Ray, Slurm, source builds
+SLOW_FIXTURES = {"real_torch", "ray_cluster", "field", "two_versions", "client", "gpuless_cluster", "miles_cluster",
+                 "cluster", "source_files", "peer", "jobs_node"}  # real torch, Ray, Slurm, source builds
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -393,9 +393,9 @@ class RayCluster:
     temporary directory, ``temp / name``, which :meth:`stop` removes: Ray's shared ``/tmp/ray`` is never
     written, and a later ``ray.init()`` on the machine does not find a dead test cluster there.
 
-    Its processes and its clients (:meth:`client_env`) have a HOME of their own, :attr:`home`, under that
-    directory: Ray reads and writes its authentication token in ``~/.ray``, so the user's own would decide
-    whether a test cluster wants a token, and a test's would be left in the user's. ``token=True`` is a
+    Its processes and its clients (:meth:`client_env`) have a HOME and a TMPDIR of their own, :attr:`home` and
+    :attr:`tmp`, under that directory: Ray reads and writes its authentication token in ``~/.ray``, so the user's
+    own would decide whether a test cluster wants a token, and a test's would be left in the user's. ``token=True`` is a
     cluster with token authentication, made as a new user of Ray 2.60 gets one: a token in ``~/.ray``
     (``ray get-auth-token --generate``, the file ``ray.init()`` writes) and a plain ``ray start --head``,
     which finds it and turns authentication on; the nodes that join it, and its clients, say
@@ -410,14 +410,19 @@ class RayCluster:
         self.temp = Path(tempfile.mkdtemp(prefix="tmsray-"))  # short: Ray's socket paths live under it
         self.home = self.temp / "home"
         self.home.mkdir()
+        # The temporary directory of its processes (TMPDIR): what they make there by Python's tempfile, which
+        # Ray's own clean-up would remove and ending them by PID does not (multiprocessing's pymp-* listener
+        # of a job's supervisor), goes with the cluster's directory.
+        self.tmp = self.temp / "tmp"
+        self.tmp.mkdir()
         self.token = token
         self.user_ray = user_ray_dir()
         self.nodes: list[str] = []
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of this cluster's processes: a clean one with the marker and :attr:`home`."""
-        return clean_env(**{"RAY_USAGE_STATS_ENABLED": "0", "HOME": str(self.home), MARKER_VAR: self.marker,
-                            **extra})
+        return clean_env(**{"RAY_USAGE_STATS_ENABLED": "0", "HOME": str(self.home), "TMPDIR": str(self.tmp),
+                            MARKER_VAR: self.marker, **extra})
 
     def client_env(self, **extra: str) -> dict[str, str]:
         """The environment of a driver or a command that connects to this cluster: :meth:`env`, with
