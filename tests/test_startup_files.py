@@ -424,8 +424,9 @@ def test_a_start_module_earlier_on_sys_path_is_said_by_doctor_and_where_it_start
     doc = scn.doctor(env)
     said = doc["start_up"]
     assert doc["ok"] is False and (said["message"], said["fix"], said["cause"]) == (words, fix, "start-up-files"), said
-    r = scn.run(["-m", "tms_autopreload", "doctor"], env)
-    assert r.returncode == 1 and f"START-UP: {words}. Fix: {fix}" in r.stdout.splitlines(), r.stdout
+    for shell in (env, {**env, "SLIME_OFFLOAD_TRAIN": "1"}):  # and from a shell that exported the flag
+        r = scn.run(["-m", "tms_autopreload", "doctor"], shell)
+        assert r.returncode == 1 and f"START-UP: {words}. Fix: {fix}" in r.stdout.splitlines(), r.stdout
     r = scn.flagged(HOOKED, env)
     if stray == "another copy":
         assert r.returncode == 0 and json.loads(r.stdout)[1] == [str(scn.site / CU13)], r.stderr
