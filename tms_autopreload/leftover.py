@@ -234,8 +234,7 @@ def not_started() -> "Error | None":
                      CAUSE_NOT_STARTED)
     stray = stray_start(_first_start_module(), pth)
     if stray is not None:
-        words, _, way = stray.partition(". Fix: ")
-        return Error(words, way, CAUSE_NOT_STARTED)
+        return Error(*stray, CAUSE_NOT_STARTED)
     site_module = sys.modules.get("site")
     if site_module is None or sys.flags.no_site:
         return None  # site.py did not run here: which directories it reads cannot be asked

@@ -35,9 +35,8 @@ import sys
 
 from .environment import (APPLY_ENV, COMMAND, DISABLE_VAR, EXEC_VAR, FLAG_VARS, MODE_VAR, MODES, NO_HOOK,
                           ON_ERROR_POLICIES, ON_ERROR_VAR, SLIME_DEFAULTS, STARTED, VERBOSE_VAR, flag_values, flags,
-                          inherited_hook,
-                          mapped_hooks, parse_flag, read_maps, reexecuted, same_file, say, state_build,
-                          unhooked_program, unrecognised)
+                          inherited_hook, mapped_hooks, parse_flag, read_maps, reexecuted, same_file, say,
+                          state_build, unhooked_program, unrecognised)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import on the start-up path
 if TYPE_CHECKING:
@@ -185,7 +184,7 @@ def _apply(maps: "bytes | None") -> None:
 
     stray = stray_start(getattr(sys.modules.get(START), "__file__", None), processed_pth(""))
     if stray is not None:
-        say("warning: " + stray)
+        say(f"warning: {stray[0]}. Fix: {stray[1]}")
     embedded = _cannot_exec()
     in_process = embedded is not None or _choice(MODE_VAR, MODES) == "dlopen"
     why_not = None
@@ -283,9 +282,9 @@ def processed_pth(default: str) -> str:
     return default
 
 
-def stray_start(started: "str | None", pth: str) -> "str | None":
+def stray_start(started: "str | None", pth: str) -> "tuple[str, str] | None":
     """Why ``started``, the start module a flagged start imports (this process's, or the first one ``doctor``
-    finds on ``sys.path``), is not the one beside ``pth``, the ``.pth`` site.py reads, with the fix; or None. A
+    finds on ``sys.path``), is not the one beside ``pth``, the ``.pth`` site.py reads, and the fix; or None. A
     start module earlier on ``sys.path`` (a ``PYTHONPATH`` folder, a ``--target`` install of another version) is
     imported by the ``.pth`` line instead, and runs its own copy of the start-up rules, which may be older than
     this package's (tools/pthfile.py writes the copy). Only ``PYTHONPATH`` comes before the site directories
@@ -296,7 +295,7 @@ def stray_start(started: "str | None", pth: str) -> "str | None":
     import shlex
 
     return (f"the start module {started}, earlier on sys.path, is what flagged starts import instead of {beside} "
-            f"beside {pth}: its copy of the start-up rules may not be this package's. Fix: "
+            f"beside {pth}: its copy of the start-up rules may not be this package's",
             f"`{NO_HOOK} rm -f -- {shlex.quote(started)}` (or take its folder off PYTHONPATH)")
 
 
