@@ -224,3 +224,12 @@ def test_the_state_variables_fields_are_what_state_key_writes(monkeypatch):
     monkeypatch.setenv(CUDA_MAJOR_VAR, values[CUDA_MAJOR_VAR])
     monkeypatch.setenv(PATH_VAR, values[PATH_VAR])
     assert state_key(values["build"]).split("::") == [values[f] for f in fields], fields
+
+
+def test_the_commands_the_docs_give_name_files_that_exist():
+    """A command the docs give to run from the checkout (`.venv-test/bin/...`, `python ...`, `make ...`) names
+    only files of this tree: a module moved or renamed leaves no command behind that names its old path."""
+    stale = [(doc.name, span) for doc in DOCS for span in re.findall(r"`([^`\n]+)`", doc.read_text())
+             if span.startswith((".venv-test/bin/", "python ", "python3 ", "make "))
+             for word in span.split() if word.endswith(".py") and "/" in word and not (ROOT / word).exists()]
+    assert stale == []
