@@ -247,6 +247,35 @@ def test_a_file_whose_path_cannot_be_examined_is_refused_not_raised(tmp_path):
     assert refused.message == f"cannot check who can write {gone} (No such file or directory)", refused.message
 
 
+def test_the_trust_walk_follows_as_many_symbolic_links_as_the_kernel(tmp_path):
+    """The trust rule walks a path as the kernel resolves it; where the kernel gives up on too many symbolic
+    links (ELOOP), the walk does too, with the kernel's own words, at the same count: judged by ``os.stat`` on
+    chains one link below and one above the limit, never by a number written here."""
+    from tms_autopreload import trust
+
+    build = tmp_path / CU13
+    build.write_bytes(b"")
+    for length in range(38, 43):
+        chain = tmp_path / f"chain{length}"
+        chain.mkdir()
+        target = str(build)
+        for i in range(length):
+            (chain / f"l{i}").symlink_to(target)
+            target = str(chain / f"l{i}")
+        try:
+            os.stat(target)
+        except OSError as exc:
+            kernel: "str | None" = exc.strerror
+        else:
+            kernel = None
+        refused = trust.refusal(target, trust.Trusted([str(tmp_path)]))
+        if kernel is None:
+            assert refused is None or refused.cause != "unchecked", (length, refused)
+        else:
+            assert refused is not None and refused.cause == "unchecked", (length, refused)
+            assert refused.message == f"cannot check who can write {target} ({kernel})", refused.message
+
+
 def test_the_three_reported_inputs(world):
     """Three answers that once named the wrong thing: each now names the variable the user set."""
     exe = str(world["scn"].venv.python)
