@@ -22,6 +22,8 @@ from support import uv as sandbox_uv
 import dist  # tools/, on the path support puts it
 from sandbox import clean_copy
 
+from tms_autopreload.startup import PYTHON_FLOOR
+
 
 def _startup_files() -> set[str]:
     """setup.py's STARTUP_FILES: what the wheel puts at the root of site-packages (the ``.pth`` alone:
@@ -67,6 +69,8 @@ def test_wheel_carries_the_pth_alone_at_its_root(parts):
     assert len(pth) == 1 and pth[0].startswith("import os;")  # site.py runs only `import` lines
     assert "tms-autopreload = tms_autopreload.commands.main:main" in entry
     assert "Requires-Dist" not in metadata  # nothing that could swap the user's torch build
+    # The floor pip reads is the one the package says where an install was forced below it.
+    assert f"\nRequires-Python: >={'.'.join(map(str, PYTHON_FLOOR))}\n" in metadata, metadata
 
 
 def test_the_start_up_files_are_what_their_generator_writes_from_the_package(parts):

@@ -23,7 +23,9 @@ import pytest
 from conftest import DEFAULT_PYTHON, ROOTFS_PYTHONS, need, report_host
 from conftest import python_version as version
 from rootfs import RootfsVenv
-from support import MAPPED, REEXECD, WAY_OUT, Venv, clean_env, execs, locate_python, run, uv
+from basics import pip_env
+from support import BELOW_FLOOR, MAPPED, REEXECD, WAY_OUT, Venv, clean_env, execs, locate_python, run, uv
+from words import SYSTEM_PATH, normalise, places_of, transcript
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13", *ROOTFS_PYTHONS]
 CU13 = "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
@@ -650,3 +652,38 @@ def test_a_left_over_pth_names_the_file_site_py_read(scenario, tmp_path, python)
     (scn.site / "zz_second_site.pth").write_text(f"import site; site.addsitedir({str(tmp_path / 'second-site')!r})\n")
     r = scn.run(["-c", "print('user code ran')"], {"TMS_AUTOPRELOAD": "1", "PYTHONPATH": str(tmp_path / "pythonpath")})
     assert_left_over_said(r, pth, str(scn.venv.python), False)
+
+
+@pytest.mark.slow  # another interpreter, and pip
+def test_an_install_forced_below_the_python_floor_says_so_everywhere_and_its_fix_removes_it(
+        scenario, parts, tmp_path, said):
+    """pip installs the package on a Python older than its requires-python only when told to
+    (``--ignore-requires-python``). There a flagged start stops (78, the way out after it) or, told to warn, runs
+    user code; every command exits 1; all say the same words (which Python, the floor, the fix), never a
+    traceback, before anything imports a module written for a newer Python. The fix, pasted into the flagged
+    shell, uninstalls it: the start-up files go with it, and the next flagged start runs and says nothing."""
+    scn = report_host(scenario)
+    python = locate_python(BELOW_FLOOR)
+    venv = tmp_path / "old"
+    run([python, "-m", "venv", str(venv)])  # with its own pip, as users make one
+    old = str(venv / "bin" / "python")
+    run([old, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--ignore-requires-python",
+         str(parts.own_wheel)], env=pip_env())
+    version = run([old, "-c", "import platform; print(platform.python_version())"]).stdout.strip()
+    tms = [old, "-m", "tms_autopreload"]
+    steps = [("SLIME_OFFLOAD_TRAIN=1 python -c 'print(1)'", ["env", "SLIME_OFFLOAD_TRAIN=1", old, "-c", "print(1)"]),
+             ("SLIME_OFFLOAD_TRAIN=1 TMS_AUTOPRELOAD_ON_ERROR=warn python -c 'print(1)'",
+              ["env", "SLIME_OFFLOAD_TRAIN=1", "TMS_AUTOPRELOAD_ON_ERROR=warn", old, "-c", "print(1)"])]
+    steps += [(shlex.join(["tms-autopreload", *args]), [*tms, *args])
+              for args in (["doctor"], ["doctor", "--json"], ["which"], ["env"], ["run", "--", "true"], ["--version"])]
+    text = transcript(scn.host, steps, {"PATH": SYSTEM_PATH})
+    assert "Traceback" not in text, text
+    words = {line for line in text.splitlines() if line.startswith("tms-autopreload: ")}
+    assert len(words) == 1 and f"is Python {version}," in next(iter(words)), text
+    assert re.findall(r"^--- exit (\d+)$", text, re.M) == ["78", "0", *["1"] * 6], text
+    assert normalise(text.replace(version, "<older-python-version>"), {"<old-venv>": venv, **places_of(scn)}) == said
+    r = scn.host.run(["sh", "-c", f"{_fix_of(next(iter(words)))}; {shlex.join([old, *USER])}"],
+                     clean_env(SLIME_OFFLOAD_TRAIN="1"))
+    assert (r.returncode, r.stderr) == (0, "") and r.stdout.endswith("user code ran\n"), r
+    site = Path(run([old, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    assert not [n for n in (*START_UP_FILES, "tms_autopreload") if (site / n).exists()], list(site.iterdir())

@@ -116,7 +116,7 @@ class Error(Exception):
 
     cause: str = CAUSE_ERROR
 
-    def __init__(self, message: str, fix: str | None = None, cause: str | None = None) -> None:
+    def __init__(self, message: str, fix: "str | None" = None, cause: "str | None" = None) -> None:
         super().__init__(message)
         self.message = message
         self.fix = fix
@@ -140,8 +140,8 @@ class ResolveError(Error, RuntimeError):
 
     cause = CAUSE_NO_PLAN
 
-    def __init__(self, message: str, report: object = None, *, fix: str | None = None,
-                 cause: str | None = None) -> None:
+    def __init__(self, message: str, report: object = None, *, fix: "str | None" = None,
+                 cause: "str | None" = None) -> None:
         super().__init__(message, fix, cause)
         self.report = report
 

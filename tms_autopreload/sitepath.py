@@ -208,7 +208,7 @@ def _read(path: str) -> bytes:
     return read_regular(path, _LIMIT)
 
 
-def package_dir(name: str) -> str | None:
+def package_dir(name: str) -> "str | None":
     """Directory of top-level package ``name`` as ``import name`` would find it once site.py is done,
     or None. The path finder searches :func:`search_path`; other finders (an editable install's)
     answer as they would for ``import name``."""
@@ -230,7 +230,7 @@ def package_dir(name: str) -> str | None:
     return None
 
 
-def pip_runtime_libcudart(major: int) -> str | None:
+def pip_runtime_libcudart(major: int) -> "str | None":
     """Path of ``libcudart.so.<major>`` from NVIDIA's pip wheels on :func:`search_path`, or None."""
     name = runtime_soname(CUDA, major)
     for entry in search_path():

@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
     from .decision import Report
 
-__all__ = ["process_startup", "run", "parse_choice", "start_warnings", "processed_pth", "stray_start", "EXIT_CONFIG",
-           "EXIT_INTERRUPTED", "PTH", "START", "FALLBACK", "START_UP_FILES"]
+__all__ = ["process_startup", "run", "parse_choice", "start_warnings", "processed_pth", "stray_start", "too_old",
+           "EXIT_CONFIG", "EXIT_INTERRUPTED", "PTH", "START", "FALLBACK", "START_UP_FILES", "PYTHON_FLOOR"]
 
 # The files the wheel puts at the root of site-packages (tools/pthfile.py writes them, setup.py ships them): the
 # .pth, the start module its line imports where a flag is set, and the fallback that imports where the package
@@ -57,6 +57,9 @@ FALLBACK = "_tms_autopreload_left_over"
 START_UP_FILES = (PTH, f"{START}.py", f"{FALLBACK}.py")
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): no preload plan, or the re-exec did not take
 EXIT_INTERRUPTED = 130
+# The oldest Python the package runs on: pyproject.toml's requires-python (tests/test_packaging.py holds them
+# equal). pip installs it on an older one only when told to ignore that (``--ignore-requires-python``).
+PYTHON_FLOOR = (3, 10)
 
 
 def process_startup() -> None:
@@ -172,7 +175,29 @@ def _flush() -> None:
             pass
 
 
+def too_old() -> "str | None":
+    """Why the package cannot run in this interpreter, with the fix, where it is older than :data:`PYTHON_FLOOR`
+    (an install forced past its requires-python); else None. A flagged start stops with it, and every command
+    says it, before anything imports a module written for a newer Python: only this module, the environment's
+    rules and the install commands' (:mod:`tms_autopreload.installer`, with the error model) import there."""
+    if sys.version_info >= PYTHON_FLOOR:
+        return None
+    from .errors import Error
+    from .install_source import DISTRIBUTION
+    from .installer import pip_command
+
+    floor = ".".join(map(str, PYTHON_FLOOR))
+    here = ".".join(map(str, sys.version_info[:3]))
+    return str(Error(f"{sys.executable} is Python {here}, and tms_autopreload needs Python {floor} or newer (it was "
+                     f"installed here past its requires-python), so it cannot choose a build for this interpreter",
+                     f"{pip_command('uninstall', DISTRIBUTION)}, then install it into an environment of Python "
+                     f"{floor} or newer"))
+
+
 def _apply(maps: "bytes | None") -> None:
+    old = too_old()
+    if old is not None:
+        raise _Stop(old)
     env = os.environ
     verbose = parse_flag(VERBOSE_VAR, env.get(VERBOSE_VAR))[0]
     if reexecuted(env):

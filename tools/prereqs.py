@@ -30,7 +30,7 @@ import apt  # noqa: E402
 import emulation  # noqa: E402
 from rootfs import bootstrapper  # noqa: E402
 from basics import CACHE, SetupError  # noqa: E402
-from sandbox import check_namespaces, locate_python, python_for_every_account  # noqa: E402
+from sandbox import BELOW_FLOOR, check_namespaces, locate_python, python_for_every_account  # noqa: E402
 from standins import compiler  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -105,9 +105,10 @@ def _setup_step(step: Callable[[], object]) -> Callable[[str], str | None]:
 
 
 def _pythons(lane: str) -> str | None:
-    """Each of :data:`PYTHONS` as the suite finds it (PATH, pyenv, uv, or installed by uv)."""
+    """Each of :data:`PYTHONS`, and the one below the package's floor, as the suite finds it (PATH, pyenv, uv, or
+    installed by uv)."""
     absent = []
-    for version in PYTHONS:
+    for version in (BELOW_FLOOR, *PYTHONS):
         try:
             locate_python(version)
         except SetupError as exc:
@@ -218,7 +219,7 @@ NEEDS = (
          "Debian: apt-get install debootstrap (run as root with apt-get, make test installs it)"),
     Need("Slurm", ("test",), _setup_step(slurm.ensure_installed),
          f"Debian: apt-get install {' '.join(slurm.PACKAGES)} (run as root with apt-get, make test installs them)"),
-    Need(f"CPython {PYTHONS[0]}-{PYTHONS[-1]}", ("test",), _pythons,
+    Need(f"CPython {PYTHONS[0]}-{PYTHONS[-1]} and {BELOW_FLOOR}", ("test",), _pythons,
          "install each missing version with uv (uv python install 3.12), pyenv (pyenv install 3.12) or "
          "your distribution's python3.12 package with its venv module (Debian: python3.12-venv)"),
     Need("the download cache and the temporary directory on one file system", ALL, _one_file_system,

@@ -20,6 +20,12 @@ from basics import CACHE, ROOT, SetupError, cache_lock, clean_env, pip_env, run
 from downloads import wheel
 from tms_source import source_wheel
 
+from tms_autopreload.startup import PYTHON_FLOOR  # the checkout's package, which downloads put on the path
+
+# The newest CPython older than the package's floor: where an install forced past its requires-python lands
+# (tests/test_startup_files.py).
+BELOW_FLOOR = f"{PYTHON_FLOOR[0]}.{PYTHON_FLOOR[1] - 1}"
+
 # Real torch: the release users of torch_memory_saver 0.0.9/0.0.10 have (2.14.1, CUDA 13.0) and today's (2.15.0,
 # CUDA 13.2). The first is the default of every real-torch test; the second joins where it proves something.
 TORCH_VERSIONS = ("2.14.1", "2.15.0")

@@ -11,10 +11,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import __version__
+from ..startup import too_old
+from .exitpolicy import EXIT_CODES, EXIT_NO_PLAN, INTERRUPTS, WriteError, guarded_stdout, signal_of, unwinding_signals
+
+if (old := too_old()) is not None:  # before the commands' modules, which an older Python cannot import
+    print(f"tms-autopreload: {old}", file=sys.stderr)
+    raise SystemExit(EXIT_NO_PLAN)
+
+from .. import __version__  # the commands, after the check above
 from . import env, kernel, run, which
 from .doctor import command as doctor
-from .exitpolicy import EXIT_CODES, EXIT_NO_PLAN, INTERRUPTS, WriteError, guarded_stdout, signal_of, unwinding_signals
 
 __all__ = ["main", "build_parser", "parse", "COMMANDS"]
 
