@@ -237,10 +237,16 @@ REAL_NODE = "\n".join(f"0: {line}" for line in json.dumps(
      "plan": {"build": "/x/torch_memory_saver_hook_mode_preload_cu13.abi3.so"}, "error": None}, indent=2).splitlines())
 
 
+def _node_saying(name: str, error: str, python: str) -> str:
+    """A failing node's document whose words are any text (JSON escapes what it must: a terminal's too)."""
+    return json.dumps({"hostname": name, "python": python, "ok": False, "runtime": None, "plan": None, "error": error})
+
+
 @FUZZ
 @given(st.one_of(st.text(max_size=2000),
                  st.builds(lambda cut, ins: REAL_NODE[:cut] + ins + REAL_NODE[cut:],
-                           st.integers(0, len(REAL_NODE)), st.text(max_size=40))),
+                           st.integers(0, len(REAL_NODE)), st.text(max_size=40)),
+                 st.builds(_node_saying, st.text(max_size=20), st.text(max_size=40), st.text(max_size=10))),
        st.booleans())
 def test_node_documents_reader_never_raises(text, as_json):
     """`doctor --nodes` input: any text gives rows, and the table (or the --json document) shows them."""
@@ -252,7 +258,9 @@ def test_node_documents_reader_never_raises(text, as_json):
         code = cli.main(["doctor", "--nodes", str(TMP), *(["--json"] if as_json else [])])
     assert code == (0 if rows and all(row["ok"] for row in rows) else 1)
     summary = json.loads(out.getvalue())["summary"] if as_json else out.getvalue().splitlines()[-1]
-    assert summary.startswith(f"{len(rows)} nodes: ")
+    assert summary.startswith(f"{len(rows)} node{'' if len(rows) == 1 else 's'}: "), summary
+    # A table is read in a terminal: what other nodes wrote reaches it printable (no escape sequence, no \r).
+    assert as_json or all(c.isprintable() for line in out.getvalue().split("\n") for c in line), out.getvalue()
 
 
 def test_node_documents_reader_reads_srun_label_output():

@@ -189,10 +189,10 @@ def test_a_preflight_that_counted_no_node_does_not_pass():
     assert not rows.passed(head, all_nodes=False) and rows.passed(head, all_nodes=True)
     assert not rows.passed([], all_nodes=False) and not rows.passed([], all_nodes=True)
     assert rows.summary(head, None, all_nodes=False) == [
-        "1 nodes: 0 ok, 0 failing, 1 without a GPU for Ray (shown, not counted: 0 of them failing; --all-nodes "
+        "1 node: 0 ok, 0 failing, 1 without a GPU for Ray (shown, not counted: 0 of them failing; --all-nodes "
         "counts them); no node was counted, so nothing was checked: declare each GPU node's GPUs to Ray (`ray start "
         "--num-gpus N`), or pass --all-nodes to count every node"]
-    assert rows.summary(head, None, all_nodes=True) == ["1 nodes: 1 ok, 0 failing"]
+    assert rows.summary(head, None, all_nodes=True) == ["1 node: 1 ok, 0 failing"]
 
 
 def test_preflight_errors_are_the_packages_errors_with_their_fix_apart():
@@ -279,14 +279,14 @@ def test_doctor_ray_that_counted_no_node_exits_1(gpuless_cluster):
     r = ask(head, cluster)
     assert r.returncode == 1, r.stdout + r.stderr
     last = r.stdout.strip().splitlines()[-1]
-    assert last.startswith("1 nodes: 0 ok, 0 failing, 1 without a GPU for Ray (shown, not counted: 1 of them "
+    assert last.startswith("1 node: 0 ok, 0 failing, 1 without a GPU for Ray (shown, not counted: 1 of them "
                            "failing; --all-nodes counts them); no node was counted, so nothing was checked: declare "
                            "each GPU node's GPUs to Ray (`ray start --num-gpus N`), or pass --all-nodes to count "
                            "every node"), r.stdout
     doc = json.loads(ask(head, cluster, "--json").stdout)
     assert not doc["ok"] and doc["nodes"][0]["gpus"] == 0 and "no node was counted" in doc["summary"], doc
     r = ask(head, cluster, "--all-nodes")
-    assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith("1 nodes: 0 ok, 1 failing"), r.stdout
+    assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith("1 node: 0 ok, 1 failing"), r.stdout
 
 
 def test_doctor_ray_from_a_flagged_shell_answers_as_from_any_other(gpuless_cluster):

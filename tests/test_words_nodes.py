@@ -132,6 +132,26 @@ def test_what_doctor_nodes_and_doctor_ray_say_of_the_nodes_answers(scenario, tmp
     assert normalise(text, {"<answers>": tmp_path}) == said
 
 
+def test_what_doctor_nodes_says_of_documents_it_cannot_trust(tmp_path, said, capsys):
+    """Documents other nodes wrote, read as they are: one whose words carry a terminal's control characters (an
+    escape sequence in its name and its error, a carriage return, a bell), shown as Python writes them, never
+    sent to the terminal; one whose ``ok`` is not true or false, and one whose plan has no build, each that
+    node's row, naming the value; and one node alone, counted as one."""
+    from tms_autopreload.commands.main import main
+
+    hostile = {"hostname": "gpu-1\x1b[2J", "python": PYTHON, "ok": False, "plan": None, "runtime": None,
+               "error": "\x1b[31mno plan\x1b[0m\rall fine\x07"}
+    wrong = [{"hostname": "gpu-2", "ok": "yes", "error": None, "plan": None, "runtime": None},
+             {"hostname": "gpu-3", "ok": True, "error": None, "plan": {"build": 7}, "runtime": {}}]
+    said_text = ""
+    for name, docs in (("three nodes", [hostile, *wrong]), ("one node", [wrong[0]])):
+        (tmp_path / name).write_text("".join(json.dumps(d) + "\n" for d in docs))
+        code = main(["doctor", "--nodes", str(tmp_path / name)])
+        said_text += f"$ tms-autopreload doctor --nodes <{name}>\n{capsys.readouterr().out}--- exit {code}\n\n"
+    assert all(c.isprintable() for line in said_text.split("\n") for c in line), said_text
+    assert said_text == said
+
+
 # The interpreter the recorded nodes run: a version that is no CPython release's, so that no run's own is taken
 # for it (the table's columns are as wide as what they hold, before any placeholder).
 PYTHON = "3.11.4"

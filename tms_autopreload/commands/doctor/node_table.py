@@ -33,6 +33,13 @@ def _str(value: object) -> "str | None":
     return value if isinstance(value, str) else None
 
 
+def _printable(text: str) -> str:
+    """``text`` as a terminal may show it: every character that is not printable (an escape sequence's ESC, a
+    carriage return, a bell) written as Python writes it in a string's repr (``\\x1b``). A row's words come from
+    documents other nodes wrote, and a table is read in a terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def not_installed(python: str, prefix: "str | None") -> str:
     """The error of a node whose workers cannot import tms_autopreload, with the fix (made where the
     table is made: the machine that drives the preflight, whose install record is all that is known)."""
@@ -96,7 +103,7 @@ def document_rows(text: str) -> "list[dict[str, Any]]":
     rows = []
     for entry in read_documents(text):
         doc = entry.document
-        name = (doc or {}).get("hostname") or (f"task {entry.task}" if entry.task is not None else None)
+        name = entry.hostname or (f"task {entry.task}" if entry.task is not None else None)
         rows.append(node_row(name, None, None, None if doc is None else document_answer(doc), entry.error))
     return rows
 
@@ -142,8 +149,8 @@ def _driver(answer: "dict[str, Any]") -> str:
 
 def render(rows: "list[dict[str, Any]]") -> str:
     """The table: one line per node, the first line of its error when it fails."""
-    lines = [("node", "ip", "GPUs", "python", "tms_autopreload", "torch_memory_saver", "torch (runtime)", "driver",
-              "hooked", "build, or the first line of the error")]
+    lines: "list[tuple[str, ...]]" = [("node", "ip", "GPUs", "python", "tms_autopreload", "torch_memory_saver",
+                                       "torch (runtime)", "driver", "hooked", "build, or the first line of the error")]
     for r in rows:
         answer = r["answer"] or {}
         rt = (answer.get("survey") or {}).get("runtime") or {}
@@ -154,10 +161,11 @@ def render(rows: "list[dict[str, Any]]") -> str:
                 (r["error"] or "-").splitlines()[0])
         versions = _versions(answer)
         gpus = "-" if r.get("gpus") is None else f"{r['gpus']:g}" if r["gpus"] else "none"
-        lines.append((_label(r), r.get("ip") or "-", gpus, answer.get("python") or "-",
-                      versions["tms_autopreload"] or ("NOT INSTALLED" if answer.get("missing") else "-"),
-                      versions["torch_memory_saver"] or "-", torch, _driver(answer), "yes" if r["ok"] else "NO",
-                      what if len(what) <= 160 else what[:157] + "..."))
+        cells = [_printable(str(c)) for c in (
+            _label(r), r.get("ip") or "-", gpus, answer.get("python") or "-",
+            versions["tms_autopreload"] or ("NOT INSTALLED" if answer.get("missing") else "-"),
+            versions["torch_memory_saver"] or "-", torch, _driver(answer), "yes" if r["ok"] else "NO", what)]
+        lines.append((*cells[:-1], cells[-1] if len(cells[-1]) <= 160 else cells[-1][:157] + "..."))
     return table(lines)
 
 
@@ -166,7 +174,8 @@ def summary(rows: "list[dict[str, Any]]", here: "dict[str, str | None] | None", 
     the machine that drives the job), one line per node whose versions differ from them."""
     bad = failing(rows, all_nodes)
     skipped = [r for r in rows if not counted(r, all_nodes)]
-    head = f"{len(rows)} nodes: {len(rows) - len(bad) - len(skipped)} ok, {len(bad)} failing"
+    nodes = f"{len(rows)} node{'' if len(rows) == 1 else 's'}"
+    head = f"{nodes}: {len(rows) - len(bad) - len(skipped)} ok, {len(bad)} failing"
     if skipped:
         head += (f", {len(skipped)} without a GPU for Ray (shown, not counted: "
                  f"{sum(not r['ok'] for r in skipped)} of them failing; --all-nodes counts them)")
@@ -183,5 +192,5 @@ def summary(rows: "list[dict[str, Any]]", here: "dict[str, str | None] | None", 
         differ = [f"{name} {theirs[name] or 'not installed'} (here {here.get(name) or 'not installed'})"
                   for name in VERSIONED if theirs[name] != here.get(name)]
         if differ:
-            out.append(f"versions differ on {_label(r)} ({r.get('ip') or '?'}): {', '.join(differ)}")
+            out.append(_printable(f"versions differ on {_label(r)} ({r.get('ip') or '?'}): {', '.join(differ)}"))
     return out

@@ -31,12 +31,14 @@ _LABEL = re.compile(r" *(\d{1,9}): ?")
 class Entry:
     """One node's document, or the text found where a document was expected (``error`` says what)."""
 
-    __slots__ = ("task", "document", "error")
+    __slots__ = ("task", "document", "error", "hostname")
 
-    def __init__(self, task: "str | None", document: "dict[str, Any] | None", error: "str | None") -> None:
+    def __init__(self, task: "str | None", document: "dict[str, Any] | None", error: "str | None",
+                 hostname: "str | None" = None) -> None:
         self.task = task  # srun's task number when the input was labelled, else None
         self.document = document
         self.error = error
+        self.hostname = hostname  # the node's name where a document says it, one that cannot be read too
 
 
 def read_documents(text: str) -> "list[Entry]":
@@ -79,8 +81,13 @@ def _parse(task: "str | None", text: str, keep_other: bool) -> "list[Entry]":
             value, after = decoder.raw_decode(flat, pos)
         except (ValueError, RecursionError):
             value, after = None, pos + 1
-        if _is_document(value):
-            out.append(Entry(task, value, None))
+        problem = _problem(value)
+        if problem is None:
+            out.append(Entry(task, value, None, value.get("hostname")))
+        elif problem:  # the document's keys, a value of the wrong type: that node's entry, saying which
+            name = value.get("hostname") if isinstance(value, dict) else None  # a dict, with the keys
+            out.append(Entry(task, None, f"its doctor --json document cannot be read: {problem}",
+                             name if isinstance(name, str) else None))
         else:
             after = pos + 1
         pos = flat.find("{", after)
@@ -90,15 +97,35 @@ def _parse(task: "str | None", text: str, keep_other: bool) -> "list[Entry]":
     return out
 
 
-def _is_document(value: object) -> bool:
-    """Whether ``value`` has the keys of a ``doctor --json`` document that the per-node table reads."""
+def _problem(value: object) -> "str | None":
+    """What keeps ``value`` from being a ``doctor --json`` document the per-node table can read: None where
+    nothing does; "" where it is no such document at all (not an object with its keys ``ok``, ``error``,
+    ``plan`` and ``runtime``: other JSON in a node's output); else which value has the wrong type."""
     if not isinstance(value, dict) or not all(key in value for key in ("ok", "error", "plan", "runtime")):
-        return False
-    plan, runtime = value.get("plan"), value.get("runtime")
-    return (isinstance(value["ok"], bool) and (value["error"] is None or isinstance(value["error"], str))
-            and (plan is None or isinstance(plan, dict) and isinstance(plan.get("build"), str))
-            and (runtime is None or isinstance(runtime, dict))
-            and all(value.get(key) is None or isinstance(value[key], str) for key in ("hostname", "python")))
+        return ""
+    plan = value["plan"]
+    wanted = [("ok", value["ok"], isinstance(value["ok"], bool), "true or false"),
+              *((key, value.get(key), value.get(key) is None or isinstance(value[key], str), "a string or null")
+                for key in ("error", "hostname", "python")),
+              ("plan", plan, plan is None or isinstance(plan, dict), "an object or null"),
+              ("runtime", value["runtime"], value["runtime"] is None or isinstance(value["runtime"], dict),
+               "an object or null")]
+    if isinstance(plan, dict):
+        wanted.append(("plan.build", plan.get("build"), isinstance(plan.get("build"), str), "a string"))
+    return next((f"its {key} is {_json_type(got)}, not {want}" for key, got, fits, want in wanted if not fits), None)
+
+
+def _json_type(value: object) -> str:
+    """What ``value``, decoded from JSON, is, in JSON's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return "a string" if isinstance(value, str) else "a number"
 
 
 def _cut(line: str) -> str:
