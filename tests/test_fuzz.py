@@ -242,17 +242,37 @@ def _node_saying(name: str, error: str, python: str) -> str:
     return json.dumps({"hostname": name, "python": python, "ok": False, "runtime": None, "plan": None, "error": error})
 
 
+# Any JSON value: what another node's document may hold where the table reads a field.
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                    max_leaves=8)
+
+
+def _node_holding(ok: bool, fields: dict) -> str:
+    """A node's document with a plan, whose other fields the table reads hold any JSON value."""
+    plan = {"build": "/x/torch_memory_saver_hook_mode_preload_cu13.abi3.so", **fields.pop("plan", {})}
+    return json.dumps({"hostname": "n1", "python": "3.11.7", "ok": ok, "error": None, "plan": plan, **fields})
+
+
 @FUZZ
 @given(st.one_of(st.text(max_size=2000),
                  st.builds(lambda cut, ins: REAL_NODE[:cut] + ins + REAL_NODE[cut:],
                            st.integers(0, len(REAL_NODE)), st.text(max_size=40)),
-                 st.builds(_node_saying, st.text(max_size=20), st.text(max_size=40), st.text(max_size=10))),
+                 st.builds(_node_saying, st.text(max_size=20), st.text(max_size=40), st.text(max_size=10)),
+                 st.builds(_node_holding, st.booleans(),
+                           st.fixed_dictionaries({}, optional={
+                               "plan": st.fixed_dictionaries({}, optional={"file": JSON, "runtime_rule": JSON}),
+                               "runtime": st.none() | st.dictionaries(st.sampled_from(
+                                   ["kind", "major", "torch_version", "split", "library"]), JSON),
+                               "candidates": JSON, "driver": JSON, "start_up": JSON, "versions": JSON}))),
        st.booleans())
 def test_node_documents_reader_never_raises(text, as_json):
     """`doctor --nodes` input: any text gives rows, and the table (or the --json document) shows them."""
     rows = _bounded(document_rows, text)
     for row in rows:
         assert isinstance(row["ok"], bool) and (row["ok"] or isinstance(row["error"], str)), row
+        # A node whose own doctor says it is not ok never passes the preflight.
+        assert not (row["ok"] and row["answer"]["survey"]["ok"] is False), row
     TMP.write_bytes(text.encode())
     with contextlib.redirect_stdout(io.StringIO()) as out:
         code = cli.main(["doctor", "--nodes", str(TMP), *(["--json"] if as_json else [])])

@@ -135,16 +135,30 @@ def test_what_doctor_nodes_and_doctor_ray_say_of_the_nodes_answers(scenario, tmp
 def test_what_doctor_nodes_says_of_documents_it_cannot_trust(tmp_path, said, capsys):
     """Documents other nodes wrote, read as they are: one whose words carry a terminal's control characters (an
     escape sequence in its name and its error, a carriage return, a bell), shown as Python writes them, never
-    sent to the terminal; one whose ``ok`` is not true or false, and one whose plan has no build, each that
-    node's row, naming the value; and one node alone, counted as one."""
+    sent to the terminal; one whose ``ok`` is not true or false, one whose plan names no build, one whose plan's
+    file is not a path, each that node's row, naming the value; a plan whose node's own doctor says it is not ok
+    (its start-up files, an override that splits the runtime, a reason this version does not know), failing
+    with its reason; one node alone, counted as one; and no document at all, which checked nothing."""
     from tms_autopreload.commands.main import main
 
     hostile = {"hostname": "gpu-1\x1b[2J", "python": PYTHON, "ok": False, "plan": None, "runtime": None,
                "error": "\x1b[31mno plan\x1b[0m\rall fine\x07"}
     wrong = [{"hostname": "gpu-2", "ok": "yes", "error": None, "plan": None, "runtime": None},
-             {"hostname": "gpu-3", "ok": True, "error": None, "plan": {"build": 7}, "runtime": {}}]
+             {"hostname": "gpu-3", "ok": True, "error": None, "plan": {"build": 7}, "runtime": {}},
+             {"hostname": "gpu-4", "ok": True, "error": None, "plan": {"build": "/b/x.so", "file": 7}, "runtime": {}}]
+    plan = {"build": "/opt/v/site-packages/torch_memory_saver_hook_mode_preload_cu13.abi3.so"}
+    not_ok = [{"hostname": "gpu-5", "ok": False, "error": None, "plan": plan, "runtime": {}, "start_up": {
+                  "cause": "start-up-files", "message": "the start-up file _tms_autopreload_start.py is missing from "
+                  "/opt/v/site-packages, where tms-autopreload is installed: flagged starts of /opt/v/bin/python are "
+                  "not hooked", "fix": "`env TMS_AUTOPRELOAD_DISABLE=1 /opt/v/bin/python -m pip install "
+                  "--force-reinstall tms-autopreload`"}},
+              {"hostname": "gpu-6", "ok": False, "error": None, "plan": plan, "runtime": {
+                  "kind": "cuda", "major": 12, "torch_version": "2.14.1+cu130", "split": {
+                  "torch_library": "libcudart.so.13", "overrides": ["TMS_AUTOPRELOAD_CUDA_MAJOR"], "cause":
+                  "split-runtime", "fix": "`unset TMS_AUTOPRELOAD_CUDA_MAJOR`"}}},
+              {"hostname": "gpu-7", "ok": False, "error": None, "plan": plan, "runtime": {}}]
     said_text = ""
-    for name, docs in (("three nodes", [hostile, *wrong]), ("one node", [wrong[0]])):
+    for name, docs in (("seven nodes", [hostile, *wrong, *not_ok]), ("one node", [wrong[0]]), ("no document", [])):
         (tmp_path / name).write_text("".join(json.dumps(d) + "\n" for d in docs))
         code = main(["doctor", "--nodes", str(tmp_path / name)])
         said_text += f"$ tms-autopreload doctor --nodes <{name}>\n{capsys.readouterr().out}--- exit {code}\n\n"

@@ -251,10 +251,15 @@ def chosen_build(doc: "dict[str, Any]", found: bool = False, name: "Callable[[st
     from ...builds import shown_build
 
     plan = doc["plan"]
-    chosen = next((c for c in doc.get("candidates") or () if isinstance(c, dict) and c.get("status") == CHOSEN), {})
-    build, file = plan["build"], plan.get("file") or plan["build"]
+    candidates = doc.get("candidates")
+    chosen = next((c for c in candidates if isinstance(c, dict) and c.get("status") == CHOSEN), {}) \
+        if isinstance(candidates, list) else {}
+    build, file = plan["build"], plan.get("file")
+    file = file if isinstance(file, str) and file else build
+    kind, major = chosen.get("kind"), chosen.get("major")
     short = name or (lambda path: path)
-    return shown_build(short(build), short(file), chosen.get("kind") or "", chosen.get("major"),
+    return shown_build(short(build), short(file), kind if isinstance(kind, str) else "",
+                       major if isinstance(major, int) and not isinstance(major, bool) else None,
                        plan.get("runtime_rule") if found else None)
 
 

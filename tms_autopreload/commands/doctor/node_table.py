@@ -74,14 +74,27 @@ def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer
     doc, started = _dict(answer.get("survey")), answer.get("started")
     driver = _dict(doc.get("driver"))
     hooked = started is None or (started["hooked"] and len(started["libcudart"]) <= 1)
-    row["ok"] = is_ok(doc.get("plan"), driver, doc.get("runtime")) and hooked and not error
+    # The node's own verdict too: its doctor also judges what the row cannot see (its start-up files).
+    row["ok"] = (is_ok(doc.get("plan"), driver, doc.get("runtime")) and doc.get("ok") is not False and hooked
+                 and not error)
     if row["ok"] or row["error"]:
         return row
+    start_up, split = _dict(doc.get("start_up")), _dict(_dict(doc.get("runtime")).get("split"))
     if doc.get("error"):
         row["error"] = doc["error"]
     elif driver.get("verdict") == FAILING:
         said = _str(driver.get("message")) or "the driver cannot run this torch"
         row["error"] = str(Error(said.rstrip("."), fix=_str(driver.get("fix")) or None))
+    elif start_up:
+        said = _str(start_up.get("message")) or "its start-up files leave flagged starts unhooked"
+        row["error"] = str(Error(said, fix=_str(start_up.get("fix")) or None))
+    elif split:
+        overrides = [o for o in split.get("overrides") or () if isinstance(o, str)] or ["an override"]
+        row["error"] = str(Error(f"{', '.join(overrides)} makes the hook use another CUDA runtime than torch links"
+                                 f"{f' ({t})' if (t := _str(split.get('torch_library'))) else ''}",
+                                 fix=_str(split.get("fix")) or None))
+    elif doc.get("plan") and doc.get("ok") is False:
+        row["error"] = "its doctor says it is not ok"
     elif started is None:
         row["error"] = "its doctor found no plan"
     else:
@@ -179,6 +192,8 @@ def summary(rows: "list[dict[str, Any]]", here: "dict[str, str | None] | None", 
     if skipped:
         head += (f", {len(skipped)} without a GPU for Ray (shown, not counted: "
                  f"{sum(not r['ok'] for r in skipped)} of them failing; --all-nodes counts them)")
+    if not rows:
+        head += "; no node's doctor --json document was read, so nothing was checked"
     if rows and len(skipped) == len(rows):
         head += ("; no node was counted, so nothing was checked: declare each GPU node's GPUs to Ray "
                  "(`ray start --num-gpus N`), or pass --all-nodes to count every node")

@@ -112,6 +112,8 @@ def _problem(value: object) -> "str | None":
                "an object or null")]
     if isinstance(plan, dict):
         wanted.append(("plan.build", plan.get("build"), isinstance(plan.get("build"), str), "a string"))
+        wanted.append(("plan.file", plan.get("file"), plan.get("file") is None or isinstance(plan["file"], str),
+                       "a string or null"))
     return next((f"its {key} is {_json_type(got)}, not {want}" for key, got, fits, want in wanted if not fits), None)
 
 
