@@ -274,6 +274,25 @@ def test_the_trust_walk_follows_as_many_symbolic_links_as_the_kernel(tmp_path):
         else:
             assert refused is not None and refused.cause == "unchecked", (length, refused)
             assert refused.message == f"cannot check who can write {target} ({kernel})", refused.message
+            assert refused.fix == "name the file itself, or through fewer symbolic links", refused.fix
+
+
+def test_a_forced_path_the_kernel_cannot_reach_says_why_in_its_words(world, tmp_path):
+    """``TMS_AUTOPRELOAD_PATH`` through more symbolic links than the kernel follows exists, but cannot be
+    reached: the answer gives the kernel's own reason (``os.stat``'s), never "does not exist"."""
+    exe = str(world["scn"].venv.python)
+    target = str(tmp_path / CU13)
+    Path(target).write_bytes(b"")
+    for i in range(41):
+        os.symlink(target, tmp_path / f"torch_memory_saver_link{i}.so")
+        target = str(tmp_path / f"torch_memory_saver_link{i}.so")
+    try:
+        os.stat(target)
+    except OSError as exc:
+        kernel = exc.strerror
+    with installed(world):
+        error = decision.survey({**world["base"], "TMS_AUTOPRELOAD_PATH": target}, executable=exe).error
+    assert error.startswith(f"TMS_AUTOPRELOAD_PATH={target!r} cannot be reached ({kernel})."), error
 
 
 def test_the_three_reported_inputs(world):

@@ -19,6 +19,7 @@ finds no plan holds the :class:`~tms_autopreload.errors.ResolveError` that :func
 """
 
 import os
+import stat
 import sys
 
 from . import sitepath
@@ -102,6 +103,18 @@ def _code_writers(program: Object, package_dir: str | None) -> Trusted:
                     os.path.dirname(package_dir) if package_dir else None))
 
 
+def _unreachable(path: str) -> "str | None":
+    """Why the file ``path`` names cannot be a build, in the kernel's words where it cannot be reached (too many
+    symbolic links, a directory this account cannot search): never "does not exist" for a file that may."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be reached ({exc.strerror or exc})"
+    return None if stat.S_ISREG(st.st_mode) else "is not a regular file"
+
+
 def _candidates(env: "Mapping[str, str]", package_dir: str | None, torch_dir: str | None, exe: str, program: Object,
                 warnings: list[str]) -> "tuple[list[Build], str | None]":
     """Step 1: (the builds to consider, the path TMS_AUTOPRELOAD_PATH forces or None); raises ResolveError
@@ -112,9 +125,7 @@ def _candidates(env: "Mapping[str, str]", package_dir: str | None, torch_dir: st
     forced = env.get(PATH_VAR, "").strip() or None
     if forced:
         named = f"{PATH_VAR}={shown(forced, PATH_SHOWN)}"
-        what = ("is not an absolute path" if not os.path.isabs(forced) else
-                "does not exist" if not os.path.exists(forced) else
-                "is not a regular file" if not os.path.isfile(forced) else None)
+        what = "is not an absolute path" if not os.path.isabs(forced) else _unreachable(forced)
         if what:
             raise ResolveError(f"{named} {what}", fix=f"`unset {PATH_VAR}` (or point it at a preload build)",
                                cause=CAUSE_BAD_FORCED_PATH)

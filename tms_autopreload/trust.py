@@ -230,7 +230,11 @@ def refusal(path: str, trusted: Trusted) -> "Refusal | None":
     try:
         found = writers(path, trusted.stats)
     except OSError as exc:
+        import errno
+
+        loop = exc.errno == errno.ELOOP  # a chain of links longer than the kernel follows (40), or a loop
         return Refusal(CAUSE_UNCHECKED, f"cannot check who can write {path} ({exc.strerror or exc})",
+                       "name the file itself, or through fewer symbolic links" if loop else
                        "make it and the directories above it searchable by this user")
     if EVERYONE in found:
         grant = found[EVERYONE]
