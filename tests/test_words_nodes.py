@@ -138,7 +138,8 @@ def test_what_doctor_nodes_says_of_documents_it_cannot_trust(tmp_path, said, cap
     sent to the terminal; one whose ``ok`` is not true or false, one whose plan names no build, one whose plan's
     file is not a path, each that node's row, naming the value; a plan whose node's own doctor says it is not ok
     (its start-up files, an override that splits the runtime, a reason this version does not know), failing
-    with its reason; one node alone, counted as one; and no document at all, which checked nothing."""
+    with its reason; one node alone, counted as one, after a log line that begins with a time (never taken for
+    ``srun --label``'s task number); and no document at all, which checked nothing."""
     from tms_autopreload.commands.main import main
 
     hostile = {"hostname": "gpu-1\x1b[2J", "python": PYTHON, "ok": False, "plan": None, "runtime": None,
@@ -158,8 +159,11 @@ def test_what_doctor_nodes_says_of_documents_it_cannot_trust(tmp_path, said, cap
                   "split-runtime", "fix": "`unset TMS_AUTOPRELOAD_CUDA_MAJOR`"}}},
               {"hostname": "gpu-7", "ok": False, "error": None, "plan": plan, "runtime": {}}]
     said_text = ""
-    for name, docs in (("seven nodes", [hostile, *wrong, *not_ok]), ("one node", [wrong[0]]), ("no document", [])):
-        (tmp_path / name).write_text("".join(json.dumps(d) + "\n" for d in docs))
+    # A log line before a node's document, its time first: not srun's label, which no such line is.
+    logged = f"12:34:56 WARNING something the job printed\n{json.dumps(wrong[0])}\n"
+    for name, text in (("seven nodes", "".join(json.dumps(d) + "\n" for d in [hostile, *wrong, *not_ok])),
+                       ("one node, after a log line", logged), ("no document", "")):
+        (tmp_path / name).write_text(text)
         code = main(["doctor", "--nodes", str(tmp_path / name)])
         said_text += f"$ tms-autopreload doctor --nodes <{name}>\n{capsys.readouterr().out}--- exit {code}\n\n"
     assert all(c.isprintable() for line in said_text.split("\n") for c in line), said_text

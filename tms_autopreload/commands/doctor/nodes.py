@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Entry", "read_documents"]
 
-# srun --label: "%*d: " (right-aligned task number, a colon, one space) before each line.
-_LABEL = re.compile(r" *(\d{1,9}): ?")
+# srun --label: "%*d: " (right-aligned task number, a colon, one space) before each line; an empty line's label
+# may have lost its space to a tool that strips lines. Never a number and a colon before more text (a log line's
+# time, 12:34:56), which no label is.
+_LABEL = re.compile(r" *(\d{1,9})(?:: |:$)")
 
 
 class Entry:
