@@ -179,7 +179,8 @@ def too_old() -> "str | None":
     """Why the package cannot run in this interpreter, with the fix, where it is older than :data:`PYTHON_FLOOR`
     (an install forced past its requires-python); else None. A flagged start stops with it, and every command
     says it, before anything imports a module written for a newer Python: only this module, the environment's
-    rules and the install commands' (:mod:`tms_autopreload.installer`, with the error model) import there."""
+    rules, the error model and the install commands (:mod:`tms_autopreload.installer`, with the search path and
+    the install record it reads) are imported there."""
     if sys.version_info >= PYTHON_FLOOR:
         return None
     from .errors import Error

@@ -18,7 +18,8 @@ if (old := too_old()) is not None:  # before the commands' modules, which an old
     print(f"tms-autopreload: {old}", file=sys.stderr)
     raise SystemExit(EXIT_NO_PLAN)
 
-from .. import __version__  # the commands, after the check above
+# The commands, imported after that check.
+from .. import __version__
 from . import env, kernel, run, which
 from .doctor import command as doctor
 
