@@ -655,15 +655,16 @@ def test_a_left_over_pth_names_the_file_site_py_read(scenario, tmp_path, python)
 
 
 @pytest.mark.slow  # another interpreter, and pip
+@pytest.mark.parametrize("below", BELOW_FLOOR)
 def test_an_install_forced_below_the_python_floor_says_so_everywhere_and_its_fix_removes_it(
-        scenario, parts, tmp_path, said):
+        scenario, parts, tmp_path, said, below):
     """pip installs the package on a Python older than its requires-python only when told to
     (``--ignore-requires-python``). There a flagged start stops (78, the way out after it) or, told to warn, runs
     user code; every command exits 1; all say the same words (which Python, the floor, the fix), never a
     traceback, before anything imports a module written for a newer Python. The fix, pasted into the flagged
     shell, uninstalls it: the start-up files go with it, and the next flagged start runs and says nothing."""
     scn = report_host(scenario)
-    python = locate_python(BELOW_FLOOR)
+    python = locate_python(below)
     venv = tmp_path / "old"
     run([python, "-m", "venv", str(venv)])  # with its own pip, as users make one
     old = str(venv / "bin" / "python")

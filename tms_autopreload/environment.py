@@ -371,7 +371,7 @@ _SEARCH_PATH_UNSAFE = frozenset(SEARCH_PATH_SEPARATORS + "\n")
 LD_UNSAFE_CHARS = frozenset(" :\t\n;")
 
 
-def split_search_path(value: str) -> list[str]:
+def split_search_path(value: str) -> "list[str]":
     """Split LD_LIBRARY_PATH as ld.so does: on ':' and ';'; an empty entry means the cwd."""
     if not value:
         return []

@@ -105,10 +105,10 @@ def _setup_step(step: Callable[[], object]) -> Callable[[str], str | None]:
 
 
 def _pythons(lane: str) -> str | None:
-    """Each of :data:`PYTHONS`, and the one below the package's floor, as the suite finds it (PATH, pyenv, uv, or
+    """Each of :data:`PYTHONS`, and those below the package's floor, as the suite finds it (PATH, pyenv, uv, or
     installed by uv)."""
     absent = []
-    for version in (BELOW_FLOOR, *PYTHONS):
+    for version in (*BELOW_FLOOR, *PYTHONS):
         try:
             locate_python(version)
         except SetupError as exc:
@@ -219,7 +219,7 @@ NEEDS = (
          "Debian: apt-get install debootstrap (run as root with apt-get, make test installs it)"),
     Need("Slurm", ("test",), _setup_step(slurm.ensure_installed),
          f"Debian: apt-get install {' '.join(slurm.PACKAGES)} (run as root with apt-get, make test installs them)"),
-    Need(f"CPython {PYTHONS[0]}-{PYTHONS[-1]} and {BELOW_FLOOR}", ("test",), _pythons,
+    Need(f"CPython {PYTHONS[0]}-{PYTHONS[-1]} and {', '.join(BELOW_FLOOR)}", ("test",), _pythons,
          "install each missing version with uv (uv python install 3.12), pyenv (pyenv install 3.12) or "
          "your distribution's python3.12 package with its venv module (Debian: python3.12-venv)"),
     Need("the download cache and the temporary directory on one file system", ALL, _one_file_system,

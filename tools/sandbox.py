@@ -22,9 +22,9 @@ from tms_source import source_wheel
 
 from tms_autopreload.startup import PYTHON_FLOOR  # the checkout's package, which downloads put on the path
 
-# The newest CPython older than the package's floor: where an install forced past its requires-python lands
-# (tests/test_startup_files.py).
-BELOW_FLOOR = f"{PYTHON_FLOOR[0]}.{PYTHON_FLOOR[1] - 1}"
+# The two newest CPythons older than the package's floor (3.9, 3.8): where an install forced past its
+# requires-python lands, and its start-up rules still import, so that it says so (tests/test_startup_files.py).
+BELOW_FLOOR = tuple(f"{PYTHON_FLOOR[0]}.{PYTHON_FLOOR[1] - below}" for below in (1, 2))
 
 # Real torch: the release users of torch_memory_saver 0.0.9/0.0.10 have (2.14.1, CUDA 13.0) and today's (2.15.0,
 # CUDA 13.2). The first is the default of every real-torch test; the second joins where it proves something.
