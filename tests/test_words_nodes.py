@@ -137,9 +137,10 @@ def test_what_doctor_nodes_says_of_documents_it_cannot_trust(tmp_path, said, cap
     escape sequence in its name and its error, a carriage return, a bell), shown as Python writes them, never
     sent to the terminal; one whose ``ok`` is not true or false, one whose plan names no build, one whose plan's
     file is not a path, each that node's row, naming the value; a plan whose node's own doctor says it is not ok
-    (its start-up files, an override that splits the runtime, a reason this version does not know), failing
-    with its reason; one node alone, counted as one, after a log line that begins with a time (never taken for
-    ``srun --label``'s task number); and no document at all, which checked nothing."""
+    (its start-up files, an override that splits the runtime, named or not, a reason this version does not
+    know), failing with its reason; an error whose first line is empty, shown from its first line with words;
+    one node alone, counted as one, after a log line that begins with a time (never taken for ``srun --label``'s
+    task number); and no document at all, which checked nothing."""
     from tms_autopreload.commands.main import main
 
     hostile = {"hostname": "gpu-1\x1b[2J", "python": PYTHON, "ok": False, "plan": None, "runtime": None,
@@ -157,11 +158,16 @@ def test_what_doctor_nodes_says_of_documents_it_cannot_trust(tmp_path, said, cap
                   "kind": "cuda", "major": 12, "torch_version": "2.14.1+cu130", "split": {
                   "torch_library": "libcudart.so.13", "overrides": ["TMS_AUTOPRELOAD_CUDA_MAJOR"], "cause":
                   "split-runtime", "fix": "`unset TMS_AUTOPRELOAD_CUDA_MAJOR`"}}},
-              {"hostname": "gpu-7", "ok": False, "error": None, "plan": plan, "runtime": {}}]
+              {"hostname": "gpu-7", "ok": False, "error": None, "plan": plan, "runtime": {}},
+              {"hostname": "gpu-8", "ok": False, "error": None, "plan": plan, "runtime": {
+                  "kind": "cuda", "major": 12, "torch_version": "2.14.1+cu130", "split": {
+                  "overrides": "LD_LIBRARY_PATH", "fix": "`unset LD_LIBRARY_PATH`"}}},
+              {"hostname": "gpu-9", "ok": False, "error": "\nthe reason, on its second line\x1cand more",
+               "plan": None, "runtime": None}]
     said_text = ""
     # A log line before a node's document, its time first: not srun's label, which no such line is.
     logged = f"12:34:56 WARNING something the job printed\n{json.dumps(wrong[0])}\n"
-    for name, text in (("seven nodes", "".join(json.dumps(d) + "\n" for d in [hostile, *wrong, *not_ok])),
+    for name, text in (("nine nodes", "".join(json.dumps(d) + "\n" for d in [hostile, *wrong, *not_ok])),
                        ("one node, after a log line", logged), ("no document", "")):
         (tmp_path / name).write_text(text)
         code = main(["doctor", "--nodes", str(tmp_path / name)])

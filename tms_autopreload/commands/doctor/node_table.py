@@ -89,7 +89,9 @@ def node_row(name: "str | None", ip: "str | None", node_id: "str | None", answer
         said = _str(start_up.get("message")) or "its start-up files leave flagged starts unhooked"
         row["error"] = str(Error(said, fix=_str(start_up.get("fix")) or None))
     elif split:
-        overrides = [o for o in split.get("overrides") or () if isinstance(o, str)] or ["an override"]
+        named = split.get("overrides")
+        overrides = [o for o in named if isinstance(o, str)] if isinstance(named, list) else []
+        overrides = overrides or ["an override"]
         row["error"] = str(Error(f"{', '.join(overrides)} makes the hook use another CUDA runtime than torch links"
                                  f"{f' ({t})' if (t := _str(split.get('torch_library'))) else ''}",
                                  fix=_str(split.get("fix")) or None))
@@ -170,8 +172,9 @@ def render(rows: "list[dict[str, Any]]") -> str:
         torch = (f"{rt.get('torch_version') or 'no torch'} ({runtime_name(rt.get('kind') or '', rt.get('major'))})"
                  if rt else "-")
         plan = (answer.get("survey") or {}).get("plan")
+        # The error's first line with words (split at line feeds alone: another control character is shown).
         what = (chosen_build(answer["survey"], name=os.path.basename) if plan and r["ok"] else
-                (r["error"] or "-").splitlines()[0])
+                next((line for line in (r["error"] or "").split("\n") if line.strip()), "-"))
         versions = _versions(answer)
         gpus = "-" if r.get("gpus") is None else f"{r['gpus']:g}" if r["gpus"] else "none"
         cells = [_printable(str(c)) for c in (
