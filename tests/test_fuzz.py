@@ -285,7 +285,8 @@ def test_node_documents_reader_never_raises(text, as_json):
 
 def test_node_documents_reader_reads_srun_label_output():
     """Two tasks' lines interleaved, a long line cut by srun into labelled 1024-byte pieces, a task that
-    printed no document, and srun's own message."""
+    printed no document, and srun's own messages: one about a task that printed something adds nothing, one
+    about tasks that printed nothing at all (a range among them) makes each of them a failing entry."""
     error = "x" * 1011 + "\n" + "y" * 2000  # its line, '  "error": "x...', is cut between the backslash and n
     doc = json.dumps({"error": error, "hostname": "n2", "ok": False, "runtime": None, "plan": None}, indent=2)
     pieces = [p for line in doc.splitlines() for p in (line[i:i + 1024] for i in range(0, len(line), 1024))]
@@ -294,11 +295,16 @@ def test_node_documents_reader_reads_srun_label_output():
     mixed = [line for pair in zip(ours, (f"1: {p}" for p in pieces), strict=False) for line in pair]
     mixed += ours[len(pieces):]
     mixed += [f"1: {p}" for p in pieces[len(ours):]]
-    text = "\n".join(mixed + ["2: bash: tms-autopreload: command not found", "srun: error: x", ""])
+    died = ["srun: error: x", "srun: error: node2: task 2: Exited with exit code 127",
+            "srun: error: node4: task 3: Exited with exit code 127", "srun: error: node5: tasks 4-5: Killed"]
+    text = "\n".join(mixed + ["2: bash: tms-autopreload: command not found", *died, ""])
     entries = nodes.read_documents(text)
+    said = "it printed nothing, and srun says: srun: error: "
     assert [(e.task, e.document and e.document["hostname"], e.error) for e in entries] == [
         ("0", "n1", None), ("1", "n2", None),
-        ("2", None, "no doctor --json document in its output, which begins: bash: tms-autopreload: command not found")]
+        ("2", None, "no doctor --json document in its output, which begins: bash: tms-autopreload: command not found"),
+        ("3", None, said + "node4: task 3: Exited with exit code 127"), ("4", None, said + "node5: tasks 4-5: Killed"),
+        ("5", None, said + "node5: tasks 4-5: Killed")]
     assert entries[1].document["error"] == error
 
 

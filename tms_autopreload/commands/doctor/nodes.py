@@ -7,7 +7,9 @@ launcher (``srun --ntasks-per-node=1``) and collects the output. The format read
 * or the output of ``srun --label``: every line starts with its task's number (``0: ``, `` 3: ``).
   The lines are regrouped per task before parsing, so several nodes' pretty-printed documents survive
   srun interleaving their lines, and a long line srun cut into labelled pieces is joined again. Lines
-  without a label there (srun's own messages, with ``2>&1``) are skipped.
+  without a label there are srun's own (with ``2>&1``): its error about tasks that printed nothing
+  (``srun: error: node2: task 1: Exited with exit code 127``) makes each of them a failing entry, so that no
+  node vanishes from the table; the rest are skipped.
 
 A task's text around its documents (warnings, with ``2>&1``) is skipped; a task whose text holds no
 document (``tms-autopreload: command not found``, a cut-off document) is one entry carrying its first
@@ -47,8 +49,34 @@ def read_documents(text: str) -> "list[Entry]":
     """Every document in ``text`` (see the module's docstring for the format): by task for ``srun
     --label`` output, else in input order."""
     labelled, groups = _groups(text)
-    # srun's own messages (unlabelled among labelled lines) are about tasks whose lines are entries already.
-    return [entry for task, body in groups for entry in _parse(task, body, keep_other=task is not None or not labelled)]
+    entries = [entry for task, body in groups
+               for entry in _parse(task, body, keep_other=task is not None or not labelled)]
+    if labelled:  # srun's own lines, unlabelled: an error about a task that printed nothing is that task's row
+        seen = {entry.task for entry in entries}
+        for line in "\n".join(body for task, body in groups if task is None).splitlines():
+            said = _SRUN_ERROR.match(line.strip())
+            if said is None:
+                continue
+            for task in _tasks(said.group(1)):
+                if task not in seen:
+                    seen.add(task)
+                    entries.append(Entry(task, None, f"it printed nothing, and srun says: {_cut(said.group(0))}"))
+    return entries
+
+
+# srun's error about tasks (``srun: error: node2: task 1: Exited with exit code 127``; ``tasks 0-3``, ``tasks 0,2``).
+_SRUN_ERROR = re.compile(r"srun: error: (?:[^:]*: )?tasks? ([\d,-]+)\b.*")
+
+
+def _tasks(spec: str) -> "list[str]":
+    """The task numbers of srun's ``0-3,5``, each as a label names it (no more than a label's nine digits)."""
+    out: "list[str]" = []
+    for part in spec.split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()) and len(first) <= 9 and len(last) <= 9:
+            start = int(first)
+            out += [str(n) for n in range(start, min(int(last or first), start + 4095) + 1)]
+    return out
 
 
 def _groups(text: str) -> "tuple[bool, list[tuple[str | None, str]]]":
