@@ -22,7 +22,7 @@ import sys
 from .environment import (_COMMANDS, COMMAND, DISABLE_VAR, FALSE_WORDS, FLAG_VARS, NO_HOOK, ON_ERROR_POLICIES,
                           ON_ERROR_VAR, TRUE_WORDS, flags, unhooked_program)
 from .installer import _has_ensurepip, _uv_on_path, pip_form, where
-from .install_source import local_path, source_args, source_gone
+from .install_source import DISTRIBUTION, local_path, source_args, source_gone
 from .startup import EXIT_CONFIG, PTH, START, START_UP_FILES, parse_choice, stray_start
 from .stopped import shell_way_out, way_out
 
@@ -212,7 +212,7 @@ def not_started() -> "Error | None":
     from .errors import CAUSE_NOT_STARTED, Error
 
     try:
-        dist = metadata.distribution("tms-autopreload")
+        dist = metadata.distribution(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return None
     site = os.path.abspath(str(dist.locate_file("")))

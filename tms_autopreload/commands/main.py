@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..environment import COMMAND
 from ..startup import too_old
 from .exitpolicy import EXIT_CODES, EXIT_NO_PLAN, INTERRUPTS, WriteError, guarded_stdout, signal_of, unwinding_signals
 
 if (old := too_old()) is not None:  # before the commands' modules, which an older Python cannot import
-    print(f"tms-autopreload: {old}", file=sys.stderr)
+    print(f"{COMMAND}: {old}", file=sys.stderr)
     raise SystemExit(EXIT_NO_PLAN)
 
 # The commands, imported after that check.
@@ -31,7 +32,7 @@ COMMANDS = (doctor, which, env, run, kernel)  # the command modules, in the orde
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tms-autopreload",
+        prog=COMMAND,
         description="Choose the torch_memory_saver LD_PRELOAD build that fits this process's CUDA runtime.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes:\n" + "\n".join(f"  {code:<12} {meaning}" for code, meaning in EXIT_CODES))
