@@ -283,6 +283,43 @@ def test_node_documents_reader_never_raises(text, as_json):
     assert as_json or all(c.isprintable() for line in out.getvalue().split("\n") for c in line), out.getvalue()
 
 
+# A node's document as ``doctor --json`` prints it (its first key the hostname), and what the node printed after it.
+_NODE = st.tuples(st.text(max_size=8), st.booleans(), st.booleans(),
+                  st.text(alphabet=st.characters(blacklist_characters="{", blacklist_categories=["Cs"]), max_size=30))
+
+
+@FUZZ
+@given(st.lists(_NODE, min_size=1, max_size=4), st.booleans(), st.data())
+def test_no_node_vanishes_where_its_document_breaks_off(printed, labelled, data):
+    """Nodes' documents, compact or pretty, each with its node's other output after it, collected one after
+    another or by ``srun --label``; one of them breaks off anywhere after its first key (its node died while
+    printing it, or its launcher cut it). Every node that began a document is its own entry, in order, and
+    the broken one's entry fails the table, under its name where the whole name was printed: none vanishes,
+    so that the preflight never passes without it."""
+    docs = [json.dumps({"hostname": name, "python": "3.11.7", "ok": ok, "runtime": None, "plan": None,
+                        "error": None if ok else "x"}, indent=2 if pretty else None)
+            for name, ok, pretty, _ in printed]
+    broken = data.draw(st.integers(0, len(docs) - 1))
+    named = docs[broken].index('"hostname"') + len('"hostname"')
+    cut = data.draw(st.integers(named, len(docs[broken]) - 1))
+    whole_name = cut >= docs[broken].index(json.dumps(printed[broken][0]), named) + len(json.dumps(printed[broken][0]))
+    docs[broken] = docs[broken][:cut]
+    outputs = [doc + "\n" + other for doc, (*_, other) in zip(docs, printed, strict=True)]
+    text = ("\n".join(f"{task}: {line}" for task, out in enumerate(outputs) for line in out.split("\n"))
+            if labelled else "".join(outputs))
+    entries = nodes.read_documents(text)
+    assert [e.task for e in entries] == [str(t) if labelled else None for t in range(len(docs))], text
+    for task, (entry, (name, ok, *_)) in enumerate(zip(entries, printed, strict=True)):
+        if task == broken:
+            assert entry.document is None and entry.error, (entry.error, entry.document)
+            assert not whole_name or entry.hostname == name, (entry.hostname, name)
+        else:
+            assert entry.document is not None and (entry.document["hostname"], entry.document["ok"]) == (name, ok), (
+                entry.error, name)
+    rows = document_rows(text)
+    assert len(rows) == len(docs) and not rows[broken]["ok"], rows
+
+
 def test_node_documents_reader_reads_srun_label_output():
     """Two tasks' lines interleaved, a long line cut by srun into labelled 1024-byte pieces, a task that
     printed no document, and srun's own messages: one about a task that printed something adds nothing, one
@@ -309,13 +346,16 @@ def test_node_documents_reader_reads_srun_label_output():
 
 
 def test_node_documents_reader_reads_documents_one_after_another():
-    """Unlabelled: documents one per line, pretty-printed ones concatenated, a warning between them."""
+    """Unlabelled: documents one per line, pretty-printed ones concatenated, a warning between them, and one
+    that breaks off inside its node's name, which is then not known."""
     one = json.loads("\n".join(line[3:] for line in REAL_NODE.splitlines()))
     text = (json.dumps(one) + "\n" + json.dumps({**one, "hostname": "n2"}, indent=2)
-            + "tms-autopreload: warning: x\n" + json.dumps({**one, "hostname": "n3"}))
+            + "tms-autopreload: warning: x\n" + json.dumps({**one, "hostname": "n3"}) + '\n{"hostname": "n4')
     entries = nodes.read_documents(text)
-    assert [(e.task, e.document["hostname"], e.error) for e in entries] == [
-        (None, "n1", None), (None, "n2", None), (None, "n3", None)]
+    assert [(e.task, e.document and e.document["hostname"], e.hostname, e.error) for e in entries] == [
+        (None, "n1", "n1", None), (None, "n2", "n2", None), (None, "n3", "n3", None),
+        (None, None, None, "its doctor --json document cannot be read: it breaks off (cut short, or other output "
+                           "written into it)")]
 
 
 REAL_MAPS = (b"7f2a4c000000-7f2a4c021000 r-xp 00000000 fd:01 1234567    "

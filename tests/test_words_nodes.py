@@ -95,6 +95,8 @@ def test_what_doctor_nodes_and_doctor_ray_say_of_the_nodes_answers(scenario, tmp
     a node that did not answer, a CPU-only node."""
     scns = {name: scenario(**SCENARIO_WORLDS[world]) for name, world in NODES.items()}
     docs = {name: _recorded(scn, name) for name, scn in scns.items()}
+    # doctor --nodes knows a document that breaks off by how every document begins: its first key.
+    assert {next(iter(scn.doctor())) for scn in scns.values()} == {"hostname"}
     labelled = [f"{i}: {line}" for i, doc in enumerate(docs.values())
                 for line in json.dumps(doc, indent=2).splitlines()]
     labelled += ["4: {", '4:   "hostname": "gpu-5",']  # a node whose output was cut short
@@ -139,7 +141,8 @@ def test_what_doctor_nodes_says_of_documents_it_cannot_trust(tmp_path, said, cap
     file is not a path, each that node's row, naming the value; a plan whose node's own doctor says it is not ok
     (its start-up files, an override that splits the runtime, named or not, a reason this version does not
     know), failing with its reason; an error whose first line is empty, shown from its first line with words;
-    one node alone, counted as one, after a log line that begins with a time (never taken for ``srun --label``'s
+    one that breaks off (its node died while printing it), its row under the name it printed; one node alone,
+    counted as one, after a log line that begins with a time (never taken for ``srun --label``'s
     task number); and no document at all, which checked nothing."""
     from tms_autopreload.commands.main import main
 
@@ -167,7 +170,10 @@ def test_what_doctor_nodes_says_of_documents_it_cannot_trust(tmp_path, said, cap
     said_text = ""
     # A log line before a node's document, its time first: not srun's label, which no such line is.
     logged = f"12:34:56 WARNING something the job printed\n{json.dumps(wrong[0])}\n"
-    for name, text in (("nine nodes", "".join(json.dumps(d) + "\n" for d in [hostile, *wrong, *not_ok])),
+    # A node that died while it printed its document, between two others: its row, under the name it printed.
+    died = json.dumps({"hostname": "gpu-10", "python": PYTHON, "ok": True})[:40]
+    nodes = [json.dumps(d) for d in [hostile, *wrong, *not_ok]]
+    for name, text in (("ten nodes", "\n".join([*nodes[:4], died, *nodes[4:]]) + "\n"),
                        ("one node, after a log line", logged), ("no document", "")):
         (tmp_path / name).write_text(text)
         code = main(["doctor", "--nodes", str(tmp_path / name)])

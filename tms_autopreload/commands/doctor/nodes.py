@@ -12,9 +12,12 @@ launcher (``srun --ntasks-per-node=1``) and collects the output. The format read
   node vanishes from the table; the rest are skipped.
 
 A task's text around its documents (warnings, with ``2>&1``) is skipped; a task whose text holds no
-document (``tms-autopreload: command not found``, a cut-off document) is one entry carrying its first
-line, so that the node shows as failing instead of vanishing. Documents are checked for the keys the
-per-node table reads; nothing else of them is trusted.
+document (``tms-autopreload: command not found``) is one entry carrying its first line, so that the node
+shows as failing instead of vanishing. A document that breaks off (its node died while printing it, or
+other output was written into it) is known by how every document begins, ``{"hostname": ...`` (the first
+key ``doctor --json`` prints), and is a failing entry under the name it had printed, labelled or not: in
+a stream of documents one after another nothing else would tell that a node is missing. Documents are
+checked for the keys the per-node table reads; nothing else of them is trusted.
 """
 
 import json
@@ -111,6 +114,12 @@ def _parse(task: "str | None", text: str, keep_other: bool) -> "list[Entry]":
             value, after = decoder.raw_decode(flat, pos)
         except (ValueError, RecursionError):
             value, after = None, pos + 1
+            begun = _BEGUN.match(flat, pos)
+            if begun is not None:  # a document that breaks off: its node's entry, under the name it printed
+                name = _string_at(decoder, flat, begun.end()) if begun.group(1) else None
+                out.append(Entry(task, None, _BROKEN, name))
+                pos = flat.find("{", after)
+                continue
         problem = _problem(value)
         if problem is None:
             out.append(Entry(task, value, None, value.get("hostname")))
@@ -125,6 +134,21 @@ def _parse(task: "str | None", text: str, keep_other: bool) -> "list[Entry]":
     if not out and first is not None and keep_other:
         out.append(Entry(task, None, f"no doctor --json document in its output, which begins: {_cut(first)}"))
     return out
+
+
+# How every ``doctor --json`` document begins (commands/doctor/document.py writes the hostname first), and what
+# a document that begins so and is no JSON says.
+_BEGUN = re.compile(r'\{\s*"hostname"(\s*:\s*)?')
+_BROKEN = "its doctor --json document cannot be read: it breaks off (cut short, or other output written into it)"
+
+
+def _string_at(decoder: json.JSONDecoder, text: str, pos: int) -> "str | None":
+    """The JSON string at ``pos`` in ``text``, where a whole one is."""
+    try:
+        value = decoder.raw_decode(text, pos)[0]
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _problem(value: object) -> "str | None":
