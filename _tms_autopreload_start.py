@@ -234,13 +234,24 @@ def _script_name(name: str) -> str:
     return "pip" if name[:3] == "pip" and name[3:].replace(".", "").isdigit() else name
 
 
+def original_argv() -> "list[str]":
+    orig: "list[str] | None" = getattr(sys, "orig_argv", None)
+    if orig is not None:
+        return orig
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [os.fsdecode(arg) for arg in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
 def unhooked_program(argv: "list[str] | None" = None, orig_argv: "list[str] | None" = None) -> "str | None":
     argv = sys.argv if argv is None else argv
     if not argv:
         return None
     first = argv[0]
     if first in ("-m", "-c"):
-        orig = getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv
+        orig = original_argv() if orig_argv is None else orig_argv
         if len(orig) <= len(argv):
             return None
         slot = orig[-len(argv)]

@@ -662,7 +662,10 @@ def test_an_install_forced_below_the_python_floor_says_so_everywhere_and_its_fix
     (``--ignore-requires-python``). There a flagged start stops (78, the way out after it) or, told to warn, runs
     user code; every command exits 1; all say the same words (which Python, the floor, the fix), never a
     traceback, before anything imports a module written for a newer Python. The fix, pasted into the flagged
-    shell, uninstalls it: the start-up files go with it, and the next flagged start runs and says nothing."""
+    shell, uninstalls it: the start-up files go with it, and the next flagged start runs and says nothing. The
+    commands say the same from a flagged shell (their own exit 1: these interpreters have no ``sys.orig_argv``,
+    and ``-m tms_autopreload`` is still known there); and where the ``.pth`` is left behind alone, a flagged start
+    stops with the left-over's words and pip runs from that shell, without a traceback."""
     scn = report_host(scenario)
     python = locate_python(below)
     venv = tmp_path / "old"
@@ -675,16 +678,25 @@ def test_an_install_forced_below_the_python_floor_says_so_everywhere_and_its_fix
     steps = [("SLIME_OFFLOAD_TRAIN=1 python -c 'print(1)'", ["env", "SLIME_OFFLOAD_TRAIN=1", old, "-c", "print(1)"]),
              ("SLIME_OFFLOAD_TRAIN=1 TMS_AUTOPRELOAD_ON_ERROR=warn python -c 'print(1)'",
               ["env", "SLIME_OFFLOAD_TRAIN=1", "TMS_AUTOPRELOAD_ON_ERROR=warn", old, "-c", "print(1)"])]
-    steps += [(shlex.join(["tms-autopreload", *args]), [*tms, *args])
-              for args in (["doctor"], ["doctor", "--json"], ["which"], ["env"], ["run", "--", "true"], ["--version"])]
+    commands = (["doctor"], ["doctor", "--json"], ["which"], ["env"], ["run", "--", "true"], ["--version"])
+    steps += [(shlex.join(["tms-autopreload", *args]), [*tms, *args]) for args in commands]
+    steps += [(shlex.join(["SLIME_OFFLOAD_TRAIN=1", "python", "-m", "tms_autopreload", *args]),
+               ["env", "SLIME_OFFLOAD_TRAIN=1", *tms, *args]) for args in commands]
     text = transcript(scn.host, steps, {"PATH": SYSTEM_PATH})
     assert "Traceback" not in text, text
     words = {line for line in text.splitlines() if line.startswith("tms-autopreload: ")}
     assert len(words) == 1 and f"is Python {version}," in next(iter(words)), text
-    assert re.findall(r"^--- exit (\d+)$", text, re.M) == ["78", "0", *["1"] * 6], text
+    assert re.findall(r"^--- exit (\d+)$", text, re.M) == ["78", "0", *["1"] * 12], text
     assert normalise(text.replace(version, "<older-python-version>"), {"<old-venv>": venv, **places_of(scn)}) == said
+    site = Path(run([old, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    pth = (site / START_UP_FILES[0]).read_bytes()
     r = scn.host.run(["sh", "-c", f"{_fix_of(next(iter(words)))}; {shlex.join([old, *USER])}"],
                      clean_env(SLIME_OFFLOAD_TRAIN="1"))
     assert (r.returncode, r.stderr) == (0, "") and r.stdout.endswith("user code ran\n"), r
-    site = Path(run([old, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
     assert not [n for n in (*START_UP_FILES, "tms_autopreload") if (site / n).exists()], list(site.iterdir())
+    (site / START_UP_FILES[0]).write_bytes(pth)  # left behind alone: its start module and package gone
+    stopped = scn.host.run([old, *USER], clean_env(SLIME_OFFLOAD_TRAIN="1"))
+    assert stopped.returncode == 78 and "Traceback" not in stopped.stderr, stopped
+    assert f"{site / START_UP_FILES[0]} is left over" in stopped.stderr, stopped
+    pip = scn.host.run([old, "-m", "pip", "--version"], clean_env(SLIME_OFFLOAD_TRAIN="1"))
+    assert (pip.returncode, pip.stderr) == (0, "") and pip.stdout.startswith("pip "), pip

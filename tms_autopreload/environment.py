@@ -440,6 +440,21 @@ def _script_name(name: str) -> str:
     return "pip" if name[:3] == "pip" and name[3:].replace(".", "").isdigit() else name
 
 
+def original_argv() -> "list[str]":
+    """The interpreter's own command line, as it was given (``-m`` and its module, ``-c`` and its text, which
+    ``sys.argv`` has lost while site.py runs): ``sys.orig_argv``, or before Python 3.10, which has none, the
+    kernel's record of it. An install forced below the package's floor still reads its own command there, so
+    that ``python -m tms_autopreload`` from a flagged shell says what it says from any shell."""
+    orig: "list[str] | None" = getattr(sys, "orig_argv", None)
+    if orig is not None:
+        return orig
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [os.fsdecode(arg) for arg in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
 def unhooked_program(argv: "list[str] | None" = None, orig_argv: "list[str] | None" = None) -> "str | None":
     """The program this interpreter runs when it is one a flagged start never hooks (:data:`COMMAND`, or
     the name of a repair tool: ``pip``, ``ensurepip``, ``venv``, ``virtualenv``, ``uv``); else None.
@@ -455,7 +470,7 @@ def unhooked_program(argv: "list[str] | None" = None, orig_argv: "list[str] | No
         return None
     first = argv[0]
     if first in ("-m", "-c"):
-        orig = getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv
+        orig = original_argv() if orig_argv is None else orig_argv
         if len(orig) <= len(argv):
             return None
         slot = orig[-len(argv)]

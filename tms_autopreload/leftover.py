@@ -20,7 +20,7 @@ import os
 import sys
 
 from .environment import (_COMMANDS, COMMAND, DISABLE_VAR, FALSE_WORDS, FLAG_VARS, NO_HOOK, ON_ERROR_POLICIES,
-                          ON_ERROR_VAR, TRUE_WORDS, flags, unhooked_program)
+                          ON_ERROR_VAR, TRUE_WORDS, flags, original_argv, unhooked_program)
 from .installer import _has_ensurepip, _uv_on_path, pip_form, where
 from .install_source import DISTRIBUTION, local_path, source_args, source_gone
 from .startup import EXIT_CONFIG, PTH, START, START_UP_FILES, parse_choice, stray_start
@@ -162,9 +162,10 @@ def start_gone(pth: str) -> None:
     if word[DISABLE_VAR] not in FALSE_WORDS or TRUE_WORDS.isdisjoint(word[name] for name in FLAG_VARS) \
             or hasattr(sys, "tms_autopreload_left_over"):
         return  # the kill switch on (any word but an off word), no flag on, or said already
-    # What this interpreter runs, as sys.orig_argv names it: a script, the module of -m (-mpip, -Impip: what
-    # follows the m), the text of -c.
-    program = sys.orig_argv[-len(sys.argv)] if 0 < len(sys.argv) <= len(sys.orig_argv) else ""
+    # What this interpreter runs, as its own command line names it: a script, the module of -m (-mpip, -Impip:
+    # what follows the m), the text of -c.
+    orig = original_argv()
+    program = orig[-len(sys.argv)] if 0 < len(sys.argv) <= len(orig) else ""
     if program[:1] == "-":
         program = program[program.find("m") + 1:]
     name = os.path.basename(program).split(".")[0]
