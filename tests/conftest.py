@@ -281,7 +281,7 @@ def scenario(parts, arch_parts, rootfs, run_temp, tmp_path_factory):
         a pip run costs seconds, a copy and a host (``ldconfig``) a few milliseconds. The suite's venvs are made
         ``--without-pip`` (the fixes printed there install pip first); ``own_pip`` gives one of this machine's
         interpreters pip of its own, as ``python -m venv`` makes it, where what a test pastes is not that step
-        (ensurepip costs seconds, once)."""
+        (ensurepip costs seconds: once a machine, :func:`support.ensurepip_venv`)."""
         key = (tms, torch, pip, host, python, layout, tag, own_pip)
         if key in made:
             return made[key]
@@ -305,9 +305,11 @@ def scenario(parts, arch_parts, rootfs, run_temp, tmp_path_factory):
         with support.file_lock(path.with_name("build.lock")):
             if not path.with_name(".complete").exists():
                 shutil.rmtree(path, ignore_errors=True)
-                venv = need(Venv, path, need(support.locate_python, python), wheels)
-                if own_pip:
-                    support.run([str(venv.python), "-m", "ensurepip"], env=support.clean_env())
+                interpreter = need(support.locate_python, python)
+                if own_pip:  # its ensurepip's pip, made once per interpreter (the cache), then the wheels
+                    need(support.private_copy, need(support.ensurepip_venv, interpreter), path).install(*wheels)
+                else:
+                    need(Venv, path, interpreter, wheels)
                 path.with_name(".complete").touch()
         return Venv(path)
 

@@ -46,9 +46,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 from basics import CACHE, cache_lock, clean_env, file_lock, run  # noqa: E402,F401
 from downloads import RUNTIME_WHEELS, extract, runtime_wheel, wheel  # noqa: E402,F401
 from sandbox import (BELOW_FLOOR, RAY_VERSION, RAY_VERSIONS, TORCH_VERSION, TORCH_VERSIONS, Venv,  # noqa: E402,F401
-                     base_python, build_own_wheel, check_namespaces, find_python, ld_cache, locate_python, private_copy,
-                     python_for_every_account, ray_jobs_venv, ray_venv, repoint_scripts, revision_source, tms_wheel,
-                     torch_venv, unshare_mounts, uv)
+                     base_python, build_own_wheel, check_namespaces, ensurepip_venv, find_python, ld_cache,
+                     locate_python, private_copy, python_for_every_account, ray_jobs_venv, ray_venv, repoint_scripts,
+                     revision_source, tms_wheel, torch_venv, unshare_mounts, uv)
 from basics import SetupError  # noqa: E402
 from standins import cc, driver_stub, global_deps, hip_stub, write_torch_standin  # noqa: E402,F401
 # ---------------------------------------------------------------- hosts

@@ -310,6 +310,22 @@ def cached_venv(name: str, python: str, requirement: str, extras: tuple[str, ...
     return venv
 
 
+def ensurepip_venv(python: str) -> Venv:
+    """A venv of ``python`` with the pip its own ``ensurepip`` installs, as ``python -m venv`` makes it: made once
+    per interpreter file and kept in the cache, since ensurepip costs seconds (it compiles all of pip) and gives
+    the same files every time. Use it through :func:`private_copy`, as every cached venv."""
+    real = os.path.realpath(python)
+    st = os.stat(real)
+    path = CACHE / "venvs" / f"ensurepip-{Path(real).name}-{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"
+    with cache_lock(f"venv-{path.name}"):
+        if not (path / ".complete").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            venv = Venv(path, python)
+            run([str(venv.python), "-m", "ensurepip"], env=clean_env())
+            (path / ".complete").touch()
+    return Venv(path)
+
+
 def private_copy(venv: Venv, dest: Path, links: bool = True) -> Venv:
     """A venv of this run's own with ``venv``'s files, shared by hard link (or copied: ``links=False``).
 
