@@ -231,6 +231,32 @@ def test_proc_maps_hooks_are_the_mapped_files_that_name_torch_memory_saver(data)
     assert hooks == [path for path in every if environment.is_tms_entry(path)]
 
 
+@FUZZ
+@given(st.lists(st.binary(max_size=20).map(lambda arg: arg.replace(b"\0", b"")), max_size=6) | st.binary(max_size=60))
+def test_the_command_line_read_from_the_kernel_is_the_one_given(argv):
+    """Where Python has no ``sys.orig_argv`` (3.8, 3.9), ``original_argv`` reads ``/proc/self/cmdline``: each
+    argument ended by a NUL, any bytes but NUL in it. It gives back the arguments the process was given, as
+    ``os.fsdecode`` names them; any other bytes never raise."""
+    data = b"".join(arg + b"\0" for arg in argv) if isinstance(argv, list) else argv
+    with mock.patch.object(environment, "sys", type(sys)("sys")), \
+            mock.patch.object(environment, "open", lambda *a: io.BytesIO(data), create=True):
+        got = environment.original_argv()
+    if isinstance(argv, list):
+        assert got == [os.fsdecode(arg) for arg in argv]
+    assert all(isinstance(arg, str) for arg in got)
+
+
+def test_the_command_line_is_empty_where_the_kernel_has_no_record_of_it():
+    """No ``sys.orig_argv`` and no ``/proc`` (not mounted): no command line, so no program is known, and a
+    flagged start goes on to decide as for any program."""
+    def unmounted(*args):
+        raise FileNotFoundError(2, "No such file or directory", "/proc/self/cmdline")
+
+    with mock.patch.object(environment, "sys", type(sys)("sys")), \
+            mock.patch.object(environment, "open", unmounted, create=True):
+        assert environment.original_argv() == []
+
+
 # A node's `doctor --json` document as `srun --label` prints it (the keys the per-node table reads).
 REAL_NODE = "\n".join(f"0: {line}" for line in json.dumps(
     {"hostname": "n1", "python": "3.11.7", "ok": True, "runtime": {"kind": "cuda", "major": 13},
