@@ -309,30 +309,41 @@ def test_node_documents_reader_never_raises(text, as_json):
     assert as_json or all(c.isprintable() for line in out.getvalue().split("\n") for c in line), out.getvalue()
 
 
-# A node's document as ``doctor --json`` prints it (its first key the hostname), and what the node printed after it.
-_NODE = st.tuples(st.text(max_size=8), st.booleans(), st.booleans(),
-                  st.text(alphabet=st.characters(blacklist_characters="{", blacklist_categories=["Cs"]), max_size=30))
+# A node's document as ``doctor --json`` prints it (its first key the hostname), and the words of the warning the
+# node printed after it, on one line of its own.
+_LINE = st.text(alphabet=st.characters(blacklist_characters="{\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029",
+                                       blacklist_categories=["Cs"]), max_size=30)
+_NODE = st.tuples(st.text(max_size=8), st.booleans(), st.booleans(), _LINE)
+_OWN_WARNING = "tms-autopreload: warning: "
+
+
+def _node_document(name: str, ok: bool, pretty: bool) -> str:
+    return json.dumps({"hostname": name, "python": "3.11.7", "ok": ok, "runtime": None, "plan": None,
+                       "error": None if ok else "x"}, indent=2 if pretty else None)
+
+
+def _collected(outputs: list[str], labelled: bool) -> str:
+    """Nodes' outputs as ``srun --label`` collects them, or one after another."""
+    return ("\n".join(f"{task}: {line}" for task, out in enumerate(outputs) for line in out.split("\n"))
+            if labelled else "".join(outputs))
 
 
 @FUZZ
 @given(st.lists(_NODE, min_size=1, max_size=4), st.booleans(), st.data())
 def test_no_node_vanishes_where_its_document_breaks_off(printed, labelled, data):
-    """Nodes' documents, compact or pretty, each with its node's other output after it, collected one after
-    another or by ``srun --label``; one of them breaks off anywhere after its first key (its node died while
-    printing it, or its launcher cut it). Every node that began a document is its own entry, in order, and
-    the broken one's entry fails the table, under its name where the whole name was printed: none vanishes,
-    so that the preflight never passes without it."""
-    docs = [json.dumps({"hostname": name, "python": "3.11.7", "ok": ok, "runtime": None, "plan": None,
-                        "error": None if ok else "x"}, indent=2 if pretty else None)
-            for name, ok, pretty, _ in printed]
+    """Nodes' documents, compact or pretty, each with its node's warning after it, collected one after another or
+    by ``srun --label``; one of them breaks off anywhere after its first key (its node died while printing it, or
+    its launcher cut it). Every node that began a document is its own entry, in order, and the broken one's
+    entry fails the table, under its name where the whole name was printed: none vanishes, so that the preflight
+    never passes without it."""
+    docs = [_node_document(name, ok, pretty) for name, ok, pretty, _ in printed]
     broken = data.draw(st.integers(0, len(docs) - 1))
     named = docs[broken].index('"hostname"') + len('"hostname"')
     cut = data.draw(st.integers(named, len(docs[broken]) - 1))
     whole_name = cut >= docs[broken].index(json.dumps(printed[broken][0]), named) + len(json.dumps(printed[broken][0]))
     docs[broken] = docs[broken][:cut]
-    outputs = [doc + "\n" + other for doc, (*_, other) in zip(docs, printed, strict=True)]
-    text = ("\n".join(f"{task}: {line}" for task, out in enumerate(outputs) for line in out.split("\n"))
-            if labelled else "".join(outputs))
+    text = _collected([doc + "\n" + _OWN_WARNING + warning + "\n" for doc, (*_, warning) in zip(docs, printed,
+                                                                                              strict=True)], labelled)
     entries = nodes.read_documents(text)
     assert [e.task for e in entries] == [str(t) if labelled else None for t in range(len(docs))], text
     for task, (entry, (name, ok, *_)) in enumerate(zip(entries, printed, strict=True)):
@@ -344,6 +355,24 @@ def test_no_node_vanishes_where_its_document_breaks_off(printed, labelled, data)
                 entry.error, name)
     rows = document_rows(text)
     assert len(rows) == len(docs) and not rows[broken]["ok"], rows
+
+
+@FUZZ
+@given(st.lists(_NODE, min_size=1, max_size=4), st.data())
+def test_no_node_vanishes_where_it_printed_no_document(printed, data):
+    """Whole documents one after another, and among them a node's output that is no document (``bash:
+    tms-autopreload: command not found``, with ``2>&1``), neither blank nor the package's own warning: nothing
+    tells which node printed it, so it is a failing entry of its own where it stands, and the preflight fails."""
+    docs = [_node_document(name, ok, pretty) + "\n" for name, ok, pretty, _ in printed]
+    where = data.draw(st.integers(0, len(docs)))
+    said = data.draw(_LINE.filter(lambda line: line.strip() and not line.strip().startswith(_OWN_WARNING.strip())))
+    text = "".join(docs[:where]) + said + "\n" + "".join(docs[where:])
+    entries = nodes.read_documents(text)
+    assert [e.document and e.document["hostname"] for e in entries] == [
+        *(name for name, *_ in printed[:where]), None, *(name for name, *_ in printed[where:])], text
+    assert entries[where].error.startswith("output that is no doctor --json document: "), entries[where].error
+    rows = document_rows(text)
+    assert len(rows) == len(docs) + 1 and not rows[where]["ok"], rows
 
 
 def test_node_documents_reader_reads_srun_label_output():
@@ -371,6 +400,26 @@ def test_node_documents_reader_reads_srun_label_output():
     assert entries[1].document["error"] == error
 
 
+def test_a_task_missing_between_those_that_printed_is_a_failing_entry():
+    """srun numbers its tasks from 0: tasks 0 and 3 printed documents, srun says task 2 failed, task 1's lines are
+    missing (its output went elsewhere): each is an entry, in task order."""
+    one = "\n".join(line[3:] for line in REAL_NODE.splitlines())
+    text = "\n".join(["3: " + json.dumps({**json.loads(one), "hostname": "n4"}), "srun: error: node3: task 2: Exited",
+                      *(f"0: {line}" for line in one.splitlines())])
+    entries = nodes.read_documents(text)
+    assert [(e.task, e.document and e.document["hostname"], e.error) for e in entries] == [
+        ("0", "n1", None),
+        ("1", None, "it printed nothing (srun numbers its tasks from 0, and this one's lines are missing)"),
+        ("2", None, "it printed nothing, and srun says: srun: error: node3: task 2: Exited"), ("3", "n4", None)]
+
+
+def test_doctor_nodes_with_its_standard_input_closed_says_so():
+    """``doctor --nodes -`` started with its standard input closed (``<&-``): the usage exit, one line."""
+    with mock.patch.object(sys, "stdin", None), contextlib.redirect_stderr(io.StringIO()) as err:
+        code = cli.main(["doctor", "--nodes", "-"])
+    assert (code, err.getvalue()) == (2, "tms-autopreload doctor --nodes: cannot read -: standard input is closed\n")
+
+
 def test_node_documents_reader_reads_documents_one_after_another():
     """Unlabelled: documents one per line, pretty-printed ones concatenated, a warning between them, and one
     that breaks off inside its node's name, which is then not known."""
@@ -380,8 +429,8 @@ def test_node_documents_reader_reads_documents_one_after_another():
     entries = nodes.read_documents(text)
     assert [(e.task, e.document and e.document["hostname"], e.hostname, e.error) for e in entries] == [
         (None, "n1", "n1", None), (None, "n2", "n2", None), (None, "n3", "n3", None),
-        (None, None, None, "its doctor --json document cannot be read: it breaks off (cut short, or other output "
-                           "written into it)")]
+        (None, None, None, "its doctor --json document cannot be read: it is no whole JSON (cut short, or other "
+                           "output written into it)")]
 
 
 REAL_MAPS = (b"7f2a4c000000-7f2a4c021000 r-xp 00000000 fd:01 1234567    "

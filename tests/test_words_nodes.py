@@ -141,9 +141,11 @@ def test_what_doctor_nodes_says_of_documents_it_cannot_trust(tmp_path, said, cap
     file is not a path, each that node's row, naming the value; a plan whose node's own doctor says it is not ok
     (its start-up files, an override that splits the runtime, named or not, a reason this version does not
     know), failing with its reason; an error whose first line is empty, shown from its first line with words;
-    one that breaks off (its node died while printing it), its row under the name it printed; one node alone,
-    counted as one, after a log line that begins with a time (never taken for ``srun --label``'s
-    task number); and no document at all, which checked nothing."""
+    one that breaks off (its node died while printing it), its row under the name it printed; a node's own
+    warning between two documents, skipped; a log line before one node's document, which begins with a time
+    (never taken for ``srun --label``'s task number) and, as any output outside the documents of an unlabelled
+    stream but the package's own warnings, is a failing row of its own (no node that could not run ``doctor``
+    vanishes); and no document at all, which checked nothing."""
     from tms_autopreload.commands.main import main
 
     hostile = {"hostname": "gpu-1\x1b[2J", "python": PYTHON, "ok": False, "plan": None, "runtime": None,
@@ -173,7 +175,8 @@ def test_what_doctor_nodes_says_of_documents_it_cannot_trust(tmp_path, said, cap
     # A node that died while it printed its document, between two others: its row, under the name it printed.
     died = json.dumps({"hostname": "gpu-10", "python": PYTHON, "ok": True})[:40]
     nodes = [json.dumps(d) for d in [hostile, *wrong, *not_ok]]
-    for name, text in (("ten nodes", "\n".join([*nodes[:4], died, *nodes[4:]]) + "\n"),
+    warned = "tms-autopreload: warning: TMS_AUTOPRELOAD_MODE='fast' is not exec or dlopen; using exec"
+    for name, text in (("ten nodes", "\n".join([*nodes[:4], died, *nodes[4:6], warned, *nodes[6:]]) + "\n"),
                        ("one node, after a log line", logged), ("no document", "")):
         (tmp_path / name).write_text(text)
         code = main(["doctor", "--nodes", str(tmp_path / name)])

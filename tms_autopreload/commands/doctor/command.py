@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -181,6 +182,8 @@ def _nodes(args: argparse.Namespace) -> int:
 
     try:
         if args.nodes == "-":
+            if sys.stdin is None:  # started with its standard input closed (<&-)
+                raise OSError(errno.EBADF, "standard input is closed")
             data = sys.stdin.buffer.read()
         else:
             with open(args.nodes, "rb") as f:
