@@ -413,6 +413,13 @@ def test_a_task_missing_between_those_that_printed_is_a_failing_entry():
         ("2", None, "it printed nothing, and srun says: srun: error: node3: task 2: Exited"), ("3", "n4", None)]
 
 
+def test_srun_lines_of_many_ranges_make_a_bounded_number_of_rows():
+    """One srun line naming 200 ranges of 4,096 tasks each: no more rows than one range may make."""
+    ranges = ",".join(f"{n * 4096}-{n * 4096 + 4095}" for n in range(200))
+    entries = _bounded(nodes.read_documents, "0: x\nsrun: error: n: tasks " + ranges + ": Killed\n")
+    assert len(entries) <= 4097, len(entries)
+
+
 def test_doctor_nodes_with_its_standard_input_closed_says_so():
     """``doctor --nodes -`` started with its standard input closed (``<&-``): the usage exit, one line."""
     with mock.patch.object(sys, "stdin", None), contextlib.redirect_stderr(io.StringIO()) as err:

@@ -86,13 +86,16 @@ _MOST_TASKS = 4096
 
 
 def _tasks(spec: str) -> "list[str]":
-    """The task numbers of srun's ``0-3,5``, each as a label names it (no more than a label's nine digits)."""
+    """The task numbers of srun's ``0-3,5``, each as a label names it (no more than a label's nine digits), and
+    no more than :data:`_MOST_TASKS` of them in all (a line of many ranges made millions of rows)."""
     out: "list[str]" = []
     for part in spec.split(","):
         first, _, last = part.partition("-")
         if first.isdigit() and (not last or last.isdigit()) and len(first) <= 9 and len(last) <= 9:
             start = int(first)
-            out += [str(n) for n in range(start, min(int(last or first), start + _MOST_TASKS - 1) + 1)]
+            out += [str(n) for n in range(start, min(int(last or first), start + _MOST_TASKS - len(out) - 1) + 1)]
+        if len(out) >= _MOST_TASKS:
+            break
     return out
 
 
