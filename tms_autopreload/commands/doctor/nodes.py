@@ -56,7 +56,7 @@ def read_documents(text: str) -> "list[Entry]":
     --label`` output, else in input order."""
     labelled, groups = _groups(text)
     entries = [entry for task, body in groups
-               for entry in _parse(task, body, labelled, keep_other=task is not None or not labelled)]
+               for entry in _parse(task, body, labelled, keep_other=task is not None)]
     if not labelled:
         return entries
     # srun's own lines, unlabelled: an error about a task that printed nothing is that task's row
